@@ -1,0 +1,82 @@
+// Package bounds is Stoke's one table of size and count limits (DESIGN.md,
+// "Bounds"). Every entry point enforces these constants; none restates them.
+package bounds
+
+import "time"
+
+const (
+	// InvokeBody is the largest invocation input (and function output).
+	InvokeBody = 1 << 20
+	// InvocationID is the longest caller-supplied invocation ID, in bytes.
+	InvocationID = 128
+	// RunUID is the longest Run UID a Runtime Server accepts, in bytes.
+	RunUID = 128
+
+	// OutputKeys is the most outputs one task or invocation may set.
+	OutputKeys = 64
+	// OutputKey is the longest output key, in bytes.
+	OutputKey = 128
+	// OutputValue is the longest output value, in bytes.
+	OutputValue = 8 << 10
+	// OutputsTotal bounds all keys and values of one outputs map together.
+	OutputsTotal = 64 << 10
+
+	// Message bounds fatal_error, status.message and function error messages.
+	Message = 4 << 10
+	// StackTrace bounds the stack trace carried with a function error.
+	StackTrace = 8 << 10
+
+	// Handler is the longest handler string.
+	Handler = 512
+	// EnvEntries is the most environment variables a Run or registration sets.
+	EnvEntries = 256
+	// Args is the most task arguments; Arg the longest one.
+	Args = 256
+	Arg  = 8 << 10
+
+	// CapturedStream is how much stdout and stderr an execution keeps each;
+	// the rest only goes to logs.
+	CapturedStream = 1 << 20
+	// LogLine is the longest log line; longer writes are split.
+	LogLine = 16 << 10
+)
+
+// Server-side defaults for limits a request may leave at zero. Zero never
+// means unlimited.
+const (
+	DefaultInvokeTimeout = 30 * time.Second
+	MaxInvokeTimeout     = 15 * time.Minute
+	MaxTaskDuration      = 6 * time.Hour
+	InitTimeout          = 60 * time.Second
+)
+
+// Truncate shortens s to at most max bytes without splitting a UTF-8
+// sequence, marking the cut, so bounded text stays valid UTF-8.
+func Truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	const mark = "…[truncated]"
+	cut := max - len(mark)
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && s[cut]&0xC0 == 0x80 { // don't split a multi-byte rune
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// TruncateHead keeps the last max bytes of s (where a traceback's or a log's
+// useful part is), marking the cut.
+func TruncateHead(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	const mark = "[truncated]…"
+	start := len(s) - (max - len(mark))
+	for start < len(s) && s[start]&0xC0 == 0x80 {
+		start++
+	}
+	return mark + s[start:]
+}

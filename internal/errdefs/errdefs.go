@@ -1,0 +1,224 @@
+// Package errdefs defines Stoke's error categories and translates them, once,
+// to gRPC status codes (at every gRPC edge) and to HTTP statuses (at the
+// gateway). Code inside Stoke wraps a category with %w; only the edges look at
+// codes.
+package errdefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+)
+
+// Error categories. Wrap them with fmt.Errorf("...: %w", ErrX) or use the
+// constructor helpers below, which name the category in one call.
+var (
+	ErrInvalidArgument    = errors.New("invalid argument")
+	ErrNotFound           = errors.New("not found")
+	ErrAlreadyExists      = errors.New("already exists")
+	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrResourceExhausted  = errors.New("resource exhausted")
+	ErrDeadlineExceeded   = errors.New("deadline exceeded")
+	ErrUnavailable        = errors.New("unavailable")
+	ErrUnimplemented      = errors.New("unimplemented")
+	ErrCanceled           = errors.New("canceled")
+	ErrTooLarge           = errors.New("too large")
+	ErrUnauthenticated    = errors.New("unauthenticated")
+	ErrInternal           = errors.New("internal error")
+)
+
+// categories maps each category to its gRPC code and HTTP status. It is the
+// one translation table; DESIGN.md "gRPC → HTTP at the gateway" is its spec.
+var categories = []struct {
+	err  error
+	code codes.Code
+	http int
+}{
+	{ErrInvalidArgument, codes.InvalidArgument, http.StatusBadRequest},
+	{ErrNotFound, codes.NotFound, http.StatusNotFound},
+	{ErrAlreadyExists, codes.AlreadyExists, http.StatusConflict},
+	{ErrFailedPrecondition, codes.FailedPrecondition, http.StatusServiceUnavailable},
+	{ErrResourceExhausted, codes.ResourceExhausted, http.StatusTooManyRequests},
+	{ErrDeadlineExceeded, codes.DeadlineExceeded, http.StatusGatewayTimeout},
+	{ErrUnavailable, codes.Unavailable, http.StatusServiceUnavailable},
+	{ErrUnimplemented, codes.Unimplemented, http.StatusNotImplemented},
+	{ErrCanceled, codes.Canceled, 499}, // nginx's "client closed request"
+	{ErrTooLarge, codes.InvalidArgument, http.StatusRequestEntityTooLarge},
+	{ErrUnauthenticated, codes.Unauthenticated, http.StatusUnauthorized},
+	{ErrInternal, codes.Internal, http.StatusInternalServerError},
+}
+
+// Errorf formats a message and wraps category, so that
+// Errorf(ErrNotFound, "run %s", uid) reads "run 2b5d: not found" and
+// errors.Is(err, ErrNotFound) holds.
+func Errorf(category error, format string, args ...any) error {
+	return &categorized{msg: fmt.Sprintf(format, args...), category: category}
+}
+
+type categorized struct {
+	msg      string
+	category error
+}
+
+func (e *categorized) Error() string { return e.msg }
+func (e *categorized) Unwrap() error { return e.category }
+
+// InvalidArgument reports a bad field; the message names the field.
+func InvalidArgument(field, format string, args ...any) error {
+	return Errorf(ErrInvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// FunctionErrorReason is the google.rpc.ErrorInfo reason of a handler failure.
+const FunctionErrorReason = "FUNCTION_ERROR"
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of Stoke's own errors.
+const ErrorDomain = "stoke.dev"
+
+// FunctionError is a failure of user code during one invocation: a Python
+// exception, a non-zero Bash exit, output that is not JSON or is too large.
+// It never changes the registration's state. On gRPC it is codes.Unknown
+// with an ErrorInfo detail (reason FUNCTION_ERROR) and, when the runtime
+// gives one, a DebugInfo detail carrying the stack trace.
+type FunctionError struct {
+	Type         string // errorType, e.g. "ValueError" or "Runtime.ExitError"
+	Message      string // bounded
+	StackTrace   string // bounded; may be empty
+	InvocationID string
+}
+
+func (e *FunctionError) Error() string {
+	if e.Message == "" {
+		return e.Type
+	}
+	return e.Type + ": " + e.Message
+}
+
+// Code returns the gRPC code for err. Errors without a category are Internal
+// (a context error keeps its meaning). A gRPC status error keeps its code.
+func Code(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	var fe *FunctionError
+	if errors.As(err, &fe) {
+		return codes.Unknown
+	}
+	for _, c := range categories {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return codes.Internal
+}
+
+// HTTPStatus returns the HTTP status for err, per the gateway table.
+func HTTPStatus(err error) int {
+	if err == nil {
+		return http.StatusOK
+	}
+	var fe *FunctionError
+	if errors.As(err, &fe) {
+		return http.StatusInternalServerError
+	}
+	for _, c := range categories {
+		if errors.Is(err, c.err) {
+			return c.http
+		}
+	}
+	switch Code(err) {
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Canceled:
+		return 499
+	}
+	return http.StatusInternalServerError
+}
+
+// ToGRPC converts err into a gRPC status error at a server edge.
+func ToGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		return err
+	}
+	var fe *FunctionError
+	if errors.As(err, &fe) {
+		st := status.New(codes.Unknown, fe.Error())
+		details := []protoadapt.MessageV1{&errdetails.ErrorInfo{
+			Reason:   FunctionErrorReason,
+			Domain:   ErrorDomain,
+			Metadata: map[string]string{"errorType": fe.Type, "invocationId": fe.InvocationID},
+		}}
+		if fe.StackTrace != "" {
+			details = append(details, &errdetails.DebugInfo{Detail: fe.StackTrace})
+		}
+		if withDetails, derr := st.WithDetails(details...); derr == nil {
+			st = withDetails
+		}
+		return st.Err()
+	}
+	return status.Error(Code(err), err.Error())
+}
+
+// FromGRPC converts a gRPC status error from a peer back into a categorized
+// error, so that a hop (runtimed, the gateway) can re-map it. A FUNCTION_ERROR
+// status becomes a *FunctionError again.
+func FromGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	if st.Code() == codes.Unknown {
+		fe := &FunctionError{Message: st.Message()}
+		isFunction := false
+		for _, d := range st.Details() {
+			switch d := d.(type) {
+			case *errdetails.ErrorInfo:
+				if d.GetReason() == FunctionErrorReason {
+					isFunction = true
+					fe.Type = d.GetMetadata()["errorType"]
+					fe.InvocationID = d.GetMetadata()["invocationId"]
+				}
+			case *errdetails.DebugInfo:
+				fe.StackTrace = d.GetDetail()
+			}
+		}
+		if isFunction {
+			// The status message is "Type: Message"; keep only the message.
+			if prefix := fe.Type + ": "; len(fe.Message) >= len(prefix) && fe.Message[:len(prefix)] == prefix {
+				fe.Message = fe.Message[len(prefix):]
+			} else if fe.Message == fe.Type {
+				fe.Message = ""
+			}
+			return fe
+		}
+	}
+	for _, c := range categories {
+		if c.code == st.Code() && c.err != ErrTooLarge {
+			return &categorized{msg: st.Message(), category: c.err}
+		}
+	}
+	if st.Code() == codes.DeadlineExceeded {
+		return &categorized{msg: st.Message(), category: ErrDeadlineExceeded}
+	}
+	return &categorized{msg: st.Message(), category: ErrInternal}
+}

@@ -1,0 +1,115 @@
+// Package outputs parses and validates the small KEY=VALUE results a task or
+// invocation reports (DESIGN.md: 64 keys, key 128 bytes, value 8 KiB, 64 KiB
+// in all, valid UTF-8). The same rules apply to task status.outputs and to
+// function invocation outputs.
+package outputs
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"unicode/utf8"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+)
+
+// maxFile is the largest outputs file worth reading: the total bound plus
+// one '=' and one newline per key.
+const maxFile = bounds.OutputsTotal + 2*bounds.OutputKeys
+
+// ReadFile parses the outputs file at path. A missing file means no outputs.
+func ReadFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open outputs: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read outputs: %w", err)
+	}
+	if len(data) > maxFile {
+		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "outputs: more than %d bytes in all", bounds.OutputsTotal)
+	}
+	return Parse(data)
+}
+
+// Parse reads KEY=VALUE lines. Blank lines are skipped; a later line for the
+// same key replaces the earlier one; a final line needs no newline. The value
+// is everything after the first '='.
+func Parse(data []byte) (map[string]string, error) {
+	out := map[string]string{}
+	for lineNo := 1; len(data) > 0; lineNo++ {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		eq := bytes.IndexByte(line, '=')
+		if eq < 0 {
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "outputs line %d: want KEY=VALUE", lineNo)
+		}
+		out[string(line[:eq])] = string(line[eq+1:])
+	}
+	if err := Validate(out); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// Validate checks an outputs map against the bounds and the key syntax.
+func Validate(m map[string]string) error {
+	if len(m) > bounds.OutputKeys {
+		return errdefs.Errorf(errdefs.ErrTooLarge, "outputs: %d keys, at most %d allowed", len(m), bounds.OutputKeys)
+	}
+	total := 0
+	for k, v := range m {
+		if err := ValidateKey(k); err != nil {
+			return err
+		}
+		if len(v) > bounds.OutputValue {
+			return errdefs.Errorf(errdefs.ErrTooLarge, "outputs: value of %q is %d bytes, at most %d allowed", k, len(v), bounds.OutputValue)
+		}
+		if !utf8.ValidString(v) {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "outputs: value of %q is not valid UTF-8", k)
+		}
+		total += len(k) + len(v)
+	}
+	if total > bounds.OutputsTotal {
+		return errdefs.Errorf(errdefs.ErrTooLarge, "outputs: %d bytes in all, at most %d allowed", total, bounds.OutputsTotal)
+	}
+	return nil
+}
+
+// ValidateKey checks one key: 1–128 bytes of [A-Za-z0-9_.-], not starting
+// with a digit, '.' or '-'.
+func ValidateKey(k string) error {
+	if k == "" {
+		return errdefs.Errorf(errdefs.ErrInvalidArgument, "outputs: empty key")
+	}
+	if len(k) > bounds.OutputKey {
+		return errdefs.Errorf(errdefs.ErrTooLarge, "outputs: key %.32q… is %d bytes, at most %d allowed", k, len(k), bounds.OutputKey)
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		ok := c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			(i > 0 && ((c >= '0' && c <= '9') || c == '.' || c == '-'))
+		if !ok {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "outputs: key %q: want letters, digits, '_', '.' or '-', starting with a letter or '_'", k)
+		}
+	}
+	return nil
+}

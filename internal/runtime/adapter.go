@@ -1,0 +1,74 @@
+// Package runtime is the adapter-agnostic core of a Runtime Server: it
+// validates requests, keeps the table of function registrations with their
+// generation fencing, enforces one invocation in flight per registration and
+// the invocation bounds, and replaces a warm instance that died. Language
+// adapters (internal/runtime/bash, internal/runtime/python) only know how to
+// load a handler and run one invocation of it.
+package runtime
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Adapter is one language's way of running user code.
+type Adapter interface {
+	// Name is the runtime's name, e.g. "bash".
+	Name() string
+	// ValidateHandler checks the handler's syntax without touching the
+	// file system. Its error names the problem; the core adds the field.
+	ValidateHandler(handler string) error
+	// Load starts a warm instance of spec.Handler and returns once it can
+	// be invoked. An error is an initialisation failure (missing file,
+	// syntax error, missing function, import error) and is reported to
+	// runtimed as the registration's fatal_error. ctx bounds initialisation
+	// only, not the instance's life.
+	Load(ctx context.Context, spec FunctionSpec) (Instance, error)
+	// TaskCommand returns the argv of a one-shot execution: entrypoint (a
+	// path relative to the working directory, may be empty) and args.
+	TaskCommand(entrypoint string, args []string) ([]string, error)
+}
+
+// FunctionSpec is what an adapter needs to load one function.
+type FunctionSpec struct {
+	RunUID     string
+	WorkingDir string // absolute, inside the workspace root, exists
+	Handler    string // syntax already validated by the adapter
+	// Env is the complete environment for handler processes ("K=V"): the
+	// minimal base plus the registration's env. Never the server's own.
+	Env []string
+	// ScratchDir is a private, empty directory owned by this instance for
+	// pipes and request files; removed by the core after Close.
+	ScratchDir string
+	Logger     *slog.Logger // carries run_uid
+}
+
+// Invocation is one call of a loaded function.
+type Invocation struct {
+	ID       string
+	RunUID   string
+	Input    []byte // valid JSON, at most bounds.InvokeBody
+	Deadline time.Time
+	Logger   *slog.Logger // carries run_uid and invocation_id
+}
+
+// Result is what a successful invocation returns.
+type Result struct {
+	Output  []byte            // the handler's result, expected to be JSON
+	Outputs map[string]string // validated by the core
+}
+
+// Instance is one warm, loaded function. The core never calls Invoke
+// concurrently on one instance.
+type Instance interface {
+	// Invoke runs one invocation. A failure of user code is an
+	// *errdefs.FunctionError. When ctx ends first, Invoke kills the
+	// invocation's processes before it returns ctx's error.
+	Invoke(ctx context.Context, inv Invocation) (Result, error)
+	// Done is closed when the instance can no longer serve (its process
+	// died or was killed); the core then replaces it with a new Load.
+	Done() <-chan struct{}
+	// Close kills every process of the instance. Safe to call twice.
+	Close() error
+}
