@@ -57,14 +57,10 @@ func Truncate(s string, max int) string {
 		return s
 	}
 	const mark = "…[truncated]"
-	cut := max - len(mark)
-	if cut < 0 {
-		cut = 0
+	if max < len(mark) {
+		return s[:runeStart(s, max)]
 	}
-	for cut > 0 && s[cut]&0xC0 == 0x80 { // don't split a multi-byte rune
-		cut--
-	}
-	return s[:cut] + mark
+	return s[:runeStart(s, max-len(mark))] + mark
 }
 
 // TruncateHead keeps the last max bytes of s (where a traceback's or a log's
@@ -74,9 +70,24 @@ func TruncateHead(s string, max int) string {
 		return s
 	}
 	const mark = "[truncated]…"
-	start := len(s) - (max - len(mark))
-	for start < len(s) && s[start]&0xC0 == 0x80 {
-		start++
+	if max < len(mark) {
+		return s[runeEnd(s, len(s)-max):]
 	}
-	return mark + s[start:]
+	return mark + s[runeEnd(s, len(s)-(max-len(mark))):]
+}
+
+// runeStart moves i back to the start of the rune it falls in.
+func runeStart(s string, i int) int {
+	for i > 0 && i < len(s) && s[i]&0xC0 == 0x80 {
+		i--
+	}
+	return max(i, 0)
+}
+
+// runeEnd moves i forward past a rune it falls inside.
+func runeEnd(s string, i int) int {
+	for i > 0 && i < len(s) && s[i]&0xC0 == 0x80 {
+		i++
+	}
+	return i
 }

@@ -31,6 +31,13 @@ var (
 	ErrTooLarge           = errors.New("too large")
 	ErrUnauthenticated    = errors.New("unauthenticated")
 	ErrInternal           = errors.New("internal error")
+	// ErrConflict is an optimistic-concurrency failure: the object changed
+	// since it was read (its resourceVersion is stale). Callers re-read and
+	// retry.
+	ErrConflict = errors.New("conflict")
+	// ErrExpired means a watch asked for history that is no longer kept;
+	// the watcher must re-list.
+	ErrExpired = errors.New("expired")
 )
 
 // categories maps each category to its gRPC code and HTTP status. It is the
@@ -52,6 +59,8 @@ var categories = []struct {
 	{ErrTooLarge, codes.InvalidArgument, http.StatusRequestEntityTooLarge},
 	{ErrUnauthenticated, codes.Unauthenticated, http.StatusUnauthorized},
 	{ErrInternal, codes.Internal, http.StatusInternalServerError},
+	{ErrConflict, codes.Aborted, http.StatusConflict},
+	{ErrExpired, codes.OutOfRange, http.StatusGone},
 }
 
 // Errorf formats a message and wraps category, so that

@@ -27,8 +27,10 @@ func PumpSize(r io.Reader, max int, emit func(line []byte)) {
 		for len(data) > 0 {
 			i := bytes.IndexByte(data, '\n')
 			if i < 0 {
+				// A full buffer is emitted only when more data follows, so a
+				// line of exactly max bytes is one line whatever the read size.
 				room := max - len(buf)
-				if len(data) < room {
+				if len(data) <= room {
 					buf = append(buf, data...)
 					break
 				}

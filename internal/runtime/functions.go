@@ -189,11 +189,19 @@ func (f *Functions) RegisterFunction(ctx context.Context, req *pb.RegisterFuncti
 	}
 	f.mu.Unlock()
 
-	// Wait for initialisation until this call's own deadline; past it the
-	// answer is REGISTERING and loading goes on.
+	// Wait for initialisation until shortly before this call's own
+	// deadline, so that the caller receives REGISTERING rather than
+	// DeadlineExceeded; loading goes on.
+	wait := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		margin := min(time.Until(deadline)/10, 50*time.Millisecond)
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(ctx, deadline.Add(-margin))
+		defer cancel()
+	}
 	select {
 	case <-r.initDone:
-	case <-ctx.Done():
+	case <-wait.Done():
 	}
 	state, _ := r.snapshot()
 	return &pb.RegisterFunctionResponse{Registration: r.ref(), State: state}, nil

@@ -1,0 +1,46 @@
+# Stoke's developer entry points. CI runs .ci/run, which uses these targets.
+GO       ?= go
+TOOL     := $(GO) tool -modfile=tools/go.mod
+PKGS     := ./...
+BENCHTIME ?= 2s
+
+.PHONY: all build generate check-generated test bench lint fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o bin/stoke ./cmd/stoke
+
+# Regenerates the protobuf code with the generator versions pinned in
+# tools/go.mod. The output is committed; check-generated fails when stale.
+generate:
+	$(TOOL) buf generate
+	$(TOOL) controller-gen object paths=./api/stoke/...
+
+check-generated: generate
+	@git diff --exit-code -- api/ || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api/)" || { git status --porcelain -- api/; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
+
+# The test command the README gives.
+test:
+	$(GO) test -race -count=1 $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/runtime/...
+
+lint:
+	$(GO) vet $(PKGS)
+	$(TOOL) staticcheck $(PKGS)
+	$(TOOL) buf lint
+
+# A short run of every fuzz target beyond its checked-in seed corpus.
+FUZZTIME ?= 20s
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+clean:
+	rm -rf bin

@@ -1,0 +1,77 @@
+package archtest
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+type pkg struct {
+	ImportPath string
+	Doc        string
+	Imports    []string
+	Name       string
+}
+
+func listPackages(t *testing.T) []pkg {
+	out, err := exec.Command("go", "list", "-json", "stoke.dev/stoke/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func TestEveryPackageHasADocComment(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.Doc == "" {
+			t.Errorf("%s has no package doc comment", p.ImportPath)
+		}
+	}
+}
+
+// forbidden lists import prefixes a package (prefix) must not use.
+var forbidden = map[string][]string{
+	"stoke.dev/stoke/api/":                       {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/errdefs":           {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/bounds":            {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/proc":              {"stoke.dev/stoke/internal/runtime"},
+	"stoke.dev/stoke/internal/runtime/bash":      {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/python"},
+	"stoke.dev/stoke/internal/runtime/python":    {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/bash"},
+	"stoke.dev/stoke/internal/store":             {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/gateway"},
+	"stoke.dev/stoke/internal/retry":             {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime"},
+}
+
+func TestImportsPointOneWay(t *testing.T) {
+	for _, p := range listPackages(t) {
+		for prefix, bans := range forbidden {
+			if !strings.HasPrefix(p.ImportPath, prefix) {
+				continue
+			}
+			for _, imp := range p.Imports {
+				for _, ban := range bans {
+					if strings.HasPrefix(imp, ban) && !strings.HasPrefix(imp, prefix) {
+						t.Errorf("%s imports %s", p.ImportPath, imp)
+					}
+				}
+			}
+		}
+		// The core runtime package must not know its adapters.
+		if p.ImportPath == "stoke.dev/stoke/internal/runtime" {
+			for _, imp := range p.Imports {
+				if strings.HasPrefix(imp, "stoke.dev/stoke/internal/runtime/") {
+					t.Errorf("internal/runtime imports its adapter %s", imp)
+				}
+			}
+		}
+	}
+}
