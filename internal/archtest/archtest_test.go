@@ -15,7 +15,7 @@ type pkg struct {
 }
 
 func listPackages(t *testing.T) []pkg {
-	out, err := exec.Command("go", "list", "-json", "stoke.dev/stoke/...").Output()
+	out, err := exec.Command("go", "list", "-e", "-json", "stoke.dev/stoke/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
