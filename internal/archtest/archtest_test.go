@@ -41,14 +41,14 @@ func TestEveryPackageHasADocComment(t *testing.T) {
 
 // forbidden lists import prefixes a package (prefix) must not use.
 var forbidden = map[string][]string{
-	"stoke.dev/stoke/api/":                       {"stoke.dev/stoke/internal/"},
-	"stoke.dev/stoke/internal/errdefs":           {"stoke.dev/stoke/internal/"},
-	"stoke.dev/stoke/internal/bounds":            {"stoke.dev/stoke/internal/"},
-	"stoke.dev/stoke/internal/proc":              {"stoke.dev/stoke/internal/runtime"},
-	"stoke.dev/stoke/internal/runtime/bash":      {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/python"},
-	"stoke.dev/stoke/internal/runtime/python":    {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/bash"},
-	"stoke.dev/stoke/internal/store":             {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/gateway"},
-	"stoke.dev/stoke/internal/retry":             {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime"},
+	"stoke.dev/stoke/api/":                    {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/errdefs":        {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/bounds":         {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/proc":           {"stoke.dev/stoke/internal/runtime"},
+	"stoke.dev/stoke/internal/runtime/bash":   {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/python"},
+	"stoke.dev/stoke/internal/runtime/python": {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/bash"},
+	"stoke.dev/stoke/internal/store":          {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/gateway"},
+	"stoke.dev/stoke/internal/retry":          {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime"},
 }
 
 func TestImportsPointOneWay(t *testing.T) {

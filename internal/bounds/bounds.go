@@ -39,6 +39,17 @@ const (
 	CapturedStream = 1 << 20
 	// LogLine is the longest log line; longer writes are split.
 	LogLine = 16 << 10
+
+	// Source bounds a Run's inline source text and its source archive.
+	Source = 1 << 20
+	// RetryAttempts is the largest spec.retryPolicy.maxAttempts.
+	RetryAttempts = 100
+	// RuntimeReplicas is the most pods one Runtime pool may have; bigger
+	// pools are several Runtimes.
+	RuntimeReplicas = 64
+	// RuntimeRuns is the most Run slots per runtime pod: each slot is a
+	// working directory and, for a function, a warm process.
+	RuntimeRuns = 1024
 )
 
 // Server-side defaults for limits a request may leave at zero. Zero never
@@ -48,6 +59,8 @@ const (
 	MaxInvokeTimeout     = 15 * time.Minute
 	MaxTaskDuration      = 6 * time.Hour
 	InitTimeout          = 60 * time.Second
+	// MaxBackoff caps the retry engine's doubling backoff.
+	MaxBackoff = 60 * time.Second
 )
 
 // Truncate shortens s to at most max bytes without splitting a UTF-8

@@ -63,9 +63,9 @@ var categories = []struct {
 	{ErrExpired, codes.OutOfRange, http.StatusGone},
 }
 
-// Errorf formats a message and wraps category, so that
-// Errorf(ErrNotFound, "run %s", uid) reads "run 2b5d: not found" and
-// errors.Is(err, ErrNotFound) holds.
+// Errorf formats a message and tags it with category: the message is
+// exactly what was formatted (so a gRPC or HTTP status carries no
+// ": not found" suffix), and errors.Is(err, category) holds.
 func Errorf(category error, format string, args ...any) error {
 	return &categorized{msg: fmt.Sprintf(format, args...), category: category}
 }

@@ -18,6 +18,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/outputs"
+	"stoke.dev/stoke/internal/validation"
 )
 
 // FunctionsConfig configures a Functions table.
@@ -143,7 +144,7 @@ func (f *Functions) RegisterFunction(ctx context.Context, req *pb.RegisterFuncti
 	if err := f.validateHandler(req.GetHandler()); err != nil {
 		return nil, err
 	}
-	if err := ValidateEnv("env", req.GetEnv()); err != nil {
+	if err := validation.Env("env", req.GetEnv()); err != nil {
 		return nil, err
 	}
 	if req.GetIdleTimeoutSeconds() < 0 {
@@ -323,8 +324,7 @@ func (r *registration) supervise(inst Instance) {
 			r.mu.Unlock()
 			return
 		}
-		r.inst = nil
-		r.instReady = make(chan struct{})
+		r.retireLocked(inst)
 		r.mu.Unlock()
 		r.log.Info("replacing runtime instance")
 
@@ -346,6 +346,26 @@ func (r *registration) supervise(inst Instance) {
 		close(r.instReady)
 		r.mu.Unlock()
 		inst = next
+	}
+}
+
+// retireLocked takes a dead instance out of service; invocations then wait
+// on the new instReady until the supervisor has loaded a replacement. r.mu
+// is held. Only the first caller for a given instance swaps the channel.
+func (r *registration) retireLocked(dead Instance) {
+	if r.inst != dead {
+		return
+	}
+	r.inst = nil
+	r.instReady = make(chan struct{})
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -457,6 +477,12 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 		var state pb.FunctionRegistrationState
 		var ready chan struct{}
 		inst, state, ready = r.inst, r.state, r.instReady
+		if inst != nil && isClosed(inst.Done()) {
+			// Died (e.g. killed after the previous call's timeout) and the
+			// supervisor has not swapped it out yet: wait for the new one.
+			r.retireLocked(inst)
+			inst, ready = nil, r.instReady
+		}
 		r.mu.Unlock()
 		if inst != nil {
 			break
@@ -580,11 +606,6 @@ func (f *Functions) UnregisterFunction(ctx context.Context, req *pb.UnregisterFu
 	if req.GetCancelInFlight() {
 		drain = 0
 	}
-	f.mu.Lock()
-	if f.regs[r.uid] == r {
-		delete(f.regs, r.uid)
-	}
-	f.mu.Unlock()
 	r.release(ctx, drain)
 	r.log.Info("registration unregistered", "cancel_in_flight", req.GetCancelInFlight())
 	return &pb.UnregisterFunctionResponse{Registration: r.ref()}, nil
@@ -645,6 +666,14 @@ func (r *registration) release(ctx context.Context, drain time.Duration) {
 			if err := os.RemoveAll(r.scratch); err != nil {
 				r.log.Warn("removing scratch directory", "error", err)
 			}
+			// The generation stayed in the table while it drained, so that
+			// FunctionStatus reported DRAINING; it leaves now unless a newer
+			// attempt has replaced it meanwhile.
+			r.f.mu.Lock()
+			if r.f.regs[r.uid] == r {
+				delete(r.f.regs, r.uid)
+			}
+			r.f.mu.Unlock()
 		}()
 	})
 	select {

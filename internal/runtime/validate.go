@@ -13,7 +13,6 @@ import (
 )
 
 var (
-	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 )
 
@@ -24,22 +23,6 @@ func ValidateRunUID(field, uid string) error {
 		return errdefs.InvalidArgument(field, "must not be empty")
 	case len(uid) > bounds.RunUID:
 		return errdefs.InvalidArgument(field, "is %d bytes, at most %d allowed", len(uid), bounds.RunUID)
-	}
-	return nil
-}
-
-// ValidateEnv checks environment keys and values.
-func ValidateEnv(field string, env map[string]string) error {
-	if len(env) > bounds.EnvEntries {
-		return errdefs.InvalidArgument(field, "%d entries, at most %d allowed", len(env), bounds.EnvEntries)
-	}
-	for k, v := range env {
-		if !envKeyRE.MatchString(k) {
-			return errdefs.InvalidArgument(field, "key %q must match [A-Za-z_][A-Za-z0-9_]*", k)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return errdefs.InvalidArgument(field, "value of %q contains a NUL byte", k)
-		}
 	}
 	return nil
 }
@@ -112,25 +95,6 @@ func Within(root, path string) bool {
 	return strings.HasPrefix(path, root+string(filepath.Separator))
 }
 
-// ValidateRelativePath checks a path given relative to the working
-// directory: not absolute, no ".." element, no NUL.
-func ValidateRelativePath(field, p string) error {
-	switch {
-	case p == "":
-		return errdefs.InvalidArgument(field, "must not be empty")
-	case strings.IndexByte(p, 0) >= 0:
-		return errdefs.InvalidArgument(field, "contains a NUL byte")
-	case filepath.IsAbs(p):
-		return errdefs.InvalidArgument(field, "%q must be relative to the working directory", p)
-	}
-	for _, el := range strings.Split(p, "/") {
-		if el == ".." {
-			return errdefs.InvalidArgument(field, "%q must not contain '..'", p)
-		}
-	}
-	return nil
-}
-
 // ResolveInside joins rel to dir and checks, with symlinks followed, that
 // the result stays inside dir. A file that does not exist is returned as
 // joined (the caller reports it as an initialisation failure).
@@ -178,4 +142,3 @@ func MergeEnv(base, extra map[string]string) []string {
 	slices.Sort(out)
 	return out
 }
-

@@ -1,0 +1,419 @@
+package validation
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+)
+
+// MaxErrors is the most problems one validation error lists; further ones
+// are only counted, so that a Run with thousands of bad entries still gets
+// a readable answer.
+const MaxErrors = 32
+
+// Limits local to messages; every size limit is in internal/bounds.
+const (
+	// maxQuoted is how much of an offending value a message repeats.
+	maxQuoted = 64
+)
+
+// Servers are the Runtime Servers a Runtime may name.
+var servers = []string{"bash", "python"}
+
+// ValidateRun checks a Run on creation. Call SetRunDefaults first: an empty
+// namespace is an error here.
+func ValidateRun(run *v1alpha1.Run) error {
+	var e errorList
+	if run == nil {
+		e.add(field.NewPath("run"), "must not be nil")
+		return e.err()
+	}
+	validateTypeMeta(&e, run.TypeMeta, v1alpha1.KindRun)
+	validateObjectMeta(&e, &run.ObjectMeta, k8svalidation.IsDNS1123Subdomain)
+	validateRunSpec(&e, &run.Spec, field.NewPath("spec"))
+	return e.err()
+}
+
+// ValidateRunUpdate checks an update of old to new. The spec is immutable
+// except spec.cancelRequested (false → true only) and
+// spec.ttlSecondsAfterFinished; metadata name, namespace and uid are
+// immutable. Labels, annotations and finalizers may change and are checked.
+//
+// The rest of new's spec is not re-validated: it must equal old's, which was
+// validated on creation, so a Run created under older rules can still be
+// cancelled.
+func ValidateRunUpdate(old, new *v1alpha1.Run) error {
+	var e errorList
+	if old == nil || new == nil {
+		e.add(field.NewPath("run"), "must not be nil")
+		return e.err()
+	}
+	validateTypeMeta(&e, new.TypeMeta, v1alpha1.KindRun)
+	validateObjectMeta(&e, &new.ObjectMeta, k8svalidation.IsDNS1123Subdomain)
+	validateObjectMetaUpdate(&e, &old.ObjectMeta, &new.ObjectMeta)
+
+	spec := field.NewPath("spec")
+	o, n := &old.Spec, &new.Spec
+	immutable(&e, spec.Child("runtime"), o.Runtime, n.Runtime)
+	immutable(&e, spec.Child("mode"), o.Mode, n.Mode)
+	immutable(&e, spec.Child("source"), o.Source, n.Source)
+	immutable(&e, spec.Child("env"), o.Env, n.Env)
+	immutable(&e, spec.Child("timeout"), o.Timeout, n.Timeout)
+	immutable(&e, spec.Child("retryPolicy"), o.RetryPolicy, n.RetryPolicy)
+	if o.CancelRequested && !n.CancelRequested {
+		e.add(spec.Child("cancelRequested"), "cannot be unset once true")
+	}
+	validateTTL(&e, n.TTLSecondsAfterFinished, spec.Child("ttlSecondsAfterFinished"))
+	return e.err()
+}
+
+// ValidateRuntime checks a Runtime on creation or, through
+// ValidateRuntimeUpdate, on update. Call SetRuntimeDefaults first.
+func ValidateRuntime(rt *v1alpha1.Runtime) error {
+	var e errorList
+	if rt == nil {
+		e.add(field.NewPath("runtime"), "must not be nil")
+		return e.err()
+	}
+	validateRuntime(&e, rt)
+	return e.err()
+}
+
+// ValidateRuntimeUpdate checks an update of old to new: new must be valid;
+// metadata name, namespace and uid and spec.server are immutable (the pool's
+// pods and the Runs on them were started for that server). Replicas, runs
+// and the default timeouts may change.
+func ValidateRuntimeUpdate(old, new *v1alpha1.Runtime) error {
+	var e errorList
+	if old == nil || new == nil {
+		e.add(field.NewPath("runtime"), "must not be nil")
+		return e.err()
+	}
+	validateRuntime(&e, new)
+	validateObjectMetaUpdate(&e, &old.ObjectMeta, &new.ObjectMeta)
+	immutable(&e, field.NewPath("spec", "server"), old.Spec.Server, new.Spec.Server)
+	return e.err()
+}
+
+func validateRuntime(e *errorList, rt *v1alpha1.Runtime) {
+	validateTypeMeta(e, rt.TypeMeta, v1alpha1.KindRuntime)
+	// A Runtime's name is what spec.runtime of a Run refers to, so it is
+	// held to the same DNS label rule.
+	validateObjectMeta(e, &rt.ObjectMeta, k8svalidation.IsDNS1123Label)
+
+	spec := field.NewPath("spec")
+	s := &rt.Spec
+	switch {
+	case s.Server == "":
+		e.add(spec.Child("server"), "must not be empty; one of %s", strings.Join(servers, ", "))
+	case !contains(servers, s.Server):
+		e.add(spec.Child("server"), "%s is not a known server; one of %s", quote(s.Server), strings.Join(servers, ", "))
+	}
+	if s.Replicas < 0 || s.Replicas > bounds.RuntimeReplicas {
+		e.add(spec.Child("replicas"), "is %d, must be 0–%d", s.Replicas, bounds.RuntimeReplicas)
+	}
+	if s.Runs < 1 || s.Runs > bounds.RuntimeRuns {
+		e.add(spec.Child("runs"), "is %d, must be 1–%d", s.Runs, bounds.RuntimeRuns)
+	}
+	validateDuration(e, s.DefaultTaskTimeout, spec.Child("defaultTaskTimeout"))
+	validateDuration(e, s.DefaultFunctionTimeout, spec.Child("defaultFunctionTimeout"))
+	validateDuration(e, s.DefaultInvokeTimeout, spec.Child("defaultInvokeTimeout"))
+}
+
+func validateTypeMeta(e *errorList, tm metav1.TypeMeta, kind string) {
+	// Go clients may leave TypeMeta empty; what is set must be ours.
+	if tm.APIVersion != "" && tm.APIVersion != v1alpha1.GroupVersion.String() {
+		e.add(field.NewPath("apiVersion"), "%s, want %s", quote(tm.APIVersion), v1alpha1.GroupVersion.String())
+	}
+	if tm.Kind != "" && tm.Kind != kind {
+		e.add(field.NewPath("kind"), "%s, want %s", quote(tm.Kind), kind)
+	}
+}
+
+func validateObjectMeta(e *errorList, m *metav1.ObjectMeta, nameRule func(string) []string) {
+	meta := field.NewPath("metadata")
+	if m.Name == "" {
+		e.add(meta.Child("name"), "must not be empty")
+	} else {
+		for _, msg := range nameRule(m.Name) {
+			e.add(meta.Child("name"), "%s: %s", quote(m.Name), msg)
+		}
+	}
+	if m.Namespace == "" {
+		e.add(meta.Child("namespace"), "must not be empty")
+	} else {
+		for _, msg := range k8svalidation.IsDNS1123Label(m.Namespace) {
+			e.add(meta.Child("namespace"), "%s: %s", quote(m.Namespace), msg)
+		}
+	}
+	e.addList(metav1validation.ValidateLabels(m.Labels, meta.Child("labels")))
+	e.addList(apivalidation.ValidateAnnotations(m.Annotations, meta.Child("annotations")))
+	e.addList(apivalidation.ValidateFinalizers(m.Finalizers, meta.Child("finalizers")))
+}
+
+func validateObjectMetaUpdate(e *errorList, old, new *metav1.ObjectMeta) {
+	meta := field.NewPath("metadata")
+	immutable(e, meta.Child("name"), old.Name, new.Name)
+	immutable(e, meta.Child("namespace"), old.Namespace, new.Namespace)
+	immutable(e, meta.Child("uid"), old.UID, new.UID)
+}
+
+func validateRunSpec(e *errorList, s *v1alpha1.RunSpec, spec *field.Path) {
+	if s.Runtime == "" {
+		e.add(spec.Child("runtime"), "must not be empty")
+	} else {
+		for _, msg := range k8svalidation.IsDNS1123Label(s.Runtime) {
+			e.add(spec.Child("runtime"), "%s: %s", quote(s.Runtime), msg)
+		}
+	}
+	validateMode(e, &s.Mode, spec.Child("mode"))
+	validateSource(e, s.Source, spec.Child("source"))
+	validateEnv(e, s.Env, spec.Child("env"))
+	validateDuration(e, s.Timeout, spec.Child("timeout"))
+	validateRetryPolicy(e, s.RetryPolicy, spec.Child("retryPolicy"))
+	validateTTL(e, s.TTLSecondsAfterFinished, spec.Child("ttlSecondsAfterFinished"))
+}
+
+func validateMode(e *errorList, m *v1alpha1.RunMode, mode *field.Path) {
+	switch {
+	case m.Task == nil && m.Function == nil:
+		e.add(mode, "exactly one of task or function must be set, got neither")
+		return
+	case m.Task != nil && m.Function != nil:
+		e.add(mode, "exactly one of task or function must be set, got both")
+		return
+	}
+	if t := m.Task; t != nil {
+		task := mode.Child("task")
+		if t.Entrypoint == "" && len(t.Args) == 0 {
+			e.add(task, "entrypoint or args must be set")
+		}
+		if t.Entrypoint != "" {
+			e.addErr(RelativePath(task.Child("entrypoint").String(), t.Entrypoint))
+		}
+		args := task.Child("args")
+		if len(t.Args) > bounds.Args {
+			e.add(args, "has %d entries, at most %d allowed", len(t.Args), bounds.Args)
+		} else {
+			for i, a := range t.Args {
+				switch {
+				case len(a) > bounds.Arg:
+					e.add(args.Index(i), "is %d bytes, at most %d allowed", len(a), bounds.Arg)
+				case strings.IndexByte(a, 0) >= 0:
+					e.add(args.Index(i), "contains a NUL byte")
+				}
+			}
+		}
+	}
+	if f := m.Function; f != nil {
+		fn := mode.Child("function")
+		validateHandler(e, f.Handler, fn.Child("handler"))
+		if f.IdleTimeoutSeconds < 0 {
+			e.add(fn.Child("idleTimeoutSeconds"), "is %d, must not be negative", f.IdleTimeoutSeconds)
+		}
+	}
+}
+
+// validateHandler checks the syntax both built-in servers share: Bash's
+// "path/file.function" and Python's "pkg.module.function" both have at least
+// one '.', a non-empty part before the last '.', and an identifier after it,
+// and both name something inside the working directory. Whether the file or
+// module exists, and the server's exact syntax, is the Runtime Server's
+// check at registration.
+func validateHandler(e *errorList, h string, p *field.Path) {
+	switch {
+	case h == "":
+		e.add(p, "must not be empty")
+		return
+	case len(h) > bounds.Handler:
+		e.add(p, "is %d bytes, at most %d allowed", len(h), bounds.Handler)
+		return
+	}
+	if err := RelativePath(p.String(), h); err != nil {
+		e.addErr(err)
+		return
+	}
+	dot := strings.LastIndexByte(h, '.')
+	if dot < 0 {
+		e.add(p, "%s must be file.function or module.function", quote(h))
+		return
+	}
+	if prefix := h[:dot]; prefix == "" || strings.HasSuffix(prefix, "/") {
+		e.add(p, "%s names no file or module before the function", quote(h))
+	}
+	if !isIdentifier(h[dot+1:]) {
+		e.add(p, "%s: function name %s must match [A-Za-z_][A-Za-z0-9_]*", quote(h), quote(h[dot+1:]))
+	}
+}
+
+func validateSource(e *errorList, s *v1alpha1.Source, src *field.Path) {
+	if s == nil {
+		return
+	}
+	if s.Inline != nil && s.Archive != nil {
+		e.add(src, "at most one of inline or archive may be set")
+	}
+	if in := s.Inline; in != nil {
+		inline := src.Child("inline")
+		e.addErr(RelativePath(inline.Child("path").String(), in.Path))
+		if len(in.Text) > bounds.Source {
+			e.add(inline.Child("text"), "is %d bytes, at most %d allowed", len(in.Text), bounds.Source)
+		}
+	}
+	if ar := s.Archive; ar != nil {
+		tgz := src.Child("archive", "tarGz")
+		switch {
+		case len(ar.TarGz) == 0:
+			e.add(tgz, "must not be empty")
+		case len(ar.TarGz) > bounds.Source:
+			e.add(tgz, "is %d bytes, at most %d allowed", len(ar.TarGz), bounds.Source)
+		case len(ar.TarGz) < 2 || ar.TarGz[0] != 0x1f || ar.TarGz[1] != 0x8b:
+			e.add(tgz, "is not gzip data")
+		}
+	}
+}
+
+func validateEnv(e *errorList, env []v1alpha1.EnvVar, p *field.Path) {
+	if len(env) > bounds.EnvEntries {
+		e.add(p, "has %d entries, at most %d allowed", len(env), bounds.EnvEntries)
+		return
+	}
+	seen := make(map[string]int, len(env))
+	for i, v := range env {
+		entry := p.Index(i)
+		if v.Name == "" {
+			e.add(entry.Child("name"), "must not be empty")
+			continue
+		}
+		// The Runtime Server's own rule for env keys and values.
+		e.addErr(Env(entry.String(), map[string]string{v.Name: v.Value}))
+		if j, dup := seen[v.Name]; dup {
+			e.add(entry.Child("name"), "%s duplicates %s", quote(v.Name), p.Index(j))
+		} else {
+			seen[v.Name] = i
+		}
+	}
+}
+
+func validateRetryPolicy(e *errorList, rp *v1alpha1.RetryPolicy, p *field.Path) {
+	if rp == nil {
+		return
+	}
+	// 0 means the default (1).
+	if rp.MaxAttempts < 0 || rp.MaxAttempts > bounds.RetryAttempts {
+		e.add(p.Child("maxAttempts"), "is %d, must be 1–%d (0 means 1)", rp.MaxAttempts, bounds.RetryAttempts)
+	}
+	validateDuration(e, rp.Backoff, p.Child("backoff"))
+	reasons := p.Child("retryableReasons")
+	for i, r := range rp.RetryableReasons {
+		// A reason ends up in status.reason and in conditions, so it follows
+		// the Kubernetes condition-reason syntax.
+		switch {
+		case r == "":
+			e.add(reasons.Index(i), "must not be empty")
+		case len(r) > maxConditionReason:
+			e.add(reasons.Index(i), "is %d bytes, at most %d allowed", len(r), maxConditionReason)
+		default:
+			for _, msg := range metav1validation.IsValidConditionReason(r) {
+				e.add(reasons.Index(i), "%s: %s", quote(r), msg)
+			}
+		}
+	}
+}
+
+// maxConditionReason is metav1.Condition's limit on reason.
+const maxConditionReason = 1024
+
+func validateTTL(e *errorList, ttl *int32, p *field.Path) {
+	if ttl != nil && *ttl < 0 {
+		e.add(p, "is %d, must not be negative", *ttl)
+	}
+}
+
+func validateDuration(e *errorList, d *metav1.Duration, p *field.Path) {
+	if d != nil && d.Duration < 0 {
+		e.add(p, "is %s, must not be negative", d.Duration)
+	}
+}
+
+func immutable(e *errorList, p *field.Path, old, new any) {
+	if !apiequality.Semantic.DeepEqual(old, new) {
+		e.add(p, "is immutable")
+	}
+}
+
+func isIdentifier(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// quote repeats at most maxQuoted bytes of a user's value in a message.
+func quote(s string) string {
+	return fmt.Sprintf("%q", bounds.Truncate(s, maxQuoted))
+}
+
+// errorList collects the problems of one object.
+type errorList struct {
+	errs    []error
+	dropped int
+}
+
+func (e *errorList) add(p *field.Path, format string, args ...any) {
+	e.addErr(errdefs.InvalidArgument(p.String(), format, args...))
+}
+
+func (e *errorList) addErr(err error) {
+	if err == nil {
+		return
+	}
+	if len(e.errs) >= MaxErrors {
+		e.dropped++
+		return
+	}
+	e.errs = append(e.errs, err)
+}
+
+// addList takes apimachinery's field errors, keeping their field paths.
+func (e *errorList) addList(list field.ErrorList) {
+	for _, fe := range list {
+		e.addErr(errdefs.InvalidArgument(fe.Field, "%s", fe.ErrorBody()))
+	}
+}
+
+func (e *errorList) err() error {
+	errs := e.errs
+	if e.dropped > 0 {
+		errs = append(errs, errdefs.Errorf(errdefs.ErrInvalidArgument, "and %d more problems", e.dropped))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,509 @@
+package validation
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func gzipBytes(t testing.TB, payload []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// gzipOfSize returns n bytes that start with the gzip magic number.
+func gzipOfSize(n int) []byte {
+	b := make([]byte, n)
+	b[0], b[1] = 0x1f, 0x8b
+	return b
+}
+
+func taskRun() *v1alpha1.Run {
+	return &v1alpha1.Run{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "stoke.dev/v1alpha1", Kind: "Run"},
+		ObjectMeta: metav1.ObjectMeta{Name: "build-1", Namespace: "default", UID: "u-1", Labels: map[string]string{"app": "ci"}},
+		Spec: v1alpha1.RunSpec{
+			Runtime: "bash",
+			Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Entrypoint: "build.sh", Args: []string{"--fast"}}},
+			Source:  &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "build.sh", Text: "echo hi\n"}},
+			Env:     []v1alpha1.EnvVar{{Name: "GOFLAGS", Value: "-mod=mod"}},
+			Timeout: &metav1.Duration{Duration: time.Minute},
+			RetryPolicy: &v1alpha1.RetryPolicy{
+				MaxAttempts: 3, Backoff: &metav1.Duration{Duration: time.Second},
+				RetryableReasons: []string{"PodGone"},
+			},
+			TTLSecondsAfterFinished: ptr(int32(3600)),
+		},
+	}
+}
+
+func functionRun() *v1alpha1.Run {
+	r := taskRun()
+	r.Name = "fn"
+	r.Spec.Mode = v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "handler.handle", IdleTimeoutSeconds: 300}}
+	r.Spec.Source = &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "handler.sh", Text: "handle() { echo \"$1\"; }\n"}}
+	return r
+}
+
+func validRuntime() *v1alpha1.Runtime {
+	return &v1alpha1.Runtime{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "stoke.dev/v1alpha1", Kind: "Runtime"},
+		ObjectMeta: metav1.ObjectMeta{Name: "bash", Namespace: "default", UID: "rt-1"},
+		Spec: v1alpha1.RuntimeSpec{
+			Server: "bash", Replicas: 2, Runs: 8,
+			DefaultTaskTimeout:   &metav1.Duration{Duration: 10 * time.Minute},
+			DefaultInvokeTimeout: &metav1.Duration{Duration: 30 * time.Second},
+		},
+	}
+}
+
+// checkErr asserts that err is nil when field is empty, and otherwise that
+// it is an InvalidArgument each of whose lines names field.
+func checkErr(t *testing.T, err error, field string) {
+	t.Helper()
+	if field == "" {
+		if err != nil {
+			t.Fatalf("want valid, got:\n%v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("want an error naming %s, got nil", field)
+	}
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("error is not InvalidArgument: %v", err)
+	}
+	if got := errdefs.Code(err); got != codes.InvalidArgument {
+		t.Errorf("gRPC code %v, want InvalidArgument", got)
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if !strings.HasPrefix(line, field+": ") {
+			t.Errorf("want every problem to name %s, got %q", field, bounds.Truncate(line, 300))
+		}
+	}
+}
+
+func TestValidateRun(t *testing.T) {
+	tests := []struct {
+		name   string
+		base   func() *v1alpha1.Run
+		mutate func(*v1alpha1.Run)
+		field  string // "" means valid
+	}{
+		{"task", taskRun, func(*v1alpha1.Run) {}, ""},
+		{"function", functionRun, func(*v1alpha1.Run) {}, ""},
+		{"no TypeMeta", taskRun, func(r *v1alpha1.Run) { r.TypeMeta = metav1.TypeMeta{} }, ""},
+		{"wrong apiVersion", taskRun, func(r *v1alpha1.Run) { r.APIVersion = "stoke.dev/v1" }, "apiVersion"},
+		{"wrong kind", taskRun, func(r *v1alpha1.Run) { r.Kind = "Runtime" }, "kind"},
+
+		// metadata
+		{"name empty", taskRun, func(r *v1alpha1.Run) { r.Name = "" }, "metadata.name"},
+		{"name 253", taskRun, func(r *v1alpha1.Run) { r.Name = strings.Repeat("a", 253) }, ""},
+		{"name 254", taskRun, func(r *v1alpha1.Run) { r.Name = strings.Repeat("a", 254) }, "metadata.name"},
+		{"name subdomain", taskRun, func(r *v1alpha1.Run) { r.Name = "build.v2" }, ""},
+		{"name upper case", taskRun, func(r *v1alpha1.Run) { r.Name = "Build" }, "metadata.name"},
+		{"name underscore", taskRun, func(r *v1alpha1.Run) { r.Name = "a_b" }, "metadata.name"},
+		{"namespace empty", taskRun, func(r *v1alpha1.Run) { r.Namespace = "" }, "metadata.namespace"},
+		{"namespace 63", taskRun, func(r *v1alpha1.Run) { r.Namespace = strings.Repeat("n", 63) }, ""},
+		{"namespace 64", taskRun, func(r *v1alpha1.Run) { r.Namespace = strings.Repeat("n", 64) }, "metadata.namespace"},
+		{"namespace with dot", taskRun, func(r *v1alpha1.Run) { r.Namespace = "a.b" }, "metadata.namespace"},
+		{"label key", taskRun, func(r *v1alpha1.Run) { r.Labels = map[string]string{"bad key": "v"} }, "metadata.labels"},
+		{"label value 63", taskRun, func(r *v1alpha1.Run) { r.Labels = map[string]string{"k": strings.Repeat("v", 63)} }, ""},
+		{"label value 64", taskRun, func(r *v1alpha1.Run) { r.Labels = map[string]string{"k": strings.Repeat("v", 64)} }, "metadata.labels"},
+		{"annotation key", taskRun, func(r *v1alpha1.Run) { r.Annotations = map[string]string{"bad key": "v"} }, "metadata.annotations"},
+		{"finalizer", taskRun, func(r *v1alpha1.Run) { r.Finalizers = []string{"stoke.dev/cleanup"} }, ""},
+		{"bad finalizer", taskRun, func(r *v1alpha1.Run) { r.Finalizers = []string{"not a finalizer"} }, "metadata.finalizers"},
+
+		// spec.runtime
+		{"runtime empty", taskRun, func(r *v1alpha1.Run) { r.Spec.Runtime = "" }, "spec.runtime"},
+		{"runtime 63", taskRun, func(r *v1alpha1.Run) { r.Spec.Runtime = strings.Repeat("r", 63) }, ""},
+		{"runtime 64", taskRun, func(r *v1alpha1.Run) { r.Spec.Runtime = strings.Repeat("r", 64) }, "spec.runtime"},
+		{"runtime with dot", taskRun, func(r *v1alpha1.Run) { r.Spec.Runtime = "a.b" }, "spec.runtime"},
+
+		// spec.mode
+		{"no mode", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode = v1alpha1.RunMode{} }, "spec.mode"},
+		{"both modes", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Function = &v1alpha1.FunctionMode{Handler: "h.f"}
+		}, "spec.mode"},
+
+		// task
+		{"task empty", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task = &v1alpha1.TaskMode{} }, "spec.mode.task"},
+		{"task entrypoint only", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = nil }, ""},
+		{"task args only", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Task = &v1alpha1.TaskMode{Args: []string{"echo", "hi"}}
+		}, ""},
+		{"entrypoint in dir", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "./scripts/build.sh" }, ""},
+		{"entrypoint absolute", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "/bin/sh" }, "spec.mode.task.entrypoint"},
+		{"entrypoint ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "../x.sh" }, "spec.mode.task.entrypoint"},
+		{"entrypoint inner ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "a/../../x.sh" }, "spec.mode.task.entrypoint"},
+		{"entrypoint NUL", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "a\x00b" }, "spec.mode.task.entrypoint"},
+		{"args at bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = make([]string, bounds.Args) }, ""},
+		{"args past bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = make([]string, bounds.Args+1) }, "spec.mode.task.args"},
+		{"arg at bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Task.Args = []string{"a", "b", "c", strings.Repeat("x", bounds.Arg)}
+		}, ""},
+		{"arg past bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Task.Args = []string{"a", "b", "c", strings.Repeat("x", bounds.Arg+1)}
+		}, "spec.mode.task.args[3]"},
+		{"arg NUL", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = []string{"a\x00"} }, "spec.mode.task.args[0]"},
+
+		// function
+		{"handler empty", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "" }, "spec.mode.function.handler"},
+		{"handler at bound", functionRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Function.Handler = strings.Repeat("h", bounds.Handler-2) + ".f"
+		}, ""},
+		{"handler past bound", functionRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Function.Handler = strings.Repeat("h", bounds.Handler-1) + ".f"
+		}, "spec.mode.function.handler"},
+		{"handler bash in dir", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "fns/handler.handle" }, ""},
+		{"handler python dotted", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "pkg.mod.handle_2" }, ""},
+		{"handler no dot", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "handle" }, "spec.mode.function.handler"},
+		{"handler absolute", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "/etc/x.f" }, "spec.mode.function.handler"},
+		{"handler ..", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "../x.f" }, "spec.mode.function.handler"},
+		{"handler inner ..", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "a/../x.f" }, "spec.mode.function.handler"},
+		{"handler empty file", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = ".f" }, "spec.mode.function.handler"},
+		{"handler dir only", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "dir/.f" }, "spec.mode.function.handler"},
+		{"handler empty function", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "x." }, "spec.mode.function.handler"},
+		{"handler function digit", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "x.1f" }, "spec.mode.function.handler"},
+		{"handler function dash", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "x.f-g" }, "spec.mode.function.handler"},
+		{"handler function slash", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.Handler = "x.y/f" }, "spec.mode.function.handler"},
+		{"idle timeout 0", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.IdleTimeoutSeconds = 0 }, ""},
+		{"idle timeout negative", functionRun, func(r *v1alpha1.Run) { r.Spec.Mode.Function.IdleTimeoutSeconds = -1 }, "spec.mode.function.idleTimeoutSeconds"},
+
+		// source
+		{"no source", taskRun, func(r *v1alpha1.Run) { r.Spec.Source = nil }, ""},
+		{"empty source", taskRun, func(r *v1alpha1.Run) { r.Spec.Source = &v1alpha1.Source{} }, ""},
+		{"inline and archive", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Archive = &v1alpha1.ArchiveSource{TarGz: gzipOfSize(16)}
+		}, "spec.source"},
+		{"inline path empty", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "" }, "spec.source.inline.path"},
+		{"inline path absolute", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "/tmp/x" }, "spec.source.inline.path"},
+		{"inline path ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "a/../../x" }, "spec.source.inline.path"},
+		{"inline text at bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Text = strings.Repeat("x", bounds.InvokeBody) }, ""},
+		{"inline text past bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Inline.Text = strings.Repeat("x", bounds.InvokeBody+1)
+		}, "spec.source.inline.text"},
+		{"archive real", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source = &v1alpha1.Source{Archive: &v1alpha1.ArchiveSource{TarGz: gzipBytes(t, []byte("tar"))}}
+		}, ""},
+		{"archive at bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source = &v1alpha1.Source{Archive: &v1alpha1.ArchiveSource{TarGz: gzipOfSize(bounds.InvokeBody)}}
+		}, ""},
+		{"archive past bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source = &v1alpha1.Source{Archive: &v1alpha1.ArchiveSource{TarGz: gzipOfSize(bounds.InvokeBody + 1)}}
+		}, "spec.source.archive.tarGz"},
+		{"archive empty", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source = &v1alpha1.Source{Archive: &v1alpha1.ArchiveSource{}}
+		}, "spec.source.archive.tarGz"},
+		{"archive not gzip", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source = &v1alpha1.Source{Archive: &v1alpha1.ArchiveSource{TarGz: []byte("PK\x03\x04")}}
+		}, "spec.source.archive.tarGz"},
+
+		// env
+		{"env at bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Env = envOf(bounds.EnvEntries) }, ""},
+		{"env past bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Env = envOf(bounds.EnvEntries + 1) }, "spec.env"},
+		{"env lower and underscore", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Env = []v1alpha1.EnvVar{{Name: "_x1", Value: ""}, {Name: "Path", Value: "a=b"}}
+		}, ""},
+		{"env name empty", taskRun, func(r *v1alpha1.Run) { r.Spec.Env = []v1alpha1.EnvVar{{Name: ""}} }, "spec.env[0].name"},
+		{"env name digit", taskRun, func(r *v1alpha1.Run) { r.Spec.Env = []v1alpha1.EnvVar{{Name: "1X"}} }, "spec.env[0]"},
+		{"env name with =", taskRun, func(r *v1alpha1.Run) { r.Spec.Env = []v1alpha1.EnvVar{{Name: "A=B"}} }, "spec.env[0]"},
+		{"env name duplicate", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Env = []v1alpha1.EnvVar{{Name: "A"}, {Name: "B"}, {Name: "A"}}
+		}, "spec.env[2].name"},
+		{"env value NUL", taskRun, func(r *v1alpha1.Run) { r.Spec.Env = []v1alpha1.EnvVar{{Name: "A", Value: "a\x00"}} }, "spec.env[0]"},
+
+		// timeout
+		{"timeout nil", taskRun, func(r *v1alpha1.Run) { r.Spec.Timeout = nil }, ""},
+		{"timeout 0", taskRun, func(r *v1alpha1.Run) { r.Spec.Timeout = &metav1.Duration{} }, ""},
+		{"timeout negative", taskRun, func(r *v1alpha1.Run) { r.Spec.Timeout = &metav1.Duration{Duration: -1} }, "spec.timeout"},
+
+		// retryPolicy
+		{"no retry policy", taskRun, func(r *v1alpha1.Run) { r.Spec.RetryPolicy = nil }, ""},
+		{"maxAttempts 0", taskRun, func(r *v1alpha1.Run) { r.Spec.RetryPolicy.MaxAttempts = 0 }, ""},
+		{"maxAttempts 1", taskRun, func(r *v1alpha1.Run) { r.Spec.RetryPolicy.MaxAttempts = 1 }, ""},
+		{"maxAttempts 100", taskRun, func(r *v1alpha1.Run) { r.Spec.RetryPolicy.MaxAttempts = 100 }, ""},
+		{"maxAttempts 101", taskRun, func(r *v1alpha1.Run) { r.Spec.RetryPolicy.MaxAttempts = 101 }, "spec.retryPolicy.maxAttempts"},
+		{"maxAttempts -1", taskRun, func(r *v1alpha1.Run) { r.Spec.RetryPolicy.MaxAttempts = -1 }, "spec.retryPolicy.maxAttempts"},
+		{"backoff 0", taskRun, func(r *v1alpha1.Run) { r.Spec.RetryPolicy.Backoff = &metav1.Duration{} }, ""},
+		{"backoff negative", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.RetryPolicy.Backoff = &metav1.Duration{Duration: -time.Second}
+		}, "spec.retryPolicy.backoff"},
+		{"reasons", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.RetryPolicy.RetryableReasons = []string{"PodGone", "NonZeroExit", "Timeout"}
+		}, ""},
+		{"reason empty", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.RetryPolicy.RetryableReasons = []string{"PodGone", ""}
+		}, "spec.retryPolicy.retryableReasons[1]"},
+		{"reason syntax", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.RetryPolicy.RetryableReasons = []string{"pod gone"}
+		}, "spec.retryPolicy.retryableReasons[0]"},
+		{"reason at bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.RetryPolicy.RetryableReasons = []string{strings.Repeat("R", 1024)}
+		}, ""},
+		{"reason past bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.RetryPolicy.RetryableReasons = []string{strings.Repeat("R", 1025)}
+		}, "spec.retryPolicy.retryableReasons[0]"},
+
+		// ttl
+		{"ttl 0", taskRun, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(0)) }, ""},
+		{"ttl negative", taskRun, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(-1)) }, "spec.ttlSecondsAfterFinished"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := tt.base()
+			tt.mutate(r)
+			checkErr(t, ValidateRun(r), tt.field)
+		})
+	}
+}
+
+func envOf(n int) []v1alpha1.EnvVar {
+	env := make([]v1alpha1.EnvVar, n)
+	for i := range env {
+		env[i] = v1alpha1.EnvVar{Name: fmt.Sprintf("V%d", i), Value: "x"}
+	}
+	return env
+}
+
+func TestValidateRunCollectsAll(t *testing.T) {
+	r := taskRun()
+	r.Name = ""
+	r.Spec.Runtime = ""
+	r.Spec.Timeout = &metav1.Duration{Duration: -1}
+	err := ValidateRun(r)
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, f := range []string{"metadata.name: ", "spec.runtime: ", "spec.timeout: "} {
+		if !strings.Contains(err.Error(), f) {
+			t.Errorf("error does not name %s:\n%v", f, err)
+		}
+	}
+	if got := len(strings.Split(err.Error(), "\n")); got != 3 {
+		t.Errorf("got %d problems, want 3:\n%v", got, err)
+	}
+}
+
+func TestValidateRunCapsErrors(t *testing.T) {
+	r := taskRun()
+	r.Spec.Mode.Task.Args = make([]string, bounds.Args)
+	for i := range r.Spec.Mode.Task.Args {
+		r.Spec.Mode.Task.Args[i] = "\x00"
+	}
+	err := ValidateRun(r)
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != MaxErrors+1 {
+		t.Fatalf("got %d lines, want %d", len(lines), MaxErrors+1)
+	}
+	if want := fmt.Sprintf("and %d more problems", bounds.Args-MaxErrors); lines[MaxErrors] != want {
+		t.Errorf("last line %q, want %q", lines[MaxErrors], want)
+	}
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Error("not InvalidArgument")
+	}
+}
+
+func TestValidateRunQuotesBriefly(t *testing.T) {
+	r := taskRun()
+	r.Spec.Runtime = strings.Repeat("X", 100000)
+	err := ValidateRun(r)
+	if err == nil || len(err.Error()) > 1000 {
+		t.Fatalf("want a short error, got %d bytes", len(fmt.Sprint(err)))
+	}
+}
+
+func TestValidateRunNil(t *testing.T) {
+	checkErr(t, ValidateRun(nil), "run")
+	checkErr(t, ValidateRunUpdate(nil, taskRun()), "run")
+	checkErr(t, ValidateRuntime(nil), "runtime")
+	checkErr(t, ValidateRuntimeUpdate(validRuntime(), nil), "runtime")
+}
+
+func TestValidateRunUpdate(t *testing.T) {
+	tests := []struct {
+		name   string
+		old    func(*v1alpha1.Run)
+		mutate func(*v1alpha1.Run)
+		field  string
+	}{
+		{"unchanged", nil, func(*v1alpha1.Run) {}, ""},
+		{"cancel", nil, func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, ""},
+		{"cancel again", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, ""},
+		{"uncancel", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, func(r *v1alpha1.Run) { r.Spec.CancelRequested = false }, "spec.cancelRequested"},
+		{"ttl changed", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(60)) }, ""},
+		{"ttl removed", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = nil }, ""},
+		{"ttl negative", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(-1)) }, "spec.ttlSecondsAfterFinished"},
+		{"labels changed", nil, func(r *v1alpha1.Run) { r.Labels = map[string]string{"app": "other"} }, ""},
+		{"labels invalid", nil, func(r *v1alpha1.Run) { r.Labels = map[string]string{"bad key": ""} }, "metadata.labels"},
+		{"status changed", nil, func(r *v1alpha1.Run) { r.Status.Phase = v1alpha1.PhaseRunning }, ""},
+		{"nil env vs empty", nil, func(r *v1alpha1.Run) { r.Spec.Env = nil }, "spec.env"},
+		{"empty env vs nil", func(r *v1alpha1.Run) { r.Spec.Env = nil }, func(r *v1alpha1.Run) { r.Spec.Env = []v1alpha1.EnvVar{} }, ""},
+		{"name", nil, func(r *v1alpha1.Run) { r.Name = "other" }, "metadata.name"},
+		{"namespace", nil, func(r *v1alpha1.Run) { r.Namespace = "other" }, "metadata.namespace"},
+		{"uid", nil, func(r *v1alpha1.Run) { r.UID = types.UID("u-2") }, "metadata.uid"},
+		{"runtime", nil, func(r *v1alpha1.Run) { r.Spec.Runtime = "python" }, "spec.runtime"},
+		{"args", nil, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = append(r.Spec.Mode.Task.Args, "x") }, "spec.mode"},
+		{"source", nil, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Text = "echo changed" }, "spec.source"},
+		{"env", nil, func(r *v1alpha1.Run) { r.Spec.Env[0].Value = "x" }, "spec.env"},
+		{"timeout", nil, func(r *v1alpha1.Run) { r.Spec.Timeout.Duration = time.Hour }, "spec.timeout"},
+		{"retry policy", nil, func(r *v1alpha1.Run) { r.Spec.RetryPolicy.MaxAttempts = 5 }, "spec.retryPolicy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old := taskRun()
+			if tt.old != nil {
+				tt.old(old)
+			}
+			nw := old.DeepCopy()
+			tt.mutate(nw)
+			checkErr(t, ValidateRunUpdate(old, nw), tt.field)
+		})
+	}
+}
+
+func TestValidateRuntime(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*v1alpha1.Runtime)
+		field  string
+	}{
+		{"valid", func(*v1alpha1.Runtime) {}, ""},
+		{"python", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "python" }, ""},
+		{"wrong kind", func(rt *v1alpha1.Runtime) { rt.Kind = "Run" }, "kind"},
+		{"name empty", func(rt *v1alpha1.Runtime) { rt.Name = "" }, "metadata.name"},
+		{"name 63", func(rt *v1alpha1.Runtime) { rt.Name = strings.Repeat("a", 63) }, ""},
+		{"name 64", func(rt *v1alpha1.Runtime) { rt.Name = strings.Repeat("a", 64) }, "metadata.name"},
+		{"name with dot", func(rt *v1alpha1.Runtime) { rt.Name = "a.b" }, "metadata.name"},
+		{"namespace empty", func(rt *v1alpha1.Runtime) { rt.Namespace = "" }, "metadata.namespace"},
+		{"server empty", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "" }, "spec.server"},
+		{"server unknown", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "node" }, "spec.server"},
+		{"replicas 0", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 0 }, ""},
+		{"replicas 64", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 64 }, ""},
+		{"replicas 65", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 65 }, "spec.replicas"},
+		{"replicas -1", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = -1 }, "spec.replicas"},
+		{"runs 0", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 0 }, "spec.runs"},
+		{"runs 1", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 1 }, ""},
+		{"runs 1024", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 1024 }, ""},
+		{"runs 1025", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 1025 }, "spec.runs"},
+		{"task timeout 0", func(rt *v1alpha1.Runtime) { rt.Spec.DefaultTaskTimeout = &metav1.Duration{} }, ""},
+		{"task timeout negative", func(rt *v1alpha1.Runtime) {
+			rt.Spec.DefaultTaskTimeout = &metav1.Duration{Duration: -1}
+		}, "spec.defaultTaskTimeout"},
+		{"function timeout negative", func(rt *v1alpha1.Runtime) {
+			rt.Spec.DefaultFunctionTimeout = &metav1.Duration{Duration: -1}
+		}, "spec.defaultFunctionTimeout"},
+		{"invoke timeout negative", func(rt *v1alpha1.Runtime) {
+			rt.Spec.DefaultInvokeTimeout = &metav1.Duration{Duration: -1}
+		}, "spec.defaultInvokeTimeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := validRuntime()
+			tt.mutate(rt)
+			checkErr(t, ValidateRuntime(rt), tt.field)
+		})
+	}
+}
+
+func TestValidateRuntimeUpdate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*v1alpha1.Runtime)
+		field  string
+	}{
+		{"scale", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 5 }, ""},
+		{"more runs", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 16 }, ""},
+		{"timeouts", func(rt *v1alpha1.Runtime) { rt.Spec.DefaultInvokeTimeout = nil }, ""},
+		{"runs invalid", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 0 }, "spec.runs"},
+		{"server", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "python" }, "spec.server"},
+		{"name", func(rt *v1alpha1.Runtime) { rt.Name = "other" }, "metadata.name"},
+		{"uid", func(rt *v1alpha1.Runtime) { rt.UID = "rt-2" }, "metadata.uid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old := validRuntime()
+			nw := old.DeepCopy()
+			tt.mutate(nw)
+			checkErr(t, ValidateRuntimeUpdate(old, nw), tt.field)
+		})
+	}
+}
+
+func TestSetRunDefaults(t *testing.T) {
+	r := &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: "x"},
+		Spec: v1alpha1.RunSpec{
+			Runtime: "bash",
+			Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"true"}}},
+		},
+	}
+	if err := ValidateRun(r); err == nil {
+		t.Fatal("a Run without a namespace validated before defaulting")
+	}
+	SetRunDefaults(r)
+	if r.Namespace != "default" || r.APIVersion != "stoke.dev/v1alpha1" || r.Kind != "Run" {
+		t.Errorf("metadata not defaulted: %+v %+v", r.TypeMeta, r.ObjectMeta)
+	}
+	if rp := r.Spec.RetryPolicy; rp == nil || rp.MaxAttempts != 1 || rp.Backoff != nil {
+		t.Errorf("retryPolicy = %+v, want maxAttempts 1 and no backoff", rp)
+	}
+	if err := ValidateRun(r); err != nil {
+		t.Fatalf("defaulted Run invalid: %v", err)
+	}
+	before := r.DeepCopy()
+	SetRunDefaults(r)
+	if !equalRuns(before, r) {
+		t.Error("SetRunDefaults is not idempotent")
+	}
+
+	set := taskRun()
+	set.Namespace = "ci"
+	want := set.DeepCopy()
+	SetRunDefaults(set)
+	if !equalRuns(want, set) {
+		t.Error("SetRunDefaults overwrote set values")
+	}
+
+	zero := taskRun()
+	zero.Spec.RetryPolicy.MaxAttempts = 0
+	SetRunDefaults(zero)
+	if zero.Spec.RetryPolicy.MaxAttempts != 1 || zero.Spec.RetryPolicy.RetryableReasons[0] != "PodGone" {
+		t.Errorf("retryPolicy = %+v", zero.Spec.RetryPolicy)
+	}
+	SetRunDefaults(nil) // does not panic
+}
+
+func TestSetRuntimeDefaults(t *testing.T) {
+	rt := &v1alpha1.Runtime{ObjectMeta: metav1.ObjectMeta{Name: "py"}, Spec: v1alpha1.RuntimeSpec{Server: "python"}}
+	SetRuntimeDefaults(rt)
+	if rt.Namespace != "default" || rt.Spec.Runs != 1 || rt.Spec.Replicas != 0 || rt.Kind != "Runtime" {
+		t.Errorf("got %+v", rt)
+	}
+	if err := ValidateRuntime(rt); err != nil {
+		t.Fatal(err)
+	}
+	SetRuntimeDefaults(nil)
+}
