@@ -1,0 +1,246 @@
+// Package bash is Stoke's built-in Bash runtime: a warm shell per function
+// registration, and a fresh child of it per invocation.
+//
+// A handler "path/file.function" names the function "function" in
+// "path/file.sh" under the working directory. Load starts one long-lived
+// bash, in a process group of its own, running the embedded bootstrap.sh
+// with the file and function as positional arguments (never as script
+// text). The bootstrap sources the file once, checks that the function
+// exists and reports ready on a status pipe.
+//
+// Forking is what costs time in Bash (0.5–2 ms per fork here), so it is kept
+// off the request path: the warm shell forks the next child as soon as the
+// previous one has ended, and that child, already a process group of its
+// own (job control is on while forking), blocks reading a control pipe.
+// Every invocation therefore starts from the state right after
+// registration: a global a handler sets dies with its child.
+//
+// One invocation, seen from Go:
+//
+//   - The request (invocation ID, NUL, JSON payload) goes to the file
+//     req.N in the scratch directory; bash reads regular files in blocks but
+//     pipes one byte at a time, so the payload never travels through a pipe.
+//   - The FIFO out.N is created and opened for reading, non-blocking, before
+//     the child can open it; Go also holds a write end of its own, so that
+//     the reader does not see end-of-file before the child has opened the
+//     FIFO, and drops it once the child has ended (or never will run).
+//     A goroutine reads the FIFO while the handler runs and keeps at most
+//     bounds.InvokeBody+1 bytes: a handler that floods stdout is killed as
+//     soon as it passes the bound and never fills a disk.
+//   - The line "N" on the control pipe releases the child. It reports "start
+//     PID N" on the status pipe, closes both pipes, sends its stdout to
+//     out.N, reads req.N into a variable with mapfile, exports
+//     STOKE_INVOCATION_ID and STOKE_OUTPUTS and calls the function with the
+//     payload as its one argument. No request byte is ever parsed as shell.
+//   - The warm shell waits for the child, kills the child's process group
+//     (background jobs included), and reports "exit PID STATUS". When ctx
+//     ends first, Go kills the child's group itself and waits for that
+//     report; the warm shell then forks the next child as usual.
+//
+// Stderr of the warm shell and all its children is one pipe, read by one
+// goroutine per instance and logged line by line (bounded by
+// internal/loglines) with the run UID and, between the markers the child
+// and the warm shell write around each invocation, its invocation ID. The
+// same goroutine keeps a short tail of each invocation's stderr, which a
+// non-zero exit carries as its stack trace.
+package bash
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"time"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/runtime"
+	"stoke.dev/stoke/internal/validation"
+)
+
+// bootstrapSource is the warm shell's program. It is passed with -c and
+// receives everything variable as positional arguments.
+//
+//go:embed bootstrap.sh
+var bootstrapSource string
+
+// bootstrap is bootstrapSource without comment lines and indentation: the
+// script is the warm shell's argv, shown by ps.
+var bootstrap = func() string {
+	var b strings.Builder
+	for line := range strings.Lines(bootstrapSource) {
+		line = strings.TrimLeft(line, "\t ")
+		if line == "\n" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}()
+
+// Config configures the Bash adapter.
+type Config struct {
+	// BashPath is the bash binary; empty means "bash" from PATH, resolved
+	// once by New.
+	BashPath string
+	// CloseGrace bounds how long Close (and an invocation, after its
+	// handler ended) waits for pipes that a process which escaped its
+	// process group still holds open. Zero means one second.
+	CloseGrace time.Duration
+}
+
+// Adapter is the Bash runtime.Adapter.
+type Adapter struct {
+	bash    string
+	bashErr error // why no bash was found; reported by Load and TaskCommand
+	grace   time.Duration
+}
+
+var _ runtime.Adapter = (*Adapter)(nil)
+
+// New returns the Bash adapter.
+func New(cfg Config) *Adapter {
+	a := &Adapter{bash: cfg.BashPath, grace: cfg.CloseGrace}
+	if a.grace <= 0 {
+		a.grace = time.Second
+	}
+	if a.bash == "" {
+		p, err := exec.LookPath("bash")
+		if err != nil {
+			a.bashErr = fmt.Errorf("bash runtime: %w", err)
+		}
+		a.bash = p
+	}
+	return a
+}
+
+// Name implements runtime.Adapter.
+func (a *Adapter) Name() string { return "bash" }
+
+var funcNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// parseHandler splits "path/file.function" at its last '.' into the file
+// ("path/file.sh") and the function name.
+func parseHandler(h string) (file, fn string, err error) {
+	i := strings.LastIndexByte(h, '.')
+	if i < 0 {
+		return "", "", fmt.Errorf("%q must have the form file.function", h)
+	}
+	base, fn := h[:i], h[i+1:]
+	switch {
+	case !funcNameRE.MatchString(fn):
+		return "", "", fmt.Errorf("function name %q must match [A-Za-z_][A-Za-z0-9_]*", fn)
+	case base == "":
+		return "", "", fmt.Errorf("%q has no file name before the function", h)
+	case strings.IndexByte(base, 0) >= 0:
+		return "", "", errors.New("file name contains a NUL byte")
+	case strings.HasPrefix(base, "/"):
+		return "", "", fmt.Errorf("file %q must be relative to the working directory", base)
+	case strings.HasSuffix(base, "/"):
+		return "", "", fmt.Errorf("file %q names a directory", base)
+	}
+	for _, el := range strings.Split(base, "/") {
+		if el == ".." {
+			return "", "", fmt.Errorf("file %q must not contain '..'", base)
+		}
+	}
+	return base + ".sh", fn, nil
+}
+
+// ValidateHandler implements runtime.Adapter.
+func (a *Adapter) ValidateHandler(h string) error {
+	_, _, err := parseHandler(h)
+	return err
+}
+
+// TaskCommand implements runtime.Adapter: a one-shot task runs its
+// entrypoint with bash, or, without one, runs args directly.
+func (a *Adapter) TaskCommand(entrypoint string, args []string) ([]string, error) {
+	if entrypoint == "" {
+		if len(args) == 0 {
+			return nil, errors.New("task needs an entrypoint or args")
+		}
+		return append([]string(nil), args...), nil
+	}
+	if a.bashErr != nil {
+		return nil, a.bashErr
+	}
+	if err := validation.RelativePath("entrypoint", entrypoint); err != nil {
+		return nil, err
+	}
+	// bash looks a script name without a slash up in PATH when the working
+	// directory has no such file; "./" pins it to the working directory.
+	if !strings.Contains(entrypoint, "/") {
+		entrypoint = "./" + entrypoint
+	}
+	return append([]string{a.bash, entrypoint}, args...), nil
+}
+
+// Load implements runtime.Adapter: it starts the warm shell and waits until
+// it has sourced the handler file and found the function.
+func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.Instance, error) {
+	if a.bashErr != nil {
+		return nil, a.bashErr
+	}
+	file, fn, err := parseHandler(spec.Handler)
+	if err != nil {
+		return nil, fmt.Errorf("handler %q: %w", spec.Handler, err)
+	}
+	path, err := runtime.ResolveInside(spec.WorkingDir, file)
+	if err != nil {
+		return nil, fmt.Errorf("handler file: %w", err)
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("handler file %s does not exist in the working directory", file)
+	case err != nil:
+		return nil, fmt.Errorf("handler file %s: %w", file, err)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("handler file %s is not a regular file", file)
+	}
+	if spec.Logger == nil {
+		spec.Logger = slog.New(slog.DiscardHandler)
+	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:]) // never fails on Linux
+
+	in, err := start(a, spec, path, fn, hex.EncodeToString(nonce[:]))
+	if err != nil {
+		return nil, fmt.Errorf("start bash: %w", err)
+	}
+	select {
+	case <-in.initDone:
+	case <-ctx.Done():
+		_ = in.Close()
+		return nil, fmt.Errorf("loading %s: %w", file, ctx.Err())
+	}
+	if in.initMsg == "ready" {
+		// What the file printed while it was sourced is logged as the
+		// registration's, not as the first invocation's.
+		in.syncStderr()
+		return in, nil
+	}
+	// Close first: it waits for stderr to be drained, so the tail below
+	// holds bash's own words (a syntax error, a missing command).
+	_ = in.Close()
+	var msg string
+	switch {
+	case strings.HasPrefix(in.initMsg, "init source "):
+		msg = fmt.Sprintf("sourcing %s failed with status %s", file, strings.TrimPrefix(in.initMsg, "init source "))
+	case in.initMsg == "init nofunc":
+		msg = fmt.Sprintf("%s does not define a function %q", file, fn)
+	default:
+		msg = fmt.Sprintf("bash exited with status %d while sourcing %s", in.proc.ExitCode(), file)
+	}
+	if t := in.initTail.String(); t != "" {
+		msg += ": " + t
+	}
+	return nil, errors.New(bounds.Truncate(strings.ToValidUTF8(msg, "\uFFFD"), bounds.Message))
+}

@@ -1,0 +1,111 @@
+# Bootstrap of Stoke's warm Bash runtime; run as
+#   bash --noprofile --norc -c "$BOOTSTRAP" stoke-bash FILE FUNCTION SCRATCH NONCE RUN_UID
+# with fd 3 a status pipe to Stoke and fd 4 a control pipe from Stoke.
+#
+# FILE (absolute, already confined to the working directory) is sourced once;
+# then this shell pre-forks one child at a time. The child blocks reading a
+# request number N from fd 4, reads the request file SCRATCH/req.N (the
+# invocation ID and the payload, each ending in a NUL) and calls FUNCTION
+# with the payload as its one argument and its stdout on the FIFO
+# SCRATCH/out.N. Request data is only ever held in variables and passed as
+# an argument: it is never parsed as shell.
+#
+# Status lines (fd 3 while loading, then this shell's stdout), one write each:
+#   ready | init source STATUS | init nofunc
+#   pid PID                   a child was forked and waits for a request
+#   exit PID STATUS PENDING   that child ended and its process group has been
+#                             killed; PENDING is 1 if a control line is still
+#                             unread (the child died before taking a request)
+# On stderr (fd 6, a copy the function cannot redirect), once the function
+# has returned and its stdout is closed:
+#   \036NONCE done N PID STATUS
+# That is the fast path: Stoke answers without waiting for the child's exit,
+# reporting and the next fork, which the child holds back until Stoke writes
+# a release line, so that they do not compete with Stoke for the CPU. A
+# child that exits without a marker (killed, exit, set -e) is reported by
+# this shell.
+#
+# Every command on the request path costs tens of microseconds, so the child
+# runs as few as it can around the function.
+#
+# The bootstrap's functions are defined before the handler file is sourced so
+# that aliases or options the file sets cannot change how they are parsed.
+
+__stoke_child() {
+	# A line left over from a cancelled request (or a piece of one, or a
+	# release line) names a request file that does not exist: skip it.
+	while :; do
+		IFS= builtin read -r -u 4 __stoke_seq || builtin exit 125
+		builtin mapfile -d '' -t -n 2 __stoke_req <"$__stoke_dir/req.$__stoke_seq" 2>&5 && break
+	done
+	# Keep what is needed in the positional parameters, restore the options
+	# the handler file left set (which the warm shell runs without) and turn
+	# job control off again: the handler's background jobs must stay in
+	# this child's process group, so that one group kill ends them all.
+	builtin set "${__stoke_setargs[@]}" -- $'\n\036'"$__stoke_nonce done $__stoke_seq $BASHPID" \
+		"$__stoke_dir/out.$__stoke_seq" "${__stoke_req[0]}" "$__stoke_dir/outputs.$__stoke_seq" \
+		"$__stoke_fn" "${__stoke_req[1]}"
+	# The handler sees the state right after registration, not the request
+	# bookkeeping.
+	builtin unset -v __stoke_seq __stoke_req __stoke_fn __stoke_dir __stoke_nonce \
+		__stoke_setargs __stoke_pid __stoke_rc __stoke_pending
+	# The function runs with its stdout on the FIFO, closed as it returns so
+	# that Stoke sees its end at once, and without fds 4 to 6, which come
+	# back afterwards whatever it did with them. (No "|| exit" around the
+	# call: it would turn set -e off inside the function.)
+	STOKE_INVOCATION_ID=$3 STOKE_OUTPUTS=$4 "${@:5}" >"$2" 4<&- 5>&- 6>&-
+	builtin echo -n "$1 $?"$'\n' >&6
+	builtin read -r -u 4
+}
+
+__stoke_serve() {
+	exec 5>/dev/null 6>&2
+	while :; do
+		# Job control only while forking: it puts the child in a process
+		# group of its own that Stoke can kill without touching this shell.
+		set -m
+		__stoke_child &
+		__stoke_pid=$!
+		set +m
+		builtin echo "pid $__stoke_pid"
+		# stderr to /dev/null: bash reports a child killed by a signal there.
+		builtin wait "$__stoke_pid" 2>&5
+		__stoke_rc=$?
+		builtin kill -KILL -- "-$__stoke_pid" 2>&5
+		builtin read -t 0 -u 4 && __stoke_pending=1 || __stoke_pending=0
+		builtin echo "exit $__stoke_pid $__stoke_rc $__stoke_pending"
+	done
+}
+
+__stoke_fn=$2 __stoke_dir=$3 __stoke_nonce=$4
+export STOKE_RUN_UID="$5"
+# The handler file sees no positional parameters and neither pipe; what it
+# prints while it is sourced is logged.
+__stoke_file=$1
+shift 5
+source -- "$__stoke_file" 3>&- 4<&-
+__stoke_rc=$?
+builtin unset -v __stoke_file
+if [[ $__stoke_rc -ne 0 ]]; then
+	builtin echo "init source $__stoke_rc" >&3
+	builtin exit 1
+fi
+# Remember the options the file set for the children, then give this shell a
+# known state: a file that sets -e, -u or -x must not break or trace the loop.
+IFS=: builtin read -r -a __stoke_opts <<<"$SHELLOPTS"
+set +o errexit +o nounset +o pipefail +o xtrace +o verbose +o errtrace +o functrace \
+	+o noclobber +o noglob +o allexport +o keyword +o posix
+__stoke_setargs=(+m)
+for __stoke_o in "${__stoke_opts[@]}"; do
+	[[ $__stoke_o == monitor || :$SHELLOPTS: == *:$__stoke_o:* ]] || __stoke_setargs+=(-o "$__stoke_o")
+done
+builtin unset -v __stoke_opts __stoke_o
+builtin trap - DEBUG RETURN ERR EXIT
+if ! builtin declare -F -- "$__stoke_fn" >/dev/null; then
+	builtin echo "init nofunc" >&3
+	builtin exit 1
+fi
+builtin echo ready >&3
+# From here on stdout is the status pipe: one less redirection per line.
+exec >&3 3>&-
+__stoke_serve
