@@ -1,0 +1,128 @@
+package python
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"stoke.dev/stoke/internal/loglines"
+)
+
+// maxSettleRounds bounds how many chunks attribute waits for: a worker that
+// writes without pause (a background thread) must not hold an invocation
+// back. 64 chunks of loglines' 32 KiB are more than a pipe buffer holds.
+const maxSettleRounds = 64
+
+// logStream logs one of the worker's output pipes (stdout or stderr) line by
+// line and knows whose the bytes are: each chunk is read from the pipe and
+// its lines logged while mu is held, under the logger current at that
+// moment, so that attribute can tell exactly which bytes are still unread
+// when an invocation starts or ends. A line is logged when it is complete
+// (or reaches bounds.LogLine), so the unfinished end of an invocation's
+// output (print(..., end="")) goes to whoever owns the stream when the line
+// completes, or to the registration's logger at EOF.
+type logStream struct {
+	name string
+	f    *os.File
+	rc   syscall.RawConn
+
+	mu    sync.Mutex
+	moved sync.Cond    // broadcast after each chunk is logged, and at EOF
+	log   *slog.Logger // owner of the bytes read from now on
+	ended bool         // the pump returned
+
+	held bool // pump goroutine only: Read returned with mu held
+}
+
+func newLogStream(name string, f *os.File, log *slog.Logger) (*logStream, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	s := &logStream{name: name, f: f, rc: rc, log: log}
+	s.moved.L = &s.mu
+	return s, nil
+}
+
+// pump logs the stream until EOF or until Close's drain deadline; it is run
+// by one goroutine of the instance.
+func (s *logStream) pump() {
+	loglines.Pump(s, s.emit)
+	if !s.held {
+		s.mu.Lock()
+	}
+	s.held = false
+	s.ended = true
+	s.moved.Broadcast()
+	s.mu.Unlock()
+}
+
+// emit logs one line; Pump calls it between two Reads, so mu is held.
+func (s *logStream) emit(line []byte) {
+	s.log.Info("handler output", "stream", s.name, "text", string(line))
+}
+
+// Read implements io.Reader for loglines.Pump. It returns with mu held
+// (released by the next Read, or by pump at the end), and takes mu before
+// the read system call, so that no byte is ever between the pipe and the
+// log without mu held.
+func (s *logStream) Read(p []byte) (int, error) {
+	if s.held {
+		s.held = false
+		s.moved.Broadcast()
+		s.mu.Unlock()
+	}
+	var n int
+	var rerr error
+	err := s.rc.Read(func(fd uintptr) bool {
+		s.mu.Lock()
+		for {
+			n, rerr = syscall.Read(int(fd), p)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			s.mu.Unlock()
+			return false // wait until readable
+		}
+		return true
+	})
+	if err != nil { // closed or past the drain deadline; mu is not held
+		s.mu.Lock()
+		s.held = true
+		return 0, err
+	}
+	s.held = true
+	switch {
+	case rerr != nil:
+		return 0, rerr
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// attribute waits (boundedly) until what the pipe holds now has been logged
+// under the current owner, then makes log the owner of what follows.
+func (s *logStream) attribute(log *slog.Logger) {
+	s.mu.Lock()
+	for round := 0; round < maxSettleRounds && !s.ended && s.unread(); round++ {
+		s.moved.Wait()
+	}
+	s.log = log
+	s.mu.Unlock()
+}
+
+// unread reports whether the pipe holds bytes not yet read (FIONREAD).
+func (s *logStream) unread() bool {
+	var n int32
+	var errno syscall.Errno
+	err := s.rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+	})
+	return err == nil && errno == 0 && n > 0
+}

@@ -1,0 +1,423 @@
+package python
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/runtime"
+)
+
+// Response kinds; worker.py has the same constants.
+const (
+	kindOK        = 1
+	kindError     = 2
+	kindReady     = 3
+	kindInitError = 4
+)
+
+const (
+	reqHeaderSize  = 16 // u32 id length, u32 input length, u64 remaining ns
+	respHeaderSize = 5  // u32 payload length, u8 kind
+
+	// maxTypeName bounds an exception's class name; the worker cuts it too.
+	maxTypeName = 256
+	// maxPayload bounds one response: the largest output and the outputs
+	// with their length prefixes. An error fits as well: the worker cuts its
+	// three strings to maxTypeName, bounds.Message and bounds.StackTrace
+	// characters, under 100 KiB even when each becomes a 6-byte escape.
+	maxPayload = 4 + bounds.InvokeBody + bounds.OutputsTotal + 8*bounds.OutputKeys
+
+	// closeGrace is how long Close lets a worker handle SIGTERM before the
+	// group is killed; an idle worker without a handler dies at once.
+	closeGrace = 500 * time.Millisecond
+	// exitDrain bounds how long a response is still awaited after the
+	// worker exited.
+	exitDrain = time.Second
+	// logDrain bounds how long Close waits for the output pipes to reach
+	// EOF once the group is dead: only a descendant that left the group
+	// could still hold them.
+	logDrain = 500 * time.Millisecond
+)
+
+// InitError is a handler that could not be loaded: the exception the worker
+// raised importing its module or resolving the function (ImportError,
+// SyntaxError, AttributeError, an exception at import time, ...).
+type InitError struct {
+	Handler   string
+	Type      string // the exception class, module-qualified unless builtin
+	Message   string // bounded str(exception)
+	Traceback string // bounded, its end kept
+}
+
+func (e *InitError) Error() string {
+	msg := fmt.Sprintf("loading handler %s: %s: %s", e.Handler, e.Type, e.Message)
+	if where := lastFrame(e.Traceback); where != "" {
+		msg += " (at " + where + ")"
+	}
+	return msg
+}
+
+// lastFrame returns the innermost `File "...", line N, in f` of a Python
+// traceback: where an exception at import time was raised.
+func lastFrame(tb string) string {
+	i := strings.LastIndex(tb, "\n  File ")
+	if i < 0 {
+		return ""
+	}
+	line := tb[i+len("\n  "):]
+	if j := strings.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	return line
+}
+
+// protocolError is a response that breaks the framing: the worker (or
+// handler code that wrote to its pipes) cannot be trusted any more.
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return "malformed response from the python worker: " + e.msg }
+
+// instance is one worker process serving one registration.
+type instance struct {
+	log    *slog.Logger
+	p      *proc.Process
+	req    *os.File // our end of the request pipe, the worker's fd 3
+	resp   *os.File // our end of the response pipe, the worker's fd 4
+	w      *bufio.Writer
+	r      *bufio.Reader
+	stdout *logStream
+	stderr *logStream
+
+	// interrupt makes pending and future I/O on req and resp fail at once;
+	// it runs when the context of a Load or an invocation ends.
+	interrupt func()
+	done      chan struct{} // closed by watch once the worker has exited
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	// Scratch headers, reused: the core never invokes concurrently.
+	reqHdr  [reqHeaderSize]byte
+	respHdr [respHeaderSize]byte
+}
+
+var _ runtime.Instance = (*instance)(nil)
+
+// Load starts a worker for spec.Handler and waits until it has imported the
+// handler (READY) or failed to (an *InitError).
+func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.Instance, error) {
+	log := spec.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	env := spec.Env
+	if env == nil {
+		env = []string{} // nil would hand the worker the server's environment
+	}
+
+	// Parent ends first, then the worker's: reqR, respW, outW, errW.
+	var pipes [8]*os.File
+	for k := 0; k < len(pipes); k += 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(pipes[:k])
+			return nil, fmt.Errorf("python worker pipes: %w", err)
+		}
+		pipes[k], pipes[k+1] = r, w
+	}
+	reqR, reqW, respR, respW := pipes[0], pipes[1], pipes[2], pipes[3]
+	outR, outW, errR, errW := pipes[4], pipes[5], pipes[6], pipes[7]
+
+	cmd := exec.Command(a.interpreter, "-s", "-c", workerSource,
+		spec.WorkingDir, spec.Handler, spec.RunUID,
+		strconv.Itoa(bounds.InvokeBody), strconv.Itoa(bounds.OutputKeys), strconv.Itoa(bounds.OutputsTotal),
+		strconv.Itoa(bounds.Message), strconv.Itoa(bounds.StackTrace))
+	cmd.Dir = spec.WorkingDir
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.ExtraFiles = []*os.File{reqR, respW}
+	p, err := proc.Start(cmd)
+	// The worker holds its own copies now; keeping ours would hide its EOF.
+	closeAll([]*os.File{reqR, respW, outW, errW})
+	if err != nil {
+		closeAll([]*os.File{reqW, respR, outR, errR})
+		return nil, fmt.Errorf("start python worker %s: %w", a.interpreter, err)
+	}
+
+	stdout, err1 := newLogStream("stdout", outR, log)
+	stderr, err2 := newLogStream("stderr", errR, log)
+	if err := errors.Join(err1, err2); err != nil {
+		p.Kill(0)
+		closeAll([]*os.File{reqW, respR, outR, errR})
+		return nil, fmt.Errorf("python worker output: %w", err)
+	}
+	i := &instance{
+		log: log, p: p, req: reqW, resp: respR,
+		// Typical requests and responses fit one system call; larger
+		// ones bypass the buffers.
+		w: bufio.NewWriterSize(reqW, 16<<10), r: bufio.NewReaderSize(respR, 16<<10),
+		stdout: stdout, stderr: stderr,
+		done: make(chan struct{}),
+	}
+	i.interrupt = func() {
+		past := time.Unix(1, 0)
+		_ = i.resp.SetReadDeadline(past)
+		_ = i.req.SetWriteDeadline(past)
+	}
+	i.wg.Add(3)
+	go i.watch()
+	go func() { defer i.wg.Done(); stdout.pump() }()
+	go func() { defer i.wg.Done(); stderr.pump() }()
+
+	stop := context.AfterFunc(ctx, i.interrupt)
+	kind, payload, err := i.readFrame()
+	if !stop() {
+		_ = i.Close()
+		return nil, fmt.Errorf("python worker did not become ready: %w", ctx.Err())
+	}
+	if err != nil {
+		_ = i.Close()
+		var pe *protocolError
+		if errors.As(err, &pe) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("python worker exited while loading %s (%s); its output is in the log", spec.Handler, i.exitStatus())
+	}
+	switch kind {
+	case kindReady:
+		log.Debug("python worker ready", "pid", p.Pid(), "python", string(payload))
+		return i, nil
+	case kindInitError:
+		_ = i.Close()
+		typ, msg, tb, err := decodeError(payload)
+		if err != nil {
+			return nil, err
+		}
+		log.Warn("python handler failed to load", "handler", spec.Handler, "error_type", typ, "traceback", tb)
+		return nil, &InitError{Handler: spec.Handler, Type: typ, Message: msg, Traceback: tb}
+	default:
+		_ = i.Close()
+		return nil, &protocolError{fmt.Sprintf("response kind %d before READY", kind)}
+	}
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// watch closes done once the worker has exited. It first sweeps up the
+// rest of the worker's process group, whose members share the protocol
+// pipes, so that a read sees EOF; a descendant that left the group could
+// still hide it, so reads also get a deadline, far enough away that a
+// response the worker wrote just before exiting (INIT_ERROR) is still read.
+func (i *instance) watch() {
+	defer i.wg.Done()
+	<-i.p.Done()
+	i.p.Kill(0)
+	_ = i.resp.SetReadDeadline(time.Now().Add(exitDrain))
+	_ = i.req.SetWriteDeadline(time.Now())
+	close(i.done)
+	i.log.Debug("python worker exited", "pid", i.p.Pid(), "status", i.exitStatus())
+}
+
+// exitStatus describes how the worker ended; valid once it has.
+func (i *instance) exitStatus() string {
+	if err := i.p.Err(); err != nil {
+		return err.Error() // "exit status 3", "signal: segmentation fault"
+	}
+	return "exit status 0"
+}
+
+// Done is closed once the worker has exited.
+func (i *instance) Done() <-chan struct{} { return i.done }
+
+// Invoke sends one request and waits for its response. The context's end
+// kills the worker's process group (and so ends the instance).
+func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.Result, error) {
+	select {
+	case <-i.done:
+		return runtime.Result{}, errdefs.Errorf(errdefs.ErrUnavailable, "python worker is not running (%s)", i.exitStatus())
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return runtime.Result{}, err
+	}
+	if len(inv.ID) > bounds.InvocationID || len(inv.Input) > bounds.InvokeBody {
+		return runtime.Result{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "invocation id or input exceeds its bound")
+	}
+	log := inv.Logger
+	if log == nil {
+		log = i.log
+	}
+	i.stdout.attribute(log)
+	i.stderr.attribute(log)
+	defer func() {
+		i.stdout.attribute(i.log)
+		i.stderr.attribute(i.log)
+	}()
+
+	stop := context.AfterFunc(ctx, i.interrupt)
+	kind, payload, err := i.roundTrip(inv)
+	if !stop() {
+		// The context ended: whatever arrived is moot and the pipes'
+		// deadlines are set, so the worker goes.
+		i.kill()
+		return runtime.Result{}, ctx.Err()
+	}
+	if err != nil {
+		return runtime.Result{}, i.broken(err)
+	}
+	switch kind {
+	case kindOK:
+		res, err := decodeResult(payload)
+		if err != nil {
+			return runtime.Result{}, i.broken(err)
+		}
+		return res, nil
+	case kindError:
+		typ, msg, tb, err := decodeError(payload)
+		if err != nil {
+			return runtime.Result{}, i.broken(err)
+		}
+		return runtime.Result{}, &errdefs.FunctionError{Type: typ, Message: msg, StackTrace: tb, InvocationID: inv.ID}
+	default:
+		return runtime.Result{}, i.broken(&protocolError{fmt.Sprintf("unknown response kind %d", kind)})
+	}
+}
+
+// roundTrip writes one request and reads its response.
+func (i *instance) roundTrip(inv runtime.Invocation) (byte, []byte, error) {
+	remaining := int64(math.MaxInt64)
+	if !inv.Deadline.IsZero() {
+		remaining = max(0, int64(time.Until(inv.Deadline)))
+	}
+	h := i.reqHdr[:]
+	binary.LittleEndian.PutUint32(h[0:], uint32(len(inv.ID)))
+	binary.LittleEndian.PutUint32(h[4:], uint32(len(inv.Input)))
+	binary.LittleEndian.PutUint64(h[8:], uint64(remaining))
+	_, _ = i.w.Write(h)
+	_, _ = i.w.WriteString(inv.ID)
+	_, _ = i.w.Write(inv.Input)
+	if err := i.w.Flush(); err != nil { // a bufio.Writer keeps its first error
+		return 0, nil, err
+	}
+	return i.readFrame()
+}
+
+// readFrame reads one response. Its payload is freshly allocated: the
+// output it carries outlives the call.
+func (i *instance) readFrame() (byte, []byte, error) {
+	if _, err := io.ReadFull(i.r, i.respHdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.LittleEndian.Uint32(i.respHdr[:4])
+	if n > maxPayload {
+		return 0, nil, &protocolError{fmt.Sprintf("payload of %d bytes, at most %d allowed", n, maxPayload)}
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(i.r, payload); err != nil {
+		return 0, nil, err
+	}
+	return i.respHdr[4], payload, nil
+}
+
+// broken ends an instance whose protocol failed: the worker exited (EOF, a
+// broken pipe, or the deadline watch sets after the exit) or answered
+// nonsense.
+func (i *instance) broken(err error) error {
+	i.kill()
+	if pe := (*protocolError)(nil); errors.As(err, &pe) {
+		return &errdefs.FunctionError{Type: "Runtime.ProtocolError", Message: pe.Error() + "; the worker was stopped"}
+	}
+	return &errdefs.FunctionError{Type: "Runtime.ExitError", Message: "python worker exited during the invocation: " + i.exitStatus()}
+}
+
+// kill kills the worker's process group at once and waits until watch has
+// seen the exit, so that Done is closed when it returns. For a worker that
+// already exited it only sweeps up what is left of its group.
+func (i *instance) kill() {
+	i.p.Kill(0)
+	<-i.done
+}
+
+// Close kills the worker's process group, waits for every goroutine of the
+// instance and closes the pipes. Safe to call twice.
+func (i *instance) Close() error {
+	i.closeOnce.Do(func() {
+		i.p.Kill(closeGrace)
+		<-i.done
+		drain := time.Now().Add(logDrain)
+		_ = i.stdout.f.SetReadDeadline(drain)
+		_ = i.stderr.f.SetReadDeadline(drain)
+		i.wg.Wait()
+		closeAll([]*os.File{i.req, i.resp, i.stdout.f, i.stderr.f})
+	})
+	return nil
+}
+
+// decodeResult splits an OK payload into the output and the outputs map.
+// Output aliases payload, which is the caller's.
+func decodeResult(p []byte) (runtime.Result, error) {
+	if len(p) < 4 {
+		return runtime.Result{}, &protocolError{"short OK payload"}
+	}
+	n := int(binary.LittleEndian.Uint32(p))
+	p = p[4:]
+	if n > len(p) {
+		return runtime.Result{}, &protocolError{"output longer than its payload"}
+	}
+	res := runtime.Result{Output: p[:n:n]}
+	for p = p[n:]; len(p) > 0; {
+		if len(p) < 8 {
+			return runtime.Result{}, &protocolError{"truncated output entry"}
+		}
+		kl, vl := int(binary.LittleEndian.Uint32(p)), int(binary.LittleEndian.Uint32(p[4:]))
+		p = p[8:]
+		if kl > len(p) || vl > len(p)-kl {
+			return runtime.Result{}, &protocolError{"output entry longer than its payload"}
+		}
+		if res.Outputs == nil {
+			res.Outputs = make(map[string]string)
+		}
+		res.Outputs[string(p[:kl])] = string(p[kl : kl+vl])
+		p = p[kl+vl:]
+	}
+	return res, nil
+}
+
+// decodeError reads the type, message and traceback of an ERROR or
+// INIT_ERROR payload, each cut to its bound.
+func decodeError(p []byte) (typ, msg, tb string, err error) {
+	var s [3]string
+	for k := range s {
+		if len(p) < 4 {
+			return "", "", "", &protocolError{"truncated error payload"}
+		}
+		n := int(binary.LittleEndian.Uint32(p))
+		p = p[4:]
+		if n > len(p) {
+			return "", "", "", &protocolError{"error string longer than its payload"}
+		}
+		s[k] = strings.ToValidUTF8(string(p[:n]), "\uFFFD")
+		p = p[n:]
+	}
+	return bounds.Truncate(s[0], maxTypeName), bounds.Truncate(s[1], bounds.Message), bounds.TruncateHead(s[2], bounds.StackTrace), nil
+}
