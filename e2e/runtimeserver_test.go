@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runtimeServer is a running `stoke runtime-server` process.
+type runtimeServer struct {
+	addr      string
+	workspace string
+	cmd       *exec.Cmd
+	exited    chan error
+}
+
+// startRuntimeServer runs the binary on a free loopback port and waits for
+// its "listening" log line.
+func startRuntimeServer(t *testing.T, runtime string) *runtimeServer {
+	t.Helper()
+	ws := t.TempDir()
+	cmd := exec.Command(stokeBin, "runtime-server", "--runtime", runtime,
+		"--listen", "127.0.0.1:0", "--workspace-root", ws, "--shutdown-grace", "5s")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &runtimeServer{workspace: ws, cmd: cmd, exited: make(chan error, 1)}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var line struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "runtime server listening" {
+				addrc <- line.Addr
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		s.exited <- cmd.Wait()
+	}()
+	select {
+	case s.addr = <-addrc:
+	case err := <-s.exited:
+		t.Fatalf("runtime server exited before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("runtime server did not log its address")
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+	})
+	return s
+}
+
+// grpcurl runs the pinned grpcurl with a JSON body, returning its output.
+func (s *runtimeServer) grpcurl(t *testing.T, body, method string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(grpcurlBin, "-plaintext", "-d", body, s.addr, method)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// The seed's three example calls, verbatim but for real values in place of
+// the elisions, against a real `stoke runtime-server`.
+func TestSeedExamplesWithGrpcurl(t *testing.T) {
+	for _, tc := range []struct{ runtime, file, source string }{
+		{"bash", "handler.sh", "handle() { printf '{\"ok\":true,\"input\":%s}' \"$1\"; }\n"},
+		{"python", "handler.py", "def handle(event):\n    return {\"ok\": True, \"input\": event}\n"},
+	} {
+		t.Run(tc.runtime, func(t *testing.T) {
+			s := startRuntimeServer(t, tc.runtime)
+			dir := filepath.Join(s.workspace, "runs", "2b5d")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, tc.file), []byte(tc.source), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			const uid = "2b5d6f0e-8c1a-4a55-9a7e-3f1d2c4b5a69"
+			digest := "sha256:" + strings.Repeat("ab", 32)
+
+			// 1. RegisterFunction.
+			out, err := s.grpcurl(t, fmt.Sprintf(`{
+  "runUid": %q,
+  "registrationAttempt": 1,
+  "workingDir": %q,
+  "handler": "handler.handle",
+  "idleTimeoutSeconds": 300,
+  "registrationDigest": %q
+}`, uid, dir, digest), "executor.v1.FunctionRuntime/RegisterFunction")
+			if err != nil {
+				t.Fatalf("register: %v\n%s", err, out)
+			}
+			var reg struct {
+				Registration struct {
+					RunUID         string `json:"runUid"`
+					RegistrationID string `json:"registrationId"`
+				} `json:"registration"`
+				State string `json:"state"`
+			}
+			if err := json.Unmarshal([]byte(out), &reg); err != nil {
+				t.Fatalf("register output %q: %v", out, err)
+			}
+			if reg.State != "FUNCTION_REGISTRATION_STATE_READY" || reg.Registration.RunUID != uid || !strings.HasPrefix(reg.Registration.RegistrationID, "reg_") {
+				t.Fatalf("register answered %s", out)
+			}
+
+			// 2. InvokeFunction with the seed's base64 input {"command":"status"}.
+			invoke := fmt.Sprintf(`{
+  "registration": {
+    "runUid": %q,
+    "registrationId": %q
+  },
+  "invocationId": "01J9Z3Q4X5R6S7T8V9W0XYZ123",
+  "contentType": "application/json",
+  "input": "eyJjb21tYW5kIjoic3RhdHVzIn0="
+}`, uid, reg.Registration.RegistrationID)
+			out, err = s.grpcurl(t, invoke, "executor.v1.FunctionRuntime/InvokeFunction")
+			if err != nil {
+				t.Fatalf("invoke: %v\n%s", err, out)
+			}
+			var inv struct {
+				InvocationID string `json:"invocationId"`
+				Output       []byte `json:"output"`
+				ContentType  string `json:"contentType"`
+			}
+			if err := json.Unmarshal([]byte(out), &inv); err != nil {
+				t.Fatalf("invoke output %q: %v", out, err)
+			}
+			var result struct {
+				OK    bool            `json:"ok"`
+				Input json.RawMessage `json:"input"`
+			}
+			if err := json.Unmarshal(inv.Output, &result); err != nil || !result.OK {
+				t.Fatalf("function output %q: %v", inv.Output, err)
+			}
+			var input map[string]string
+			if err := json.Unmarshal(result.Input, &input); err != nil || input["command"] != "status" {
+				t.Fatalf("handler saw %s", result.Input)
+			}
+			if inv.InvocationID != "01J9Z3Q4X5R6S7T8V9W0XYZ123" || inv.ContentType != "application/json" {
+				t.Fatalf("invoke answered %s", out)
+			}
+
+			// 3. Attempt 2 supersedes; the old registration ID is fenced.
+			out, err = s.grpcurl(t, fmt.Sprintf(`{"runUid": %q, "registrationAttempt": 2, "workingDir": %q, "handler": "handler.handle", "idleTimeoutSeconds": 300, "registrationDigest": %q}`,
+				uid, dir, digest), "executor.v1.FunctionRuntime/RegisterFunction")
+			if err != nil || !strings.Contains(out, "FUNCTION_REGISTRATION_STATE_READY") || strings.Contains(out, reg.Registration.RegistrationID) {
+				t.Fatalf("register attempt 2: %v\n%s", err, out)
+			}
+			out, err = s.grpcurl(t, invoke, "executor.v1.FunctionRuntime/InvokeFunction")
+			if err == nil || !strings.Contains(out, "FailedPrecondition") {
+				t.Fatalf("stale invoke: want FailedPrecondition, got %v\n%s", err, out)
+			}
+			out, err = s.grpcurl(t, fmt.Sprintf(`{"registration": {"runUid": %q, "registrationId": %q}, "cancelInFlight": true}`, uid, reg.Registration.RegistrationID),
+				"executor.v1.FunctionRuntime/UnregisterFunction")
+			if err == nil || !strings.Contains(out, "FailedPrecondition") {
+				t.Fatalf("stale unregister: want FailedPrecondition, got %v\n%s", err, out)
+			}
+
+			// Health checking and reflection are served.
+			cmd := exec.Command(grpcurlBin, "-plaintext", s.addr, "list")
+			list, err := cmd.CombinedOutput()
+			if err != nil || !bytes.Contains(list, []byte("executor.v1.FunctionRuntime")) || !bytes.Contains(list, []byte("executor.v1.Runtime")) || !bytes.Contains(list, []byte("grpc.health.v1.Health")) {
+				t.Fatalf("reflection list: %v\n%s", err, list)
+			}
+			out, err = s.grpcurl(t, `{"service":"executor.v1.FunctionRuntime"}`, "grpc.health.v1.Health/Check")
+			if err != nil || !strings.Contains(out, "SERVING") {
+				t.Fatalf("health: %v\n%s", err, out)
+			}
+
+			// SIGTERM: graceful stop, exit status 0.
+			if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-s.exited:
+				if err != nil {
+					t.Fatalf("exit after SIGTERM: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("no exit after SIGTERM")
+			}
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/runtime/runtimetest"
+)
+
+// The figures issue 2 asks for, measured at the gRPC boundary: a real
+// client on loopback → runtime server → warm handler → client. Run with
+// `make bench`.
+
+func harness(runtime string) runtimetest.Harness {
+	fixtures := bashFixtures
+	if runtime == "python" {
+		fixtures = pythonFixtures
+	}
+	return runtimetest.Harness{Runtime: runtime, Fixtures: func(f runtimetest.Fixture) runtimetest.Source { return fixtures[f] }}
+}
+
+// latencies records per-call durations and reports percentiles.
+type latencies []time.Duration
+
+func (l latencies) report(b *testing.B) {
+	if len(l) == 0 {
+		return
+	}
+	slices.Sort(l)
+	pct := func(p float64) float64 {
+		return float64(l[int(float64(len(l)-1)*p)].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(0, "ns/op") // the percentiles are the figures
+}
+
+func benchInvoke(b *testing.B, runtime string, pace time.Duration) {
+	s := runtimetest.StartServer(b, harness(runtime), nil)
+	reg := s.Register(b, runtimetest.Echo, "bench")
+	ctx := context.Background()
+	req := &pb.InvokeFunctionRequest{Registration: reg, Input: []byte(`{"command":"status"}`), ContentType: "application/json"}
+	for i := 0; i < 50; i++ { // warm the connection and the runtime
+		if _, err := s.Functions.InvokeFunction(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make(latencies, 0, b.N)
+	b.ResetTimer()
+	next := time.Now()
+	for i := 0; i < b.N; i++ {
+		if pace > 0 {
+			next = next.Add(pace)
+			time.Sleep(time.Until(next)) // pacing the load, not synchronising
+		}
+		start := time.Now()
+		if _, err := s.Functions.InvokeFunction(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	lat.report(b)
+}
+
+func BenchmarkInvokeBash(b *testing.B)        { benchInvoke(b, "bash", 0) }
+func BenchmarkInvokeBashPaced(b *testing.B)   { benchInvoke(b, "bash", 10*time.Millisecond) }
+func BenchmarkInvokePython(b *testing.B)      { benchInvoke(b, "python", 0) }
+func BenchmarkInvokePythonPaced(b *testing.B) { benchInvoke(b, "python", 10*time.Millisecond) }
+
+// BenchmarkForkPerCallBash is the baseline the warm Bash runtime must beat
+// by 4×: a new bash per call that sources the file and runs the function.
+func BenchmarkForkPerCallBash(b *testing.B) {
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f.sh"), []byte(`handle() { printf '%s' "$1"; }`), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		b.Fatal(err)
+	}
+	lat := make(latencies, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		cmd := exec.Command(bash, "-c", `source f.sh; handle "$1"`, "bash", `{"command":"status"}`)
+		cmd.Dir = dir
+		if out, err := cmd.Output(); err != nil || string(out) != `{"command":"status"}` {
+			b.Fatalf("%q %v", out, err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	lat.report(b)
+}
+
+func benchRegister(b *testing.B, runtime string) {
+	s := runtimetest.StartServer(b, harness(runtime), nil)
+	ctx := context.Background()
+	lat := make(latencies, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		req := s.RegisterRequest(b, runtimetest.Echo, "bench-register-"+strconv.Itoa(i), 1)
+		b.StartTimer()
+		start := time.Now()
+		resp, err := s.Functions.RegisterFunction(ctx, req)
+		if err != nil || resp.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+			b.Fatalf("%v %v", resp, err)
+		}
+		lat = append(lat, time.Since(start))
+		b.StopTimer()
+		if _, err := s.Functions.UnregisterFunction(ctx, &pb.UnregisterFunctionRequest{Registration: resp.GetRegistration(), CancelInFlight: true}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	lat.report(b)
+}
+
+func BenchmarkRegisterBash(b *testing.B)   { benchRegister(b, "bash") }
+func BenchmarkRegisterPython(b *testing.B) { benchRegister(b, "python") }
+
+// BenchmarkIdleRegistrations registers STOKE_BENCH_REGISTRATIONS (default
+// 500) READY functions on one server and reports the proportional set size
+// (PSS, so shared pages are not counted twice) of all their processes per
+// registration. Run it with -benchtime=1x.
+func benchIdle(b *testing.B, runtime string) {
+	n := 500
+	if v, err := strconv.Atoi(os.Getenv("STOKE_BENCH_REGISTRATIONS")); err == nil && v > 0 {
+		n = v
+	}
+	for i := 0; i < b.N; i++ {
+		s := runtimetest.StartServer(b, harness(runtime), nil)
+		before := descendantsPSS(b)
+		ctx := context.Background()
+		for j := 0; j < n; j++ {
+			resp, err := s.Functions.RegisterFunction(ctx, s.RegisterRequest(b, runtimetest.Echo, fmt.Sprintf("idle-%d-%d", i, j), 1))
+			if err != nil || resp.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+				b.Fatalf("registration %d: %v %v", j, resp, err)
+			}
+		}
+		after := descendantsPSS(b)
+		b.ReportMetric(float64(after-before)/float64(n)/(1<<20), "MiB/registration")
+		b.ReportMetric(float64(n), "registrations")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func BenchmarkIdleRegistrationsBash(b *testing.B)   { benchIdle(b, "bash") }
+func BenchmarkIdleRegistrationsPython(b *testing.B) { benchIdle(b, "python") }
+
+// descendantsPSS sums the PSS of every descendant of this process.
+func descendantsPSS(b *testing.B) int64 {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	parent := map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The command name may contain spaces: fields start after ')'.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 {
+			ppid, _ := strconv.Atoi(fields[1])
+			parent[pid] = ppid
+		}
+	}
+	self := os.Getpid()
+	var total int64
+	for pid := range parent {
+		p := pid
+		for p != 0 && p != self {
+			p = parent[p]
+		}
+		if p != self || pid == self {
+			continue
+		}
+		rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(rollup), "\n") {
+			if strings.HasPrefix(line, "Pss:") {
+				kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+				total += kb << 10
+			}
+		}
+	}
+	return total
+}

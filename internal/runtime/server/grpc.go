@@ -1,0 +1,164 @@
+// Package server is the gRPC edge of a Runtime Server: it serves the
+// executor.v1 Runtime and FunctionRuntime implementations from
+// internal/runtime with health checking and reflection, translates error
+// categories to status codes once (in an interceptor), recovers panics, logs
+// every call, and stops gracefully.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+)
+
+// Services are the executor.v1 implementations one gRPC server exposes.
+// Functions may be nil for a Runtime Server without function support.
+type Services struct {
+	Runtime   pb.RuntimeServer
+	Functions pb.FunctionRuntimeServer
+}
+
+// GRPC is a configured gRPC server with its health service.
+type GRPC struct {
+	Server *grpc.Server
+	Health *health.Server
+	log    *slog.Logger
+}
+
+// NewGRPC builds a gRPC server for svcs. Every RPC passes through one
+// interceptor chain: panic recovery, then error translation and logging.
+func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
+	opts = append([]grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(recoverUnary(log), translateUnary(log)),
+		grpc.ChainStreamInterceptor(recoverStream(log), translateStream(log)),
+		// Room for the largest invocation input plus framing.
+		grpc.MaxRecvMsgSize(bounds.InvokeBody + 64<<10),
+		grpc.MaxSendMsgSize(bounds.InvokeBody + 4*bounds.CapturedStream),
+	}, opts...)
+	s := grpc.NewServer(opts...)
+	h := health.NewServer()
+	healthpb.RegisterHealthServer(s, h)
+	reflection.Register(s)
+	if svcs.Runtime != nil {
+		pb.RegisterRuntimeServer(s, svcs.Runtime)
+		h.SetServingStatus(pb.Runtime_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
+	if svcs.Functions != nil {
+		pb.RegisterFunctionRuntimeServer(s, svcs.Functions)
+		h.SetServingStatus(pb.FunctionRuntime_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
+	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return &GRPC{Server: s, Health: h, log: log}
+}
+
+// Serve serves on lis until ctx ends, then marks every service NOT_SERVING,
+// stops accepting, and waits up to grace for RPCs in flight before forcing
+// them closed. drain runs between the two, to end the work that RPCs are
+// waiting on. Serve returns nil after a requested stop.
+func (g *GRPC) Serve(ctx context.Context, lis net.Listener, grace time.Duration, drain func()) error {
+	errc := make(chan error, 1)
+	go func() { errc <- g.Server.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("grpc serve: %w", err)
+	case <-ctx.Done():
+	}
+	g.Health.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		g.Server.GracefulStop()
+		close(stopped)
+	}()
+	if drain != nil {
+		drain()
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		g.log.Warn("graceful stop timed out; closing remaining RPCs", "grace", grace)
+		g.Server.Stop()
+		<-stopped
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("grpc serve: %w", err)
+	}
+	return nil
+}
+
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in RPC", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in RPC", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
+
+// translateUnary maps errdefs categories to status codes and logs calls:
+// failures that are the server's fault at Warn, the rest at Debug.
+func translateUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		err = errdefs.ToGRPC(err)
+		logCall(ctx, log, info.FullMethod, start, err)
+		return resp, err
+	}
+}
+
+func translateStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		err := errdefs.ToGRPC(handler(srv, ss))
+		logCall(ss.Context(), log, info.FullMethod, start, err)
+		return err
+	}
+}
+
+func logCall(ctx context.Context, log *slog.Logger, method string, start time.Time, err error) {
+	code := status.Code(err)
+	level := slog.LevelDebug
+	if code == codes.Internal || code == codes.Unimplemented || code == codes.DataLoss {
+		level = slog.LevelWarn
+	}
+	if !log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("method", method), slog.String("code", code.String()), slog.Duration("duration", time.Since(start))}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+	}
+	log.LogAttrs(ctx, level, "rpc", attrs...)
+}

@@ -1,0 +1,159 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/runtime"
+	"stoke.dev/stoke/internal/runtime/bash"
+	"stoke.dev/stoke/internal/runtime/python"
+)
+
+// Config configures one Runtime Server process.
+type Config struct {
+	Runtime       string // "bash" or "python"
+	Listen        string // host:port
+	WorkspaceRoot string // every working_dir must lie inside it
+	// StateDir holds private per-registration and per-execution files;
+	// empty means a fresh temporary directory removed on exit.
+	StateDir string
+	// Python is the interpreter for the python runtime, resolved once to
+	// its real executable so that version-manager shims stay off the hot
+	// path.
+	Python string
+	Bash   string
+
+	DefaultInvokeTimeout time.Duration
+	MaxInvokeTimeout     time.Duration
+	MaxTaskDuration      time.Duration
+	InitTimeout          time.Duration
+	// ShutdownGrace is how long in-flight work may finish after SIGTERM
+	// before its processes are killed.
+	ShutdownGrace time.Duration
+
+	Logger *slog.Logger
+	// OnListen, if set, is called with the bound address once the server
+	// accepts connections (the listen address may use port 0).
+	OnListen func(net.Addr)
+}
+
+// Listen listens on addr: "host:port" for TCP, or "unix:PATH" (also
+// "unix://PATH") for a Unix socket, which a supervisor on the same machine
+// can name in advance. A stale socket file is replaced.
+func Listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		path = strings.TrimPrefix(path, "//")
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			return nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		lis, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		return lis, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return lis, nil
+}
+
+// NewAdapter returns the built-in adapter for name.
+func NewAdapter(ctx context.Context, name, pythonPath, bashPath string) (runtime.Adapter, error) {
+	switch name {
+	case "bash":
+		return bash.New(bash.Config{BashPath: bashPath}), nil
+	case "python":
+		interp, err := python.ResolveInterpreter(ctx, pythonPath)
+		if err != nil {
+			return nil, err
+		}
+		return python.New(python.Config{Interpreter: interp}), nil
+	}
+	return nil, fmt.Errorf("unknown runtime %q: want bash or python", name)
+}
+
+// Run serves a Runtime Server until ctx ends, then drains and exits.
+func Run(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("runtime", cfg.Runtime)
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	adapter, err := NewAdapter(ctx, cfg.Runtime, cfg.Python, cfg.Bash)
+	if err != nil {
+		return err
+	}
+	if cfg.WorkspaceRoot == "" {
+		return errors.New("a workspace root is required")
+	}
+	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o755); err != nil {
+		return fmt.Errorf("workspace root: %w", err)
+	}
+	ws, err := runtime.NewWorkspace(cfg.WorkspaceRoot)
+	if err != nil {
+		return err
+	}
+	stateDir := cfg.StateDir
+	if stateDir == "" {
+		if stateDir, err = os.MkdirTemp("", "stoke-runtime-"); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		defer os.RemoveAll(stateDir)
+	}
+	fns, err := runtime.NewFunctions(runtime.FunctionsConfig{
+		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/functions", Logger: log,
+		DefaultInvokeTimeout: cfg.DefaultInvokeTimeout, MaxInvokeTimeout: cfg.MaxInvokeTimeout,
+		InitTimeout: cfg.InitTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	maxTask := cfg.MaxTaskDuration
+	if maxTask <= 0 {
+		maxTask = bounds.MaxTaskDuration
+	}
+	tasks, err := runtime.NewTasks(runtime.TasksConfig{
+		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/tasks", Logger: log,
+		MaxTaskDuration: maxTask,
+	})
+	if err != nil {
+		return err
+	}
+	lis, err := Listen(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns})
+	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root())
+	if cfg.OnListen != nil {
+		cfg.OnListen(lis.Addr())
+	}
+	err = g.Serve(ctx, lis, cfg.ShutdownGrace, func() {
+		// Let work in flight finish within the grace, then kill it: the
+		// RPCs waiting on it return, so GracefulStop can complete.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			fns.Close(cfg.ShutdownGrace)
+		}()
+		tasks.Close(cfg.ShutdownGrace)
+		<-done
+	})
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	log.Info("runtime server stopped")
+	return err
+}
