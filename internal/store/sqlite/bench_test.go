@@ -1,0 +1,155 @@
+package sqlite_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/store/sqlite"
+)
+
+// The benchmarks use a Run of realistic size (about 1 KiB of JSON, an
+// inline script) on the default options, with one live watcher attached
+// like the control plane's informer, draining as fast as it can.
+
+// cpuPerOp starts measuring the process's CPU time (user + system, every
+// goroutine, the watcher's included); the function it returns reports it
+// per operation. Unlike ns/op it does not grow when other processes
+// compete for the machine's two cores. Use: defer cpuPerOp(b)().
+func cpuPerOp(b *testing.B) func() {
+	b.ReportAllocs()
+	start := cpuTime(b)
+	return func() {
+		if b.N > 0 {
+			b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+		}
+	}
+}
+
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchStore(b *testing.B, opts ...sqlite.Option) *sqlite.Store {
+	b.Helper()
+	s := open(b, b.TempDir(), opts...)
+	w, err := s.Runs().Watch(context.Background(), store.WatchOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range w.Events() {
+		}
+	}()
+	b.Cleanup(func() {
+		w.Stop()
+		<-done
+	})
+	return s
+}
+
+func BenchmarkCreate(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	defer cpuPerOp(b)()
+	i := 0
+	for b.Loop() {
+		if _, err := s.Runs().Create(ctx, newRun("default", fmt.Sprintf("run-%d", i))); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func BenchmarkUpdateStatus(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	run, err := s.Runs().Create(ctx, newRun("default", "run"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cpuPerOp(b)()
+	for b.Loop() {
+		run.Status.Phase = v1alpha1.PhaseRunning
+		run.Status.Attempt++
+		if run, err = s.Runs().UpdateStatus(ctx, run); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGet(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	const n = 1000
+	for i := range n {
+		if _, err := s.Runs().Create(ctx, newRun("default", fmt.Sprintf("run-%d", i))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer cpuPerOp(b)()
+	i := 0
+	for b.Loop() {
+		if _, err := s.Runs().Get(ctx, "default", fmt.Sprintf("run-%d", i%n)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkRunLifecycle is the store's share of one task Run: create, the
+// status writes Scheduled → Running → Succeeded, and the delete; it
+// reports Runs per second through the store alone.
+func BenchmarkRunLifecycle(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	defer cpuPerOp(b)()
+	i := 0
+	for b.Loop() {
+		name := fmt.Sprintf("run-%d", i)
+		run, err := s.Runs().Create(ctx, newRun("default", name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseScheduled, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded} {
+			run.Status.Phase = phase
+			if run, err = s.Runs().UpdateStatus(ctx, run); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.Runs().Delete(ctx, "default", name, store.DeleteOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "runs/s")
+}
+
+// BenchmarkCreateParallel measures writes from several goroutines, which
+// the store serialises.
+func BenchmarkCreateParallel(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	defer cpuPerOp(b)()
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			name := fmt.Sprintf("run-%d", next.Add(1))
+			if _, err := s.Runs().Create(ctx, newRun("default", name)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
