@@ -1,48 +1,64 @@
-// Package bash is Stoke's built-in Bash runtime: a warm shell per function
+// Package bash is Stoke's built-in Bash runtime: one warm shell per function
 // registration, and a fresh child of it per invocation.
 //
 // A handler "path/file.function" names the function "function" in
 // "path/file.sh" under the working directory. Load starts one long-lived
 // bash, in a process group of its own, running the embedded bootstrap.sh
-// with the file and function as positional arguments (never as script
-// text). The bootstrap sources the file once, checks that the function
-// exists and reports ready on a status pipe.
+// with the file and the function as positional arguments, never as script
+// text. The bootstrap sources the file once, checks that the function exists
+// and reports ready on a status pipe.
 //
-// Forking is what costs time in Bash (0.5–2 ms per fork here), so it is kept
-// off the request path: the warm shell forks the next child as soon as the
-// previous one has ended, and that child, already a process group of its
-// own (job control is on while forking), blocks reading a control pipe.
-// Every invocation therefore starts from the state right after
-// registration: a global a handler sets dies with its child.
+// Forking costs 0.5–2 ms here and every bash command tens of microseconds
+// when cold, so the request path avoids the one and skimps on the other.
+// The warm shell forks the next child as soon as the previous one has ended;
+// that child, in a process group of its own (job control is on while
+// forking), announces itself and blocks reading a control pipe. Every
+// invocation thus starts from the state right after registration: a global
+// a handler sets dies with its child.
 //
-// One invocation, seen from Go:
+// One invocation N:
 //
-//   - The request (invocation ID, NUL, JSON payload) goes to the file
-//     req.N in the scratch directory; bash reads regular files in blocks but
-//     pipes one byte at a time, so the payload never travels through a pipe.
-//   - The FIFO out.N is created and opened for reading, non-blocking, before
-//     the child can open it; Go also holds a write end of its own, so that
-//     the reader does not see end-of-file before the child has opened the
-//     FIFO, and drops it once the child has ended (or never will run).
-//     A goroutine reads the FIFO while the handler runs and keeps at most
-//     bounds.InvokeBody+1 bytes: a handler that floods stdout is killed as
-//     soon as it passes the bound and never fills a disk.
-//   - The line "N" on the control pipe releases the child. It reports "start
-//     PID N" on the status pipe, closes both pipes, sends its stdout to
-//     out.N, reads req.N into a variable with mapfile, exports
-//     STOKE_INVOCATION_ID and STOKE_OUTPUTS and calls the function with the
-//     payload as its one argument. No request byte is ever parsed as shell.
-//   - The warm shell waits for the child, kills the child's process group
-//     (background jobs included), and reports "exit PID STATUS". When ctx
-//     ends first, Go kills the child's group itself and waits for that
-//     report; the warm shell then forks the next child as usual.
+//   - Before it comes, a background goroutine has created the request file
+//     req.N and the FIFO out.N in the instance's scratch directory, opened
+//     the FIFO for reading (non-blocking) and for writing (a "keeper" write
+//     end, so that the reader does not see end-of-file before the child
+//     opens it) and started the goroutine that reads it.
+//   - Invoke writes the invocation ID and the payload to req.N (bash reads
+//     a regular file in blocks, a pipe one byte at a time) and the line "N"
+//     to the control pipe.
+//   - The child reads "N", reads req.N into variables with mapfile, restores
+//     the handler file's shell options and calls the function with the
+//     payload as its one argument, STOKE_INVOCATION_ID and STOKE_OUTPUTS in
+//     its environment and its stdout on out.N. No request byte is ever
+//     parsed as shell.
+//   - When the function returns, the FIFO closes and the child writes the
+//     marker "done N PID STATUS" on stderr: Go has its answer without
+//     waiting for the child's exit. The child then waits for a release line
+//     before it exits, so that its exit and the next fork do not compete
+//     with Go for the CPU.
+//   - A child that ends without the marker (exit, set -e, a signal) is
+//     reported by the warm shell, which kills the child's process group
+//     after every child and reports "exit PID STATUS PENDING"; PENDING says
+//     whether the child died before it read a control line.
+//   - When ctx ends (or stdout passes bounds.InvokeBody), Invoke removes
+//     req.N, so that no child can take it any more, reads the status pipe up
+//     to that moment, kills the process group of the child alive then and
+//     waits for the warm shell to report it: the next child is forked after
+//     that. A line left in the control pipe names a request file that no
+//     longer exists, and the next child skips it.
+//
+// Stdout is read while the handler runs and kept up to bounds.InvokeBody+1
+// bytes; the rest is read and dropped, so a flood neither blocks the
+// handler nor fills a disk, and passing the bound kills the child at once.
 //
 // Stderr of the warm shell and all its children is one pipe, read by one
 // goroutine per instance and logged line by line (bounded by
-// internal/loglines) with the run UID and, between the markers the child
-// and the warm shell write around each invocation, its invocation ID. The
-// same goroutine keeps a short tail of each invocation's stderr, which a
-// non-zero exit carries as its stack trace.
+// internal/loglines) with the run UID and, while an invocation is in
+// flight, its invocation ID; the markers, which start with a nonce, are not
+// logged. The same goroutine keeps a short tail of each invocation's stderr,
+// which a non-zero exit carries as its stack trace. When an invocation ends
+// without its marker, Go writes a sync marker of its own into the pipe and
+// waits for it, so that every line the invocation wrote is logged as its.
 package bash
 
 import (
@@ -217,14 +233,23 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	}
 	select {
 	case <-in.initDone:
+	case <-in.proc.Done():
+		// Whatever it reported before it died has been read after this.
+		in.sync(in.statusW)
 	case <-ctx.Done():
 		_ = in.Close()
 		return nil, fmt.Errorf("loading %s: %w", file, ctx.Err())
 	}
-	if in.initMsg == "ready" {
+	status := "" // the shell died while loading
+	select {
+	case <-in.initDone:
+		status = in.initMsg
+	default:
+	}
+	if status == "ready" {
 		// What the file printed while it was sourced is logged as the
 		// registration's, not as the first invocation's.
-		in.syncStderr()
+		in.sync(in.stderrW)
 		return in, nil
 	}
 	// Close first: it waits for stderr to be drained, so the tail below
@@ -232,9 +257,9 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	_ = in.Close()
 	var msg string
 	switch {
-	case strings.HasPrefix(in.initMsg, "init source "):
-		msg = fmt.Sprintf("sourcing %s failed with status %s", file, strings.TrimPrefix(in.initMsg, "init source "))
-	case in.initMsg == "init nofunc":
+	case strings.HasPrefix(status, "init source "):
+		msg = fmt.Sprintf("sourcing %s failed with status %s", file, strings.TrimPrefix(status, "init source "))
+	case status == "init nofunc":
 		msg = fmt.Sprintf("%s does not define a function %q", file, fn)
 	default:
 		msg = fmt.Sprintf("bash exited with status %d while sourcing %s", in.proc.ExitCode(), file)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -136,6 +137,10 @@ outputs_ok() { printf 'answer=42\nname=stoke\n' >"$STOKE_OUTPUTS"; echo '"ok"'; 
 outputs_bad() { printf 'not a key value line\n' >"$STOKE_OUTPUTS"; echo '"ok"'; }
 outputs_big() { for i in $(seq 1 100); do echo "k$i=v"; done >"$STOKE_OUTPUTS"; echo '"ok"'; }
 silent() { :; }
+fds() { printf '"%s"' "$(ls /proc/self/fd | sort -n | tr '\n' ' ')"; }
+redirect() { exec 2>/dev/null 4>/dev/null 5>/dev/null 6>/dev/null; printf '"ok"'; }
+closed() { exec >&-; }
+set_e() { set -e; false; echo '"not reached"'; }
 exact() { printf '"'; head -c $(( $1 - 2 )) /dev/zero | tr '\0' a; printf '"'; }
 `
 
@@ -147,6 +152,14 @@ func TestInvoke(t *testing.T) {
 		{fn: "echo_fn", input: `{"a":[1,2,"x y"]}`, want: `{"a":[1,2,"x y"]}`},
 		{fn: "echo_fn", input: `"multi\nline \"quoted\" $(id) ` + "`id`" + `"`, want: `"multi\nline \"quoted\" $(id) ` + "`id`" + `"`},
 		{fn: "argc", input: `"a b c"`, want: "1"},
+		// External commands inherit stdin, stdout and stderr only (ls has
+		// its own directory open as the fourth), besides what this test
+		// process itself was given to pass on.
+		{fn: "fds", input: `{}`, want: `"` + inheritableFds(0, 1, 2, 3) + `"`},
+		// Whatever the function does to its fds, the invocation ends.
+		{fn: "redirect", input: `{}`, want: `"ok"`},
+		{fn: "closed", input: `{}`, want: ""},
+		{fn: "set_e", input: `{}`, errType: "Runtime.ExitError", errMsg: "handler exited with status 1"},
 		{fn: "env_fn", input: `null`, wantJSON: map[string]any{
 			"id": "inv-1", "uid": "uid-1", "greeting": "hello", "pwd": f.dir, "home": f.dir, "leak": "", "outputs_set": true}},
 		{fn: "silent", input: `{}`, want: ""},
@@ -392,6 +405,25 @@ func TestStdoutFlood(t *testing.T) {
 	}
 }
 
+// TestBackgroundJob checks that a background job that outlives the
+// function and holds its stdout neither holds up the answer nor survives
+// the invocation.
+func TestBackgroundJob(t *testing.T) {
+	f := newFixture(t, map[string]string{"h.sh": `bg() { sleep 1000 & echo "$!" >bg.pid; printf '"ok"'; }` + "\n"})
+	in := f.mustLoad("h.bg")
+	for range 2 {
+		start := time.Now()
+		res, err := f.invoke(in, `{}`, invokeTimeout)
+		if err != nil || string(res.Output) != `"ok"` {
+			t.Fatalf("Invoke = %q, %v", res.Output, err)
+		}
+		if d := time.Since(start); d >= in.grace {
+			t.Fatalf("invocation took %v: it waited for the background job", d)
+		}
+		assertGone(t, readPid(t, filepath.Join(f.dir, "bg.pid")))
+	}
+}
+
 func TestStderrFlood(t *testing.T) {
 	const size = 10 << 20
 	f := newFixture(t, map[string]string{"h.sh": `noisy() { head -c ` + strconv.Itoa(size) + ` /dev/zero | tr '\0' x >&2; echo '"done"'; }` + "\n"})
@@ -624,6 +656,27 @@ func TestEnvIsExact(t *testing.T) {
 			t.Errorf("variable %s missing from the handler's environment", k)
 		}
 	}
+}
+
+// inheritableFds lists, as ls would, the given fds and those this process
+// got from its parent without close-on-exec, which every child inherits.
+func inheritableFds(fds ...int) string {
+	entries, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 3 {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			fds = append(fds, fd)
+		}
+	}
+	slices.Sort(fds)
+	var b strings.Builder
+	for _, fd := range fds {
+		b.WriteString(strconv.Itoa(fd) + " ")
+	}
+	return b.String()
 }
 
 // readPid reads a PID a handler wrote.

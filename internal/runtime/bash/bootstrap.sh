@@ -13,6 +13,7 @@
 # Status lines (fd 3 while loading, then this shell's stdout), one write each:
 #   ready | init source STATUS | init nofunc
 #   pid PID                   a child was forked and waits for a request
+#                             (written by the child itself)
 #   exit PID STATUS PENDING   that child ended and its process group has been
 #                             killed; PENDING is 1 if a control line is still
 #                             unread (the child died before taking a request)
@@ -32,29 +33,32 @@
 # that aliases or options the file sets cannot change how they are parsed.
 
 __stoke_child() {
+	# Announced before it can take a request: see Stoke's abort.
+	builtin echo "pid $BASHPID"
+	# Whatever does not depend on the request is done before it comes. The
+	# handler file's options are restored (the warm shell runs without
+	# them) and job control goes off again, so that the handler's
+	# background jobs stay in this child's process group and one group kill
+	# ends them all; under set -x that traces the few lines below. The
+	# positional parameters keep the nonce, the scratch directory and the
+	# function name, and the bootstrap's variables go: the handler sees the
+	# state right after registration, plus __stoke_seq (the request number)
+	# and MAPFILE (its invocation ID and payload).
+	builtin set "${__stoke_setargs[@]}" -- "$__stoke_nonce" "$__stoke_dir" "$__stoke_fn"
+	builtin unset -v __stoke_fn __stoke_dir __stoke_nonce __stoke_setargs __stoke_pid __stoke_rc __stoke_pending
 	# A line left over from a cancelled request (or a piece of one, or a
 	# release line) names a request file that does not exist: skip it.
 	while :; do
 		IFS= builtin read -r -u 4 __stoke_seq || builtin exit 125
-		builtin mapfile -d '' -t -n 2 __stoke_req <"$__stoke_dir/req.$__stoke_seq" 2>&5 && break
+		builtin mapfile -d '' -t -n 2 <"$2/req.$__stoke_seq" 2>&5 && break
 	done
-	# Keep what is needed in the positional parameters, restore the options
-	# the handler file left set (which the warm shell runs without) and turn
-	# job control off again: the handler's background jobs must stay in
-	# this child's process group, so that one group kill ends them all.
-	builtin set "${__stoke_setargs[@]}" -- $'\n\036'"$__stoke_nonce done $__stoke_seq $BASHPID" \
-		"$__stoke_dir/out.$__stoke_seq" "${__stoke_req[0]}" "$__stoke_dir/outputs.$__stoke_seq" \
-		"$__stoke_fn" "${__stoke_req[1]}"
-	# The handler sees the state right after registration, not the request
-	# bookkeeping.
-	builtin unset -v __stoke_seq __stoke_req __stoke_fn __stoke_dir __stoke_nonce \
-		__stoke_setargs __stoke_pid __stoke_rc __stoke_pending
 	# The function runs with its stdout on the FIFO, closed as it returns so
 	# that Stoke sees its end at once, and without fds 4 to 6, which come
 	# back afterwards whatever it did with them. (No "|| exit" around the
 	# call: it would turn set -e off inside the function.)
-	STOKE_INVOCATION_ID=$3 STOKE_OUTPUTS=$4 "${@:5}" >"$2" 4<&- 5>&- 6>&-
-	builtin echo -n "$1 $?"$'\n' >&6
+	STOKE_INVOCATION_ID=${MAPFILE[0]} STOKE_OUTPUTS=$2/outputs.$__stoke_seq "$3" "${MAPFILE[1]}" \
+		>"$2/out.$__stoke_seq" 4<&- 5>&- 6>&-
+	builtin echo -n $'\n\036'"$1 done $__stoke_seq $BASHPID $?"$'\n' >&6
 	builtin read -r -u 4
 }
 
@@ -67,7 +71,6 @@ __stoke_serve() {
 		__stoke_child &
 		__stoke_pid=$!
 		set +m
-		builtin echo "pid $__stoke_pid"
 		# stderr to /dev/null: bash reports a child killed by a signal there.
 		builtin wait "$__stoke_pid" 2>&5
 		__stoke_rc=$?

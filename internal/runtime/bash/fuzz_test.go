@@ -27,7 +27,7 @@ func FuzzPayload(f *testing.F) {
 		"$(touch canary)\n`touch canary`", "${IFS}touch${IFS}canary", "* ? [a-z] ~ {a,b}", "\\", "\\\\n",
 		"\x00", "\n\n\n", "ü ß 漢字 🙂", "\xff\xfe invalid utf-8", "-e", "--", "-n", "%s %d %n",
 		"$((1/0))", "!!", "$0 $1 $@ $*", "a\x1e0123456789abcdef start 1", "\x1b[31mred",
-		strings.Repeat("$(touch canary)", 5000), strings.Repeat("x", 600<<10),
+		strings.Repeat("$(touch canary)", 5000), strings.Repeat("x", 100<<10),
 	} {
 		f.Add(s)
 	}

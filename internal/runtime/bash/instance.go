@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,33 +38,34 @@ type instance struct {
 	ctl    *os.File // control pipe, write end: one request number per request
 	status *os.File // status pipe, read end
 	stderr *os.File // stderr of the warm shell and every child, read end
-	// stderrW is a write end of Go's own, for the sync markers that tell
-	// when the pump has read everything written before them.
+	// statusW and stderrW are write ends of Go's own, for the sync lines
+	// that tell when a reader has read everything written before them.
+	statusW *os.File
 	stderrW *os.File
 	// scratch is this instance's own directory inside spec.ScratchDir (a
 	// replacement instance gets another), holding req.N, out.N and
-	// outputs.N.
+	// outputs.N; root is it opened, for lookups that do not walk the path.
 	scratch string
+	root    *os.Root
 
 	// The status reader and the stderr pump stop at end-of-file, which
 	// Close forces after a grace period.
 	statusDone chan struct{}
 	pumpDone   chan struct{}
 
-	initDone chan struct{} // closed by the status reader at "ready", "init …" or EOF
+	initDone chan struct{} // closed by the status reader at "ready" or "init …"
 	initMsg  string        // valid once initDone is closed
 	initTail tail          // stderr outside invocations
 
-	mu       sync.Mutex
-	cur      *child                   // the newest child the warm shell announced that has not ended
-	announce chan struct{}            // closed and replaced whenever a child is announced
-	active   *call                    // the invocation in flight
-	// markerPid is the child whose "done" marker was read last: its exit,
-	// when it comes, belongs to an invocation that is already over.
-	markerPid int
-	syncs    map[uint64]chan struct{} // sync markers written and not yet read back
-	syncSeq  uint64
-	closed   bool // no more prepare goroutines
+	mu     sync.Mutex
+	cur    *child // the newest child announced that has not ended
+	active *call  // the invocation in flight
+	// markerPids are the children whose "done" marker was read: their
+	// exits belong to invocations that are already over.
+	markerPids map[int]bool
+	syncs      map[uint64]chan struct{} // sync lines written and not yet read back
+	syncSeq    uint64
+	closed     bool // no more prepare goroutines
 
 	slots     chan *slot     // the next request's FIFO; capacity 1
 	prepWG    sync.WaitGroup // prepare goroutines
@@ -79,6 +82,7 @@ type child struct {
 type call struct {
 	seq    uint64
 	log    *slog.Logger
+	rd     *outReader
 	stderr tail // bounded tail of its stderr
 
 	// done is closed (under instance.mu) when the result is known: at the
@@ -105,10 +109,16 @@ func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *i
 	if err := os.Mkdir(scratch, 0o700); err != nil {
 		return nil, err
 	}
+	root, err := os.OpenRoot(scratch)
+	if err != nil {
+		_ = os.RemoveAll(scratch)
+		return nil, err
+	}
 	var files []*os.File // closed on failure
 	defer func() {
 		if err != nil {
 			closeAll(files...)
+			_ = root.Close()
 			_ = os.RemoveAll(scratch)
 		}
 	}()
@@ -136,19 +146,21 @@ func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *i
 	if err != nil {
 		return nil, err
 	}
-	closeAll(statusW, ctlR) // the warm shell holds its own copies
+	ctlR.Close() // the warm shell holds its own copy
 	in = &instance{
 		log: spec.Logger, grace: a.grace, proc: p,
 		marker:     []byte("\x1e" + nonce + " "),
 		ctl:        ctlW,
 		status:     statusR,
 		stderr:     stderrR,
+		statusW:    statusW,
 		stderrW:    stderrW,
 		scratch:    scratch,
+		root:       root,
 		statusDone: make(chan struct{}),
 		pumpDone:   make(chan struct{}),
 		initDone:   make(chan struct{}),
-		announce:   make(chan struct{}),
+		markerPids: map[int]bool{},
 		syncs:      map[uint64]chan struct{}{},
 		slots:      make(chan *slot, 1),
 	}
@@ -172,70 +184,56 @@ func (in *instance) readStatus() {
 	initialised := false
 	for sc.Scan() {
 		line := sc.Text()
-		if !initialised {
-			if line == "ready" || strings.HasPrefix(line, "init ") {
-				in.initMsg = line
-				initialised = true
-				close(in.initDone)
-			}
+		if !initialised && (line == "ready" || strings.HasPrefix(line, "init ")) {
+			in.initMsg = line
+			initialised = true
+			close(in.initDone)
 			continue
 		}
 		in.handleStatus(line)
 	}
-	if !initialised {
-		close(in.initDone) // initMsg "": the shell died while loading
-	}
 }
 
-// handleStatus applies one "pid" or "exit" line.
+// handleStatus applies one "pid", "exit" or "sync" line.
 func (in *instance) handleStatus(line string) {
 	f := strings.Fields(line)
 	if len(f) < 2 {
 		in.log.Warn("bash runtime: unexpected status line", "line", line)
 		return
 	}
-	pid, _ := strconv.Atoi(f[1])
+	n, _ := strconv.Atoi(f[1])
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	switch {
 	case f[0] == "pid":
-		in.announceLocked(pid)
+		in.cur = &child{pid: n, done: make(chan struct{})}
 	case f[0] == "exit" && len(f) == 4:
 		rc, _ := strconv.Atoi(f[2])
-		c := in.announceLocked(pid) // a child killed at once may not have been announced
-		in.cur = nil
-		close(c.done)
+		if c := in.cur; c != nil && c.pid == n {
+			in.cur = nil
+			close(c.done)
+		}
 		switch a := in.active; {
-		case pid == in.markerPid:
+		case in.markerPids[n]:
 			// Its invocation ended at the marker.
+			delete(in.markerPids, n)
 		case f[3] == "1":
 			// It died before it read the request line, which the next
-			// child will take.
-			in.log.Warn("bash runtime: idle child ended", "pid", pid, "status", rc)
+			// child will take. (abort kills idle children too.)
+			in.log.Debug("bash runtime: idle child ended", "pid", n, "status", rc)
 		case a != nil:
-			// The one child alive while a is in flight took a's request
-			// (or, killed between reading and opening it, never will).
+			// Children take requests one at a time, and the exits of
+			// those that took earlier ones have been read (or are in
+			// markerPids): this one took a's.
 			a.finishLocked(rc, false)
-		case rc != 125: // 125: told to stop
-			in.log.Warn("bash runtime: idle child ended", "pid", pid, "status", rc)
+		default:
+			in.log.Debug("bash runtime: idle child ended", "pid", n, "status", rc)
 		}
+	case f[0] == "sync":
+		in.syncedLocked(uint64(n))
 	default:
 		in.log.Warn("bash runtime: unexpected status line", "line", line)
 	}
-}
-
-// announceLocked returns the record of child pid, creating it when this is
-// the first word of it. The warm shell reports a child's end before it forks
-// the next one, so a new pid means the previous child is gone.
-func (in *instance) announceLocked(pid int) *child {
-	if c := in.cur; c != nil && c.pid == pid {
-		return c
-	}
-	c := &child{pid: pid, done: make(chan struct{})}
-	in.cur = c
-	close(in.announce)
-	in.announce = make(chan struct{})
-	return c
 }
 
 // pumpStderr logs stderr line by line, with the invocation in flight (if
@@ -271,7 +269,7 @@ func (in *instance) pumpStderr() {
 }
 
 // handleMarker acts on "done N PID STATUS" (the function of request N has
-// returned) and "sync K" (written by syncStderr).
+// returned) and "sync K" (written by sync).
 func (in *instance) handleMarker(m string) {
 	f := strings.Fields(m)
 	if len(f) < 2 {
@@ -282,23 +280,33 @@ func (in *instance) handleMarker(m string) {
 	defer in.mu.Unlock()
 	switch {
 	case f[0] == "done" && len(f) == 4:
-		in.markerPid, _ = strconv.Atoi(f[2])
+		pid, _ := strconv.Atoi(f[2])
 		rc, _ := strconv.Atoi(f[3])
 		if a := in.active; a != nil && a.seq == n {
+			// The child exits once released, after this: its exit line
+			// takes the entry out again.
+			in.markerPids[pid] = true
 			a.finishLocked(rc, true)
+			// Start the reader's last read now, not once Invoke runs.
+			a.rd.finish()
 		}
 	case f[0] == "sync":
-		if ch := in.syncs[n]; ch != nil {
-			close(ch)
-			delete(in.syncs, n)
-		}
+		in.syncedLocked(n)
 	}
 }
 
-// syncStderr returns once the pump has read everything written to stderr
-// before the call (or after the grace period): a sync marker of Go's own
-// queues behind it.
-func (in *instance) syncStderr() {
+// syncedLocked wakes the waiter of sync line k; instance.mu is held.
+func (in *instance) syncedLocked(k uint64) {
+	if ch := in.syncs[k]; ch != nil {
+		close(ch)
+		delete(in.syncs, k)
+	}
+}
+
+// sync returns once the reader of w's pipe has read everything written to
+// it before the call (or after the grace period): a sync line of Go's own
+// queues behind it. On stderr the line is a marker.
+func (in *instance) sync(w *os.File) {
 	in.mu.Lock()
 	in.syncSeq++
 	k := in.syncSeq
@@ -310,9 +318,13 @@ func (in *instance) syncStderr() {
 		delete(in.syncs, k)
 		in.mu.Unlock()
 	}()
+	line := fmt.Sprintf("sync %d\n", k)
+	if w == in.stderrW {
+		line = "\n" + string(in.marker) + line
+	}
 	deadline := time.Now().Add(in.grace)
-	_ = in.stderrW.SetWriteDeadline(deadline)
-	if _, err := fmt.Fprintf(in.stderrW, "\n%ssync %d\n", in.marker, k); err != nil {
+	_ = w.SetWriteDeadline(deadline)
+	if _, err := w.WriteString(line); err != nil {
 		return
 	}
 	t := time.NewTimer(time.Until(deadline))
@@ -321,6 +333,7 @@ func (in *instance) syncStderr() {
 	case <-ch:
 	case <-t.C:
 	case <-in.pumpDone:
+	case <-in.statusDone:
 	}
 }
 
@@ -338,6 +351,7 @@ func (in *instance) Close() error {
 		// A child forked but not yet announced (or announced after the
 		// kill) reads end-of-file here and exits.
 		_ = in.ctl.Close()
+		_ = in.statusW.Close()
 		_ = in.stderrW.Close()
 		// Both readers end at end-of-file; a process that left its process
 		// group may hold a pipe open, so after the grace period they are
@@ -369,6 +383,7 @@ func (in *instance) Close() error {
 			s.close()
 		default:
 		}
+		_ = in.root.Close()
 		if err := os.RemoveAll(in.scratch); err != nil {
 			in.log.Warn("bash runtime: removing scratch directory", "error", err)
 		}
@@ -385,8 +400,11 @@ func (in *instance) killChild() {
 	}
 }
 
-// errRuntimeExited is returned when the warm shell dies mid-invocation.
-var errRuntimeExited = &errdefs.FunctionError{Type: "Runtime.ExitError", Message: "the bash runtime exited during the invocation"}
+// runtimeExited is the error of an invocation whose warm shell died. It is
+// new every time: the core sets the invocation ID in it.
+func runtimeExited() error {
+	return &errdefs.FunctionError{Type: "Runtime.ExitError", Message: "the bash runtime exited during the invocation"}
+}
 
 // Invoke implements runtime.Instance.
 func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.Result, error) {
@@ -407,7 +425,7 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 		return runtime.Result{}, ctx.Err()
 	}
 	n := strconv.FormatUint(s.seq, 10)
-	c := &call{seq: s.seq, log: log, done: make(chan struct{})}
+	c := &call{seq: s.seq, log: log, rd: s.rd, done: make(chan struct{})}
 	// Whatever happens, the next request gets fresh files, prepared (and
 	// this one's removed) while nobody waits for it.
 	defer func() {
@@ -421,12 +439,13 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 	}
 
 	// The request file holds the ID and the payload, each ending in a NUL;
-	// a bash variable cannot hold NUL, so the ID loses any.
+	// a bash variable cannot hold NUL, so the ID loses any. It is written
+	// over the zeros prepare put there: see reqPrefill.
 	id := strings.ReplaceAll(inv.ID, "\x00", "")
 	req := make([]byte, 0, len(id)+len(inv.Input)+2)
 	req = append(append(req, id...), 0)
 	req = append(append(req, inv.Input...), 0)
-	if _, err := s.req.Write(req); err != nil {
+	if _, err := s.req.WriteAt(req, 0); err != nil {
 		return runtime.Result{}, fmt.Errorf("write request: %w", err)
 	}
 
@@ -459,20 +478,20 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 		dead = true
 		in.abort(c, s.reqPath())
 	}
-	// The function has returned and closed its stdout, or its child has
-	// ended (or is gone with the warm shell): once every writer of the FIFO
-	// is gone, the reader sees end-of-file.
+	// The function has returned, or its child has ended (or is gone with
+	// the warm shell). After the marker the reader takes what is in the
+	// FIFO; otherwise it reads until every writer is gone.
+	in.mu.Lock()
+	viaMarker := c.marker
+	in.mu.Unlock()
 	s.closeKeeper()
 	in.awaitReader(rd)
-	in.mu.Lock()
-	rc, viaMarker := c.rc, c.marker
-	in.mu.Unlock()
 	if !viaMarker {
 		// Neither the child's stderr nor its exit travel with the marker:
 		// wait until the pump has read what was written before the exit,
 		// so that this call's lines are logged as its own and its tail is
 		// complete.
-		in.syncStderr()
+		in.sync(in.stderrW)
 	}
 
 	switch {
@@ -482,21 +501,28 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.OutputTooLarge",
 			Message: fmt.Sprintf("handler output exceeds %d bytes", bounds.InvokeBody)}
 	case dead:
-		return runtime.Result{}, errRuntimeExited
+		return runtime.Result{}, runtimeExited()
 	}
 	select {
 	case <-c.done:
 	default:
-		return runtime.Result{}, errRuntimeExited
+		return runtime.Result{}, runtimeExited()
 	}
+	in.mu.Lock()
+	rc := c.rc
+	in.mu.Unlock()
 	if rc != 0 {
 		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.ExitError",
 			Message:    fmt.Sprintf("handler exited with status %d", rc),
 			StackTrace: c.stderr.String()}
 	}
-	outs, err := outputs.ReadFile(filepath.Join(in.scratch, "outputs."+n))
-	if err != nil {
-		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.InvalidOutputs", Message: err.Error()}
+	// Most handlers write no outputs; looking the file up in the open
+	// directory is much cheaper than failing to open it by its path.
+	var outs map[string]string
+	if _, err := in.root.Lstat("outputs." + n); err == nil {
+		if outs, err = outputs.ReadFile(filepath.Join(in.scratch, "outputs."+n)); err != nil {
+			return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.InvalidOutputs", Message: err.Error()}
+		}
 	}
 	return runtime.Result{Output: rd.buf, Outputs: outs}, nil
 }
@@ -538,6 +564,12 @@ func (s *slot) close() {
 	}
 }
 
+// reqPrefill is written to every request file ahead of time: writing a
+// request over pages that exist costs a few microseconds, growing a new
+// file tens. The child reads two NUL-terminated fields and stops, so the
+// zeros after them are never seen.
+var reqPrefill [4 << 10]byte
+
 // prepare makes the slot of request seq in the background. Before that it
 // releases the child that answered the previous request through its marker
 // (it waits for this line before it exits; a stray one is skipped as a
@@ -568,65 +600,51 @@ func (in *instance) prepare(prev *slot, seq uint64, release bool) {
 		s := &slot{dir: in.scratch, seq: seq, keeper: -1}
 		s.req, s.err = os.OpenFile(s.reqPath(), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if s.err == nil {
+			_, s.err = s.req.Write(reqPrefill[:])
+		}
+		if s.err == nil {
 			var r *os.File
 			r, s.keeper, s.err = openFIFO(s.path("out"))
 			if s.err == nil {
-				s.rd = &outReader{f: r, tooLarge: make(chan struct{}), done: make(chan struct{})}
-				go s.rd.run(bounds.InvokeBody)
+				s.rd = newOutReader(r)
+				go s.rd.run()
 			}
 		}
 		in.slots <- s
 	}()
 }
 
-// abort stops invocation c early: it removes c's request file, so that no
-// child can take it any more, kills the process group of the one child
-// alive (which took c's request, or would have), and waits until the warm
-// shell has reported that child's end. A warm shell that does not report
-// it within the grace period (stopped, or wedged) is killed too: the
-// instance is then Done and the core replaces it.
+// abort stops invocation c early. It removes c's request file, so that no
+// child that reads c's control line from now on can take it; reads the
+// status pipe up to now, so that the child alive then is known (children
+// announce themselves before they read a request); kills that child's
+// process group; and waits until the warm shell has reported its end: the
+// next child is forked after that, too late to take c. A warm shell that
+// does not report it within the grace period (stopped, or wedged) is
+// killed: the instance is then Done and the core replaces it.
 func (in *instance) abort(c *call, reqPath string) {
 	_ = os.Remove(reqPath)
+	in.sync(in.statusW)
+	in.mu.Lock()
+	ch := in.cur
+	in.mu.Unlock()
+	if ch == nil {
+		return // between a child's end and the next fork
+	}
+	proc.KillGroup(ch.pid, 0, nil)
 	t := time.NewTimer(in.grace)
 	defer t.Stop()
-	for {
-		in.mu.Lock()
-		ch, announce := in.cur, in.announce
-		in.mu.Unlock()
-		if ch == nil {
-			// Between one child's end and the next one's announcement.
-			select {
-			case <-announce:
-				continue
-			case <-c.done:
-			case <-in.statusDone: // the warm shell is gone, and no child is left
-			case <-t.C:
-				in.proc.Kill(0)
-			}
-			return
-		}
-		proc.KillGroup(ch.pid, 0, nil)
-		select {
-		case <-ch.done:
-			return
-		case <-in.proc.Done():
-			// Nobody will report ch's end; a child forked just before the
-			// warm shell died is announced by the time the status pipe is
-			// drained (it dies of the kill or reads end-of-file at Close).
-			select {
-			case <-in.statusDone:
-			case <-t.C:
-			}
-		case <-t.C:
-			in.proc.Kill(0)
-		}
-		in.killChild()
-		return
+	select {
+	case <-ch.done:
+	case <-c.done:
+	case <-in.proc.Done(): // nobody will report it
+	case <-t.C:
+		in.proc.Kill(0)
 	}
 }
 
-// awaitReader waits for the stdout reader to reach end-of-file, which can
-// only be late if a process that left the child's group holds the FIFO.
+// awaitReader waits for the stdout reader to stop, which can only be late
+// if a process that left the child's group holds the FIFO.
 func (in *instance) awaitReader(rd *outReader) {
 	select {
 	case <-rd.done:
@@ -667,38 +685,90 @@ func openFIFO(path string) (r *os.File, keeper int, err error) {
 // limit+1 bytes and discarding the rest so that the writer never blocks.
 type outReader struct {
 	f        *os.File
+	limit    int
 	buf      []byte
+	discard  []byte
 	tooLarge chan struct{} // closed once more than limit bytes arrived
-	done     chan struct{} // closed at end-of-file; buf is then final
+	done     chan struct{} // closed when the reader stopped; buf is then final
+	// finishing makes the reader stop at the first empty read instead of at
+	// end-of-file: see finish.
+	finishing atomic.Bool
 }
 
-func (r *outReader) run(limit int) {
+func newOutReader(f *os.File) *outReader {
+	return &outReader{f: f, limit: bounds.InvokeBody, buf: make([]byte, 0, 512),
+		tooLarge: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (r *outReader) run() {
+	defer r.f.Close() // after done: nobody waits for it
 	defer close(r.done)
-	defer r.f.Close()
-	buf := make([]byte, 0, 512)
-	var discard []byte
 	for {
-		var err error
-		if len(buf) <= limit {
-			if len(buf) == cap(buf) {
-				buf = append(buf, 0)[:len(buf)]
-			}
-			var n int
-			n, err = r.f.Read(buf[len(buf):min(cap(buf), limit+1)])
-			buf = buf[:len(buf)+n]
-			if len(buf) > limit {
-				close(r.tooLarge)
-			}
-		} else {
-			if discard == nil {
-				discard = make([]byte, 64<<10)
-			}
-			_, err = r.f.Read(discard)
-		}
+		n, err := r.f.Read(r.space())
+		r.took(n)
 		if err != nil {
-			r.buf = buf
+			if errors.Is(err, os.ErrDeadlineExceeded) && r.finishing.Load() {
+				r.drain()
+			}
 			return
 		}
+	}
+}
+
+// finish stops the reader once the pipe is empty. The function has
+// returned by then, so all it wrote is in the pipe; a background job that
+// still holds its stdout must not hold up the answer.
+func (r *outReader) finish() {
+	r.finishing.Store(true)
+	_ = r.f.SetReadDeadline(time.Now())
+}
+
+// drain reads what is left in the pipe without waiting for more. A read
+// that hit the deadline may have raced with the last write, so this reads
+// once more, not trusting the poller.
+func (r *outReader) drain() {
+	_ = r.f.SetReadDeadline(time.Time{})
+	rc, err := r.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool {
+		for {
+			n, err := syscall.Read(int(fd), r.space())
+			if n > 0 {
+				r.took(n)
+				continue
+			}
+			if err == syscall.EINTR {
+				continue
+			}
+			return true // empty (EAGAIN), end-of-file or an error
+		}
+	})
+}
+
+// space is where the next read goes: buf while it is within the bound,
+// then a scratch buffer whose contents are dropped.
+func (r *outReader) space() []byte {
+	if len(r.buf) <= r.limit {
+		if len(r.buf) == cap(r.buf) {
+			r.buf = append(r.buf, 0)[:len(r.buf)]
+		}
+		return r.buf[len(r.buf):min(cap(r.buf), r.limit+1)]
+	}
+	if r.discard == nil {
+		r.discard = make([]byte, 64<<10)
+	}
+	return r.discard
+}
+
+func (r *outReader) took(n int) {
+	if n <= 0 || len(r.buf) > r.limit {
+		return
+	}
+	r.buf = r.buf[:len(r.buf)+n]
+	if len(r.buf) > r.limit {
+		close(r.tooLarge)
 	}
 }
 
