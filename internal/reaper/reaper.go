@@ -1,0 +1,583 @@
+// Package reaper is the stale-run reaper: it makes sure no Run stays
+// non-terminal, or undeletable, because the pod it was assigned to is gone,
+// and it deletes finished Runs whose spec.ttlSecondsAfterFinished has
+// passed.
+//
+// Pods reach the reaper already fenced: the pool supervisor sends PodGone
+// only after the pod's processes are dead, so nothing the pod ran can
+// still write. On PodGone every non-terminal Run assigned to that pod UID
+// goes through the retry engine with reason PodGone — whatever phase it
+// was in (Scheduled, Running or Ready), because the cause is the pod;
+// ExecutionLost is runtimed's reason for a live Runtime Server that forgot
+// an execution. The engine retries it (Pending, attempt+1, assignment
+// cleared, not before the backoff) or ends it (Failed, or Cancelled when
+// cancel was requested). A write that conflicts is re-read from the store
+// and decided again, so a Run another component finished meanwhile keeps
+// its terminal status.
+//
+// A sweep at start (after the informer synced and the pod snapshot
+// arrived) and every SweepInterval looks for Runs assigned to a UID that
+// is not a live pod, e.g. after the whole process restarted and the pods
+// came back under new UIDs. A UID known to be gone is treated at once; an
+// unknown UID after OrphanGrace, which covers a pod whose PodReady has not
+// reached the reaper yet while the scheduler already assigned to it.
+//
+// A Run being deleted whose assigned pod is gone (or which has no pod)
+// still carries runtimed's finalizer, [RuntimedFinalizer], that no runtimed
+// will remove; the reaper removes it so the delete completes.
+//
+// TTL: a Run that is terminal with a completionTime and
+// spec.ttlSecondsAfterFinished is deleted that many seconds after
+// completionTime, by a timer heap fed from the informer (no polling).
+// Config.OnDeleted is called for every Run deletion the reaper observes,
+// its own or anybody's, so the wiring can remove the working directory
+// and logs.
+package reaper
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/retry"
+	"stoke.dev/stoke/internal/store"
+)
+
+// RuntimedFinalizer is the finalizer runtimed puts on the Runs it holds
+// (it must equal runtimed.Finalizer; the reaper cannot import runtimed).
+const RuntimedFinalizer = "stoke.dev/runtimed"
+
+// Defaults.
+const (
+	DefaultSweepInterval = 10 * time.Second
+	DefaultOrphanGrace   = 5 * time.Second
+	// goneMemory is how long a gone pod's UID is remembered as gone
+	// (rather than unknown).
+	goneMemory = 10 * time.Minute
+	// maxConflicts bounds the re-read-and-retry of one write.
+	maxConflicts = 8
+	// errorBackoff is the delay before a Run whose write failed is tried
+	// again.
+	errorBackoff = time.Second
+)
+
+// Pods is the pool supervisor as the reaper sees it: a subscription to pod
+// transitions. Subscribe returns the pods ready now and a channel of later
+// events; cancel ends the subscription.
+type Pods interface {
+	Subscribe() (events <-chan pool.Event, snapshot []pool.Pod, cancel func())
+}
+
+// Config configures a Reaper.
+type Config struct {
+	// Runs is read on conflicts and written (status, finalizers, delete).
+	Runs store.Resource[*v1alpha1.Run]
+	// RunInformer is the shared Runs informer; the caller runs it.
+	RunInformer *informer.Informer[*v1alpha1.Run]
+	Pods        Pods
+	// Clock defaults to the real clock.
+	Clock clock.Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// SweepInterval defaults to DefaultSweepInterval.
+	SweepInterval time.Duration
+	// OrphanGrace is how long a Run may stay assigned to a pod UID the
+	// reaper has never heard of before it is treated as lost; zero means
+	// DefaultOrphanGrace, negative means at once.
+	OrphanGrace time.Duration
+	// OnDeleted, when set, is called on the reaper's goroutine with the
+	// last state of every Run whose deletion the reaper observes (TTL or
+	// not). It may block briefly (it removes files).
+	OnDeleted func(run *v1alpha1.Run)
+}
+
+// Reaper retries or fails the Runs of gone pods and deletes expired Runs.
+type Reaper struct {
+	cfg Config
+	log *slog.Logger
+	clk clock.Clock
+
+	queue   *informer.Queue
+	started atomic.Bool
+	delMu   sync.Mutex
+	dels    []*v1alpha1.Run // deletions seen by the handler, for OnDeleted
+
+	// Owned by the Run goroutine.
+	live      map[string]pool.Pod
+	gone      map[string]goneInfo
+	orphans   map[types.UID]time.Time // Run UID → first found on an unknown pod
+	ttl       ttlHeap
+	ttlAt     map[types.UID]time.Time // Run UID → its entry in ttl
+	timers    timerHeap               // keys to look at again
+	nextSweep time.Time
+}
+
+type goneInfo struct {
+	pod    pool.Pod
+	reason string
+	at     time.Time
+}
+
+// New checks cfg and returns a Reaper.
+func New(cfg Config) (*Reaper, error) {
+	switch {
+	case cfg.Runs == nil:
+		return nil, errors.New("reaper: Config.Runs is required")
+	case cfg.RunInformer == nil:
+		return nil, errors.New("reaper: Config.RunInformer is required")
+	case cfg.Pods == nil:
+		return nil, errors.New("reaper: Config.Pods is required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.OrphanGrace == 0 {
+		cfg.OrphanGrace = DefaultOrphanGrace
+	}
+	return &Reaper{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, queue: informer.NewQueue()}, nil
+}
+
+// Run waits for the informer to sync, subscribes to pods, sweeps, and then
+// reacts to pods, Runs and timers until ctx ends; then it returns nil. It
+// returns an error when the pod subscription ends before ctx does. Run may
+// be called once.
+func (r *Reaper) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("reaper: Run called twice")
+	}
+	if err := r.cfg.RunInformer.WaitForSync(ctx); err != nil {
+		return nil
+	}
+	r.live = map[string]pool.Pod{}
+	r.gone = map[string]goneInfo{}
+	r.orphans = map[types.UID]time.Time{}
+	r.ttlAt = map[types.UID]time.Time{}
+
+	events, snapshot, cancel := r.cfg.Pods.Subscribe()
+	defer cancel()
+	for _, p := range snapshot {
+		r.live[p.UID] = p
+	}
+	remove := r.cfg.RunInformer.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{
+		AddFunc:    func(run *v1alpha1.Run) { r.queue.Add(informer.KeyOf(run)) },
+		UpdateFunc: func(_, run *v1alpha1.Run) { r.queue.Add(informer.KeyOf(run)) },
+		DeleteFunc: func(run *v1alpha1.Run) {
+			r.delMu.Lock()
+			r.dels = append(r.dels, run)
+			r.delMu.Unlock()
+			r.queue.Add(informer.KeyOf(run))
+		},
+	})
+	defer remove()
+	// Pod events that arrived while subscribing count before the sweep.
+	r.drainPods(ctx, events)
+	r.sweep(ctx)
+
+	var timer clock.Timer
+	var timerAt time.Time
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		next := r.nextSweep
+		if t, ok := r.timers.peek(); ok && t.Before(next) {
+			next = t
+		}
+		if len(r.ttl) > 0 && r.ttl[0].at.Before(next) {
+			next = r.ttl[0].at
+		}
+		if !next.After(r.clk.Now()) {
+			// Already due: no round trip through a timer (one armed for
+			// now might not fire on a fake clock).
+			r.fire(ctx)
+			continue
+		}
+		if timer == nil || !timerAt.Equal(next) {
+			if timer != nil {
+				timer.Stop()
+			}
+			timer, timerAt = r.clk.NewTimer(next.Sub(r.clk.Now())), next
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("reaper: the pod subscription ended")
+			}
+			r.podEvent(ctx, ev)
+		case <-r.queue.Ready():
+			r.delMu.Lock()
+			dels := r.dels
+			r.dels = nil
+			r.delMu.Unlock()
+			for _, run := range dels {
+				r.deleted(run)
+			}
+			for _, k := range r.queue.Take() {
+				r.sync(ctx, k)
+			}
+		case <-timer.C():
+			timer = nil
+			r.fire(ctx)
+		}
+	}
+}
+
+// drainPods applies the pod events already waiting.
+func (r *Reaper) drainPods(ctx context.Context, events <-chan pool.Event) {
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			r.podEvent(ctx, ev)
+		default:
+			return
+		}
+	}
+}
+
+func (r *Reaper) podEvent(ctx context.Context, ev pool.Event) {
+	switch ev.Type {
+	case pool.PodReady:
+		r.live[ev.Pod.UID] = ev.Pod
+	case pool.PodGone:
+		delete(r.live, ev.Pod.UID)
+		r.gone[ev.Pod.UID] = goneInfo{pod: ev.Pod, reason: ev.Reason, at: r.clk.Now()}
+		uid := ev.Pod.UID
+		runs := r.cfg.RunInformer.List(func(run *v1alpha1.Run) bool { return run.Status.AssignedPodUID == uid })
+		if len(runs) > 0 {
+			r.log.Info("reaper: pod gone, recovering its runs", "pod", ev.Pod.Name, "pod_uid", uid, "reason", ev.Reason, "runs", len(runs))
+		}
+		for _, run := range runs {
+			r.check(ctx, run)
+		}
+	}
+}
+
+// sync looks at the informer's current state of one Run.
+func (r *Reaper) sync(ctx context.Context, k informer.Key) {
+	run, ok := r.cfg.RunInformer.Get(k.Namespace, k.Name)
+	if !ok {
+		return
+	}
+	r.trackTTL(run)
+	r.check(ctx, run)
+}
+
+// deleted handles a Run deletion the informer saw.
+func (r *Reaper) deleted(run *v1alpha1.Run) {
+	delete(r.orphans, run.UID)
+	delete(r.ttlAt, run.UID) // its heap entry is dropped when it comes up
+	if r.cfg.OnDeleted != nil {
+		r.cfg.OnDeleted(run)
+	}
+}
+
+// podGone reports whether uid is not a live pod, and whether it is known
+// to be gone (rather than never heard of).
+func (r *Reaper) podGone(uid string) (notLive, knownGone bool) {
+	if _, ok := r.live[uid]; ok {
+		return false, false
+	}
+	_, known := r.gone[uid]
+	return true, known
+}
+
+// check treats run if its pod is gone: it needs recovery when it is not
+// terminal, or the removal of runtimed's finalizer when it is being
+// deleted.
+func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
+	deleting := run.DeletionTimestamp != nil && slices.Contains(run.Finalizers, RuntimedFinalizer)
+	assigned := run.Status.AssignedPodUID
+	if !deleting && (run.Status.Phase.Terminal() || assigned == "") {
+		delete(r.orphans, run.UID)
+		return
+	}
+	if assigned != "" {
+		notLive, known := r.podGone(assigned)
+		if !notLive {
+			delete(r.orphans, run.UID)
+			return
+		}
+		if !known && r.cfg.OrphanGrace > 0 {
+			now := r.clk.Now()
+			first, seen := r.orphans[run.UID]
+			if !seen {
+				first = now
+				r.orphans[run.UID] = now
+			}
+			if due := first.Add(r.cfg.OrphanGrace); now.Before(due) {
+				r.timers.push(due, informer.KeyOf(run))
+				return
+			}
+		}
+	}
+	delete(r.orphans, run.UID)
+	var err error
+	if deleting {
+		err = r.releaseFinalizer(ctx, run)
+	} else {
+		err = r.recover(ctx, run)
+	}
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("reaper: write failed, will try again", "run", informer.KeyOf(run).String(), "run_uid", run.UID, "error", err)
+		r.timers.push(r.clk.Now().Add(errorBackoff), informer.KeyOf(run))
+	}
+}
+
+// recover sends run, assigned to a pod that is gone, through the retry
+// engine. On a conflict it re-reads the Run and decides again; it writes
+// nothing once the Run is terminal or assigned elsewhere.
+func (r *Reaper) recover(ctx context.Context, run *v1alpha1.Run) error {
+	uid := run.Status.AssignedPodUID
+	for range maxConflicts {
+		if run.Status.Phase.Terminal() || run.Status.AssignedPodUID != uid || run.DeletionTimestamp != nil {
+			return nil
+		}
+		now := r.clk.Now()
+		d := retry.Decide(run, retry.PodGone, r.goneMessage(run), now)
+		next := run.DeepCopy()
+		retry.Apply(next, d)
+		stored, err := r.cfg.Runs.UpdateStatus(ctx, next)
+		if err == nil {
+			r.log.Info("reaper: recovered run of a gone pod", "run", informer.KeyOf(run).String(), "run_uid", run.UID,
+				"pod_uid", uid, "phase", stored.Status.Phase, "attempt", stored.Status.Attempt, "retry", d.Retry)
+			return nil
+		}
+		if run, err = r.reread(ctx, run, err); run == nil {
+			return err
+		}
+	}
+	return fmt.Errorf("recover run %s: too many conflicts", informer.KeyOf(run))
+}
+
+// releaseFinalizer removes runtimed's finalizer from a Run being deleted
+// whose pod is gone, so the deletion can complete.
+func (r *Reaper) releaseFinalizer(ctx context.Context, run *v1alpha1.Run) error {
+	uid := run.Status.AssignedPodUID
+	for range maxConflicts {
+		if !slices.Contains(run.Finalizers, RuntimedFinalizer) || run.Status.AssignedPodUID != uid {
+			return nil
+		}
+		next := run.DeepCopy()
+		next.Finalizers = slices.DeleteFunc(next.Finalizers, func(f string) bool { return f == RuntimedFinalizer })
+		_, err := r.cfg.Runs.Update(ctx, next)
+		if err == nil {
+			r.log.Info("reaper: released the finalizer of a deleted run whose pod is gone", "run", informer.KeyOf(run).String(), "run_uid", run.UID, "pod_uid", uid)
+			return nil
+		}
+		if run, err = r.reread(ctx, run, err); run == nil {
+			return err
+		}
+	}
+	return fmt.Errorf("release finalizer of run %s: too many conflicts", informer.KeyOf(run))
+}
+
+// reread handles a failed write of run: on a conflict it returns the
+// stored Run (same UID) to decide again; otherwise, or when the Run is
+// gone, nil with the error to report (nil when there is nothing left to
+// do).
+func (r *Reaper) reread(ctx context.Context, run *v1alpha1.Run, err error) (*v1alpha1.Run, error) {
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, nil
+	}
+	if !errors.Is(err, errdefs.ErrConflict) {
+		return nil, err
+	}
+	fresh, gerr := r.cfg.Runs.Get(ctx, run.Namespace, run.Name)
+	if errors.Is(gerr, errdefs.ErrNotFound) {
+		return nil, nil
+	}
+	if gerr != nil {
+		return nil, gerr
+	}
+	if fresh.UID != run.UID {
+		return nil, nil
+	}
+	return fresh, nil
+}
+
+func (r *Reaper) goneMessage(run *v1alpha1.Run) string {
+	uid := run.Status.AssignedPodUID
+	if g, ok := r.gone[uid]; ok {
+		reason := g.reason
+		if reason == "" {
+			reason = "gone"
+		}
+		return fmt.Sprintf("pod %s (uid %s) is gone (%s) while the run was %s", g.pod.Name, uid, reason, phaseName(run.Status.Phase))
+	}
+	return fmt.Sprintf("pod %s (uid %s) is not a live pod while the run was %s", run.Status.AssignedPod, uid, phaseName(run.Status.Phase))
+}
+
+func phaseName(p v1alpha1.Phase) string {
+	if p == "" {
+		return string(v1alpha1.PhasePending)
+	}
+	return string(p)
+}
+
+// sweep checks every Run against the live pods and forgets old gone UIDs.
+func (r *Reaper) sweep(ctx context.Context) {
+	now := r.clk.Now()
+	r.nextSweep = now.Add(r.cfg.SweepInterval)
+	for uid, g := range r.gone {
+		if now.Sub(g.at) > goneMemory {
+			delete(r.gone, uid)
+		}
+	}
+	runs := r.cfg.RunInformer.List(func(run *v1alpha1.Run) bool {
+		return run.Status.AssignedPodUID != "" || run.DeletionTimestamp != nil
+	})
+	for _, run := range runs {
+		r.check(ctx, run)
+	}
+}
+
+// fire handles whatever is due: the sweep, Runs to look at again, and
+// TTL deletions.
+func (r *Reaper) fire(ctx context.Context) {
+	now := r.clk.Now()
+	if !now.Before(r.nextSweep) {
+		r.sweep(ctx)
+	}
+	for _, k := range r.timers.popDue(now) {
+		r.sync(ctx, k)
+	}
+	for len(r.ttl) > 0 && !r.ttl[0].at.After(now) {
+		e := heap.Pop(&r.ttl).(ttlEntry)
+		if at, ok := r.ttlAt[e.uid]; !ok || !at.Equal(e.at) {
+			continue // superseded or dropped
+		}
+		delete(r.ttlAt, e.uid)
+		r.expire(ctx, e)
+	}
+}
+
+// ttlDeadline returns when run is to be deleted, if it is.
+func ttlDeadline(run *v1alpha1.Run) (time.Time, bool) {
+	st := run.Status
+	if !st.Phase.Terminal() || st.CompletionTime == nil || run.Spec.TTLSecondsAfterFinished == nil || run.DeletionTimestamp != nil {
+		return time.Time{}, false
+	}
+	return st.CompletionTime.Add(time.Duration(*run.Spec.TTLSecondsAfterFinished) * time.Second), true
+}
+
+// trackTTL keeps run's entry in the TTL heap current.
+func (r *Reaper) trackTTL(run *v1alpha1.Run) {
+	at, ok := ttlDeadline(run)
+	old, had := r.ttlAt[run.UID]
+	switch {
+	case !ok:
+		delete(r.ttlAt, run.UID)
+	case !had || !old.Equal(at):
+		r.ttlAt[run.UID] = at
+		heap.Push(&r.ttl, ttlEntry{at: at, uid: run.UID, key: informer.KeyOf(run)})
+	}
+}
+
+// expire deletes a Run whose TTL passed, if the informer agrees.
+func (r *Reaper) expire(ctx context.Context, e ttlEntry) {
+	run, ok := r.cfg.RunInformer.Get(e.key.Namespace, e.key.Name)
+	if !ok || run.UID != e.uid {
+		return
+	}
+	if at, ok := ttlDeadline(run); !ok || at.After(r.clk.Now()) {
+		r.trackTTL(run)
+		return
+	}
+	err := r.cfg.Runs.Delete(ctx, e.key.Namespace, e.key.Name, store.DeleteOptions{Preconditions: store.Preconditions{UID: string(e.uid)}})
+	switch {
+	case err == nil:
+		r.log.Info("reaper: deleted finished run after its TTL", "run", e.key.String(), "run_uid", e.uid)
+	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrConflict):
+	case ctx.Err() != nil:
+	default:
+		r.log.Warn("reaper: TTL delete failed, will try again", "run", e.key.String(), "run_uid", e.uid, "error", err)
+		at := r.clk.Now().Add(errorBackoff)
+		r.ttlAt[e.uid] = at
+		heap.Push(&r.ttl, ttlEntry{at: at, uid: e.uid, key: e.key})
+	}
+}
+
+// Heaps.
+
+type ttlEntry struct {
+	at  time.Time
+	uid types.UID
+	key informer.Key
+}
+
+type ttlHeap []ttlEntry
+
+func (h ttlHeap) Len() int           { return len(h) }
+func (h ttlHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h ttlHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *ttlHeap) Push(x any)        { *h = append(*h, x.(ttlEntry)) }
+func (h *ttlHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+type timerEntry struct {
+	at  time.Time
+	key informer.Key
+}
+
+type timerHeap []timerEntry
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+func (h *timerHeap) push(at time.Time, k informer.Key) { heap.Push(h, timerEntry{at: at, key: k}) }
+
+func (h timerHeap) peek() (time.Time, bool) {
+	if len(h) == 0 {
+		return time.Time{}, false
+	}
+	return h[0].at, true
+}
+
+func (h *timerHeap) popDue(now time.Time) []informer.Key {
+	var keys []informer.Key
+	for h.Len() > 0 && !(*h)[0].at.After(now) {
+		keys = append(keys, heap.Pop(h).(timerEntry).key)
+	}
+	return keys
+}

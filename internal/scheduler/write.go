@@ -1,0 +1,131 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/retry"
+)
+
+type jobKind int
+
+const (
+	// jobAssign writes the assignment to pod.
+	jobAssign jobKind = iota
+	// jobCancel ends a cancelled Pending Run.
+	jobCancel
+	// jobUnschedulable writes phase Pending and Scheduled=False.
+	jobUnschedulable
+	// jobRuntimeCheck reads the Runtime from the store and fails the Run
+	// when it is missing.
+	jobRuntimeCheck
+)
+
+// job is one status write for one Run. run is the informer's shared copy
+// the decision was made on; the worker writes a deep copy of it.
+type job struct {
+	kind    jobKind
+	rs      *runState
+	run     *v1alpha1.Run
+	pod     pool.Pod
+	message string
+	since   time.Time
+}
+
+// result is a finished job. stored is the Run as written (nil when the job
+// wrote nothing).
+type result struct {
+	job
+	stored *v1alpha1.Run
+	err    error
+}
+
+// do runs j on a worker goroutine. It touches no scheduler state.
+func (s *Scheduler) do(ctx context.Context, j job) result {
+	r := result{job: j}
+	run := j.run.DeepCopy()
+	now := s.clk.Now()
+	switch j.kind {
+	case jobAssign:
+		assign(run, j.pod, now)
+	case jobCancel:
+		retry.Apply(run, retry.Decide(run, retry.Cancelled, "cancelled before it was scheduled", now))
+	case jobUnschedulable:
+		run.Status.Phase = v1alpha1.PhasePending
+		meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
+			Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonUnschedulable,
+			Message: j.message, ObservedGeneration: run.Generation, LastTransitionTime: metav1.NewTime(now),
+		})
+	case jobRuntimeCheck:
+		_, err := s.cfg.Runtimes.Get(ctx, run.Namespace, run.Spec.Runtime)
+		if err == nil {
+			return r // it exists: nothing to write
+		}
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			r.err = fmt.Errorf("read runtime %s: %w", run.Spec.Runtime, err)
+			return r
+		}
+		msg := fmt.Sprintf("runtime %q does not exist in namespace %s", run.Spec.Runtime, run.Namespace)
+		retry.Apply(run, retry.Decide(run, RuntimeNotFound, msg, now))
+	}
+	r.stored, r.err = s.cfg.Runs.UpdateStatus(ctx, run)
+	if r.err == nil && j.kind == jobAssign && s.cfg.OnScheduled != nil {
+		s.cfg.OnScheduled(r.stored, s.clk.Since(j.since))
+	}
+	return r
+}
+
+// assign makes run Scheduled on pod.
+func assign(run *v1alpha1.Run, pod pool.Pod, now time.Time) {
+	st := &run.Status
+	st.Phase = v1alpha1.PhaseScheduled
+	st.AssignedPod, st.AssignedPodUID = pod.Name, pod.UID
+	st.Attempt = max(st.Attempt, 1)
+	// Reason and message described why the Run was waiting; the Retrying
+	// condition keeps the last failure.
+	st.Reason, st.Message = "", ""
+	at := metav1.NewTime(now)
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonScheduled,
+		Message:            fmt.Sprintf("attempt %d assigned to pod %s", st.Attempt, pod.Name),
+		ObservedGeneration: run.Generation, LastTransitionTime: at,
+	})
+	if c := meta.FindStatusCondition(st.Conditions, retry.ConditionRetrying); c != nil && c.Status != metav1.ConditionFalse {
+		c.Status, c.Reason, c.LastTransitionTime = metav1.ConditionFalse, ReasonScheduled, at
+	}
+}
+
+// resultQueue hands results from the workers to the Run goroutine without
+// ever blocking a worker.
+type resultQueue struct {
+	mu    sync.Mutex
+	items []result
+	ready chan struct{}
+}
+
+func (q *resultQueue) put(r result) {
+	q.mu.Lock()
+	q.items = append(q.items, r)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *resultQueue) take() []result {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.items
+	q.items = nil
+	return items
+}
