@@ -261,7 +261,8 @@ type PodStatus struct {
 	Ready bool `json:"ready,omitempty"`
 	// +optional
 	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
-	// Address is the pod's runtimed proxy hop (host:port).
+	// Address is the gRPC target of the pod's Runtime Server (standalone:
+	// "unix://…/rs.sock").
 	// +optional
 	Address string `json:"address,omitempty"`
 }

@@ -1,0 +1,255 @@
+package pool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	executorv1 "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/loglines"
+	"stoke.dev/stoke/internal/proc"
+)
+
+// healthService is the service a pod's health check asks about.
+var healthService = executorv1.Runtime_ServiceDesc.ServiceName
+
+// pumpGrace is how long the log pump may keep reading after the pod's
+// processes were killed: a process that escaped the kill must not hold the
+// pod's goroutine through the write end of its pipe.
+const pumpGrace = time.Second
+
+// runPod runs one pod from start to death: it starts the Runtime Server,
+// calls ready once it answers its health check, checks it every
+// HealthInterval, and returns why the pod ended, only after its processes
+// are dead. pr.stop asks it to stop the pod; pod is its own copy of the
+// pod's description and dir the pod's directory, removed at the end.
+func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) string {
+	log := s.log.With("runtime", pod.Namespace+"/"+pod.Runtime, "pod", pod.Name, "pod_uid", pod.UID)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("cannot remove pod directory", "dir", dir, "err", err)
+		}
+	}()
+	sock := filepath.Join(dir, socketName)
+	stateDir := filepath.Join(dir, "state")
+	if err := os.Mkdir(stateDir, 0o700); err != nil {
+		log.Error("cannot create pod state directory", "err", err)
+		return reasonStartFailed
+	}
+	args := []string{
+		"runtime-server",
+		"--runtime", pod.Server,
+		"--listen", "unix:" + sock,
+		"--workspace-root", s.runsDir,
+		"--state-dir", stateDir,
+		"--shutdown-grace", s.cfg.ShutdownGrace.String(),
+	}
+	cmd := s.cfg.Command(pod, args)
+	// Our own pipe rather than exec's copying goroutine, so that the exit
+	// is seen at once even if something still holds the write end.
+	r, w, err := os.Pipe()
+	if err != nil {
+		log.Error("cannot create pod log pipe", "err", err)
+		return reasonStartFailed
+	}
+	if cmd.Stdout == nil {
+		cmd.Stdout = w
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = w
+	}
+	p, err := proc.Start(cmd)
+	_ = w.Close() // the child has its copy; EOF needs ours closed
+	if err != nil {
+		_ = r.Close()
+		log.Error("cannot start runtime server", "err", err)
+		return reasonStartFailed
+	}
+	log = log.With("pid", p.Pid())
+	log.Info("pod starting", "server", pod.Server)
+	pumped := make(chan struct{})
+	go func() {
+		defer close(pumped)
+		forwardLogs(r, log)
+	}()
+	defer func() {
+		t := time.NewTimer(pumpGrace)
+		defer t.Stop()
+		select {
+		case <-pumped:
+		case <-t.C:
+			log.Warn("pod output still open after its processes were killed; closing it")
+		}
+		_ = r.Close()
+		<-pumped
+	}()
+	return s.supervise(pr, p, sock, log, ready)
+}
+
+// supervise waits for the started Runtime Server p to become ready, then
+// health-checks it until it exits, turns unhealthy or is asked to stop.
+func (s *Supervisor) supervise(pr *podRun, p *proc.Process, sock string, log *slog.Logger, ready func()) string {
+	// life ends when the process exits or a stop is asked for, so that no
+	// health check outlives its reason.
+	life, endLife := context.WithCancel(context.Background())
+	lifeDone := make(chan struct{})
+	go func() {
+		defer close(lifeDone)
+		select {
+		case <-p.Done():
+		case <-pr.stop:
+		case <-life.Done():
+		}
+		endLife()
+	}()
+	defer func() {
+		endLife()
+		<-lifeDone
+	}()
+
+	conn, err := grpc.NewClient("unix://"+sock,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Reconnect quickly: the socket appears moments after the start.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second,
+		}}),
+	)
+	if err != nil {
+		log.Error("cannot create health client", "err", err)
+		fence(p, log)
+		return reasonStartFailed
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	req := &healthpb.HealthCheckRequest{Service: healthService}
+
+	// Start-up: wait (bounded) until the server answers SERVING.
+	start, cancelStart := context.WithTimeout(life, s.cfg.StartTimeout)
+	for {
+		resp, err := health.Check(start, req, grpc.WaitForReady(true))
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		t := time.NewTimer(s.cfg.HealthInterval)
+		select {
+		case <-t.C:
+		case <-start.Done():
+		}
+		t.Stop()
+		if start.Err() != nil {
+			cancelStart()
+			select {
+			case <-pr.stop:
+				return s.terminate(pr, p, log)
+			case <-p.Done():
+				return exited(p, log)
+			default:
+			}
+			log.Error("runtime server did not become ready; killing it", "timeout", s.cfg.StartTimeout, "err", err)
+			fence(p, log)
+			return reasonStartFailed
+		}
+	}
+	cancelStart()
+	pr.heartbeat.Store(time.Now().UnixNano())
+	ready()
+
+	tick := time.NewTicker(s.cfg.HealthInterval)
+	defer tick.Stop()
+	failures := 0
+	for {
+		select {
+		case <-p.Done():
+			return exited(p, log)
+		case <-pr.stop:
+			return s.terminate(pr, p, log)
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(life, s.cfg.CheckTimeout)
+		resp, err := health.Check(ctx, req)
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			failures = 0
+			pr.heartbeat.Store(time.Now().UnixNano())
+			continue
+		}
+		if life.Err() != nil {
+			continue // exited or stopping: the select above says which
+		}
+		failures++
+		if err == nil {
+			log.Warn("health check failed", "status", resp.GetStatus().String(), "failures", failures)
+		} else {
+			log.Warn("health check failed", "err", err, "failures", failures)
+		}
+		if failures >= s.cfg.UnhealthyAfter {
+			log.Error("pod unhealthy; fencing it", "failures", failures)
+			fence(p, log)
+			return ReasonUnhealthy
+		}
+	}
+}
+
+// exited handles a Runtime Server that exited by itself: what is left of
+// its process group is killed.
+func exited(p *proc.Process, log *slog.Logger) string {
+	log.Warn("runtime server exited", "exit_code", p.ExitCode())
+	fence(p, log)
+	return ReasonExited
+}
+
+// terminate stops the pod for pr.stopReason: SIGTERM to its group, so the
+// Runtime Server drains for its --shutdown-grace, then the fence once it
+// has exited or after a bound.
+func (s *Supervisor) terminate(pr *podRun, p *proc.Process, log *slog.Logger) string {
+	select {
+	case <-p.Done():
+	default:
+		log.Info("stopping pod", "reason", pr.stopReason)
+		_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
+		t := time.NewTimer(s.cfg.ShutdownGrace + killSlack)
+		select {
+		case <-p.Done():
+		case <-t.C:
+			log.Warn("runtime server did not stop in time; killing it")
+		}
+		t.Stop()
+	}
+	fence(p, log)
+	return pr.stopReason
+}
+
+// forwardLogs logs each line of a pod's output. A line that is a JSON log
+// record (the Runtime Server logs with slog's JSON handler) is logged at
+// its level and with its message, the record itself as attribute "child".
+func forwardLogs(r io.Reader, log *slog.Logger) {
+	ctx := context.Background()
+	loglines.Pump(r, func(line []byte) {
+		var rec struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if bytes.HasPrefix(line, []byte("{")) && json.Unmarshal(line, &rec) == nil {
+			var level slog.Level
+			if level.UnmarshalText([]byte(rec.Level)) != nil {
+				level = slog.LevelInfo
+			}
+			if log.Enabled(ctx, level) {
+				log.Log(ctx, level, rec.Msg, "child", json.RawMessage(bytes.Clone(line)))
+			}
+			return
+		}
+		log.Info("runtime server output", "line", string(line))
+	})
+}
