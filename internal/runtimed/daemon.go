@@ -1,0 +1,305 @@
+// Package runtimed is the per-pod daemon: it claims the Runs the scheduler
+// assigned to its pod, materialises their source, drives the pod's Runtime
+// Server (task: Execute/Wait/Forget; function: Register/Status/Unregister),
+// writes bounded status, enforces function lifetime and idle timeouts, and
+// serves the FunctionRuntime proxy hop through which the gateway invokes
+// Ready functions. It never executes user code itself.
+package runtimed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/retry"
+	"stoke.dev/stoke/internal/store"
+)
+
+// Finalizer is set on function Runs while runtimed holds a registration for
+// them, so that a delete first drains and unregisters.
+const Finalizer = "stoke.dev/runtimed"
+
+// Config configures one runtimed.
+type Config struct {
+	Pod  pool.Pod
+	Runs store.Resource[*v1alpha1.Run]
+	// Conn is a client connection to the pod's Runtime Server.
+	Conn   grpc.ClientConnInterface
+	Logger *slog.Logger
+	Now    func() time.Time
+	// StatusPoll is how often a function's FunctionStatus is read for
+	// failures and idle time; at most one second.
+	StatusPoll time.Duration
+	// Endpoint returns a Ready function's invoke URL for status.endpoint.
+	Endpoint func(run *v1alpha1.Run) string
+	// Defaults from the Runtime: task and function timeouts when a Run has
+	// none (zero: the Runtime Server's maximum for tasks, no lifetime limit
+	// for functions).
+	DefaultTaskTimeout     time.Duration
+	DefaultFunctionTimeout time.Duration
+}
+
+// Daemon is one pod's runtimed.
+type Daemon struct {
+	cfg       Config
+	log       *slog.Logger
+	runtime   pb.RuntimeClient
+	functions pb.FunctionRuntimeClient
+
+	mu      sync.Mutex
+	workers map[string]*worker // by Run UID
+	active  map[string]*pb.FunctionRegistration
+	ctx     context.Context
+	wg      sync.WaitGroup
+}
+
+// New returns a Daemon; Run starts it.
+func New(cfg Config) *Daemon {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.StatusPoll <= 0 || cfg.StatusPoll > time.Second {
+		cfg.StatusPoll = time.Second
+	}
+	if cfg.Endpoint == nil {
+		cfg.Endpoint = func(run *v1alpha1.Run) string {
+			return fmt.Sprintf("/v1/namespaces/%s/runs/%s/%s/invoke", run.Namespace, run.Name, run.UID)
+		}
+	}
+	return &Daemon{
+		cfg:       cfg,
+		log:       cfg.Logger.With("pod", cfg.Pod.Name, "pod_uid", cfg.Pod.UID),
+		runtime:   pb.NewRuntimeClient(cfg.Conn),
+		functions: pb.NewFunctionRuntimeClient(cfg.Conn),
+		workers:   map[string]*worker{},
+		active:    map[string]*pb.FunctionRegistration{},
+	}
+}
+
+// Run serves until ctx ends, then stops every worker (their executions
+// and registrations are left to the pod's own shutdown) and returns.
+func (d *Daemon) Run(ctx context.Context) error {
+	d.mu.Lock()
+	d.ctx = ctx
+	d.mu.Unlock()
+	<-ctx.Done()
+	d.mu.Lock()
+	for _, w := range d.workers {
+		w.cancel()
+	}
+	d.mu.Unlock()
+	d.wg.Wait()
+	return nil
+}
+
+// OnRun tells the daemon about the current state of a Run (from the shared
+// informer). Runs assigned elsewhere are ignored; a new assignment starts a
+// worker; an update is handed to the running worker. A nil run with a UID
+// means it was deleted.
+func (d *Daemon) OnRun(run *v1alpha1.Run) {
+	if run == nil || run.Status.AssignedPodUID != d.cfg.Pod.UID {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx == nil || d.ctx.Err() != nil {
+		return
+	}
+	uid := string(run.UID)
+	if w := d.workers[uid]; w != nil {
+		w.update(run)
+		return
+	}
+	if run.Status.Phase != v1alpha1.PhaseScheduled || run.Status.Phase.Terminal() {
+		return
+	}
+	ctx, cancel := context.WithCancel(d.ctx)
+	w := &worker{d: d, uid: uid, cancel: cancel, updates: make(chan struct{}, 1), latest: run,
+		log: d.log.With("run_uid", uid, "run", run.Namespace+"/"+run.Name, "attempt", run.Status.Attempt)}
+	d.workers[uid] = w
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer cancel()
+		w.run(ctx)
+		d.mu.Lock()
+		if d.workers[uid] == w {
+			delete(d.workers, uid)
+		}
+		d.mu.Unlock()
+	}()
+}
+
+// OnDelete tells the daemon a Run object is gone.
+func (d *Daemon) OnDelete(run *v1alpha1.Run) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w := d.workers[string(run.UID)]; w != nil {
+		gone := run.DeepCopy()
+		gone.DeletionTimestamp = &metav1.Time{Time: d.cfg.Now()}
+		w.deleted = true
+		w.update(gone)
+	}
+}
+
+// workDir is the Run's working directory inside the pod's workspace.
+func (d *Daemon) workDir(uid string) string {
+	return filepath.Join(d.cfg.Pod.WorkspaceRoot, uid)
+}
+
+// worker drives one Run on this pod.
+type worker struct {
+	d      *Daemon
+	uid    string
+	log    *slog.Logger
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	latest  *v1alpha1.Run
+	deleted bool
+	updates chan struct{} // signalled when latest changes
+}
+
+func (w *worker) update(run *v1alpha1.Run) {
+	w.mu.Lock()
+	w.latest = run
+	w.mu.Unlock()
+	select {
+	case w.updates <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) current() (*v1alpha1.Run, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.latest, w.deleted
+}
+
+// stopRequested reports whether the Run is being cancelled or deleted.
+func (w *worker) stopRequested() (cancel, deleted bool) {
+	run, gone := w.current()
+	return run.Spec.CancelRequested, gone || run.DeletionTimestamp != nil
+}
+
+func (w *worker) run(ctx context.Context) {
+	// Claim: Scheduled → Running with startTime. A conflict means the Run
+	// moved on (cancelled, reassigned): re-read and decide again.
+	now := metav1.NewTime(w.d.cfg.Now())
+	claimed, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
+		if r.Status.Phase != v1alpha1.PhaseScheduled {
+			return false
+		}
+		r.Status.Phase = v1alpha1.PhaseRunning
+		r.Status.StartTime = &now
+		r.Status.Reason, r.Status.Message = "", ""
+		return true
+	})
+	if err != nil || claimed == nil {
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("claiming run", "error", err)
+		}
+		return
+	}
+	run := claimed
+	dir := w.d.workDir(w.uid)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			w.log.Warn("removing working directory", "error", err)
+		}
+	}()
+	if err := materialise(dir, run.Spec.Source); err != nil {
+		w.fail(ctx, retry.InvalidSpec, fmt.Sprintf("materialising source: %v", err))
+		return
+	}
+	if run.Spec.Mode.Function != nil {
+		w.runFunction(ctx, run, dir)
+		return
+	}
+	w.runTask(ctx, run, dir)
+}
+
+// setStatus applies mutate to the freshest copy of the Run and writes it
+// with optimistic concurrency, re-reading on conflict. mutate returns false
+// when the change no longer applies (the Run moved on); setStatus then
+// returns nil. A Run no longer assigned to this pod, or terminal, is never
+// changed.
+func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool) (*v1alpha1.Run, error) {
+	run, _ := w.current()
+	run = run.DeepCopy()
+	for attempt := 0; attempt < 16; attempt++ {
+		if run.Status.AssignedPodUID != w.d.cfg.Pod.UID || run.Status.Phase.Terminal() || !mutate(run) {
+			return nil, nil
+		}
+		updated, err := w.d.cfg.Runs.UpdateStatus(ctx, run)
+		if err == nil {
+			w.update(updated)
+			return updated, nil
+		}
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, nil
+		}
+		if !errors.Is(err, errdefs.ErrConflict) {
+			return nil, fmt.Errorf("run %s: update status: %w", w.uid, err)
+		}
+		fresh, gerr := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
+		if gerr != nil {
+			if errors.Is(gerr, errdefs.ErrNotFound) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("run %s: re-read after conflict: %w", w.uid, gerr)
+		}
+		if string(fresh.UID) != w.uid {
+			return nil, nil // a new Run of the same name
+		}
+		run = fresh
+	}
+	return nil, fmt.Errorf("run %s: update status: too many conflicts", w.uid)
+}
+
+// fail sends a failure through the retry engine and records its decision.
+func (w *worker) fail(ctx context.Context, reason retry.Reason, message string) {
+	_, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
+		d := retry.Decide(r, reason, bounds.Truncate(message, bounds.Message), w.d.cfg.Now())
+		retry.Apply(r, d)
+		return true
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("recording failure", "reason", reason, "error", err)
+	}
+	w.log.Info("run failed", "reason", reason, "message", bounds.Truncate(message, 512))
+}
+
+// finish records a terminal phase that is not a failure to retry.
+func (w *worker) finish(ctx context.Context, phase v1alpha1.Phase, reason, message string, edit func(*v1alpha1.Run)) {
+	now := metav1.NewTime(w.d.cfg.Now())
+	_, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
+		r.Status.Phase = phase
+		r.Status.Reason = reason
+		r.Status.Message = bounds.Truncate(message, bounds.Message)
+		r.Status.CompletionTime = &now
+		if edit != nil {
+			edit(r)
+		}
+		return true
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("recording completion", "phase", phase, "error", err)
+	}
+}

@@ -1,0 +1,212 @@
+package runtimed
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/retry"
+)
+
+// registerWait bounds one RegisterFunction call; past it the server answers
+// REGISTERING and runtimed polls FunctionStatus.
+const registerWait = 10 * time.Second
+
+// drainTimeout is how long an invocation in flight may finish when a
+// function Run is cancelled, deleted or times out.
+const drainTimeout = 10 * time.Second
+
+func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string) {
+	fn := run.Spec.Mode.Function
+	if !slices.Contains(run.Finalizers, Finalizer) {
+		run = w.addFinalizer(ctx, run)
+		if run == nil {
+			return
+		}
+	}
+	defer w.removeFinalizer(context.WithoutCancel(ctx))
+
+	rctx, cancel := context.WithTimeout(ctx, registerWait)
+	resp, err := w.d.functions.RegisterFunction(rctx, &pb.RegisterFunctionRequest{
+		RunUid: w.uid, RegistrationAttempt: max(run.Status.Attempt, 1), WorkingDir: dir,
+		Handler: fn.Handler, Env: envMap(run), IdleTimeoutSeconds: fn.IdleTimeoutSeconds,
+		RegistrationDigest: digest(run),
+	})
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		switch status.Code(err) {
+		case codes.Unimplemented:
+			w.fail(ctx, retry.IncompatibleRuntime, "the runtime server does not implement executor.v1.FunctionRuntime; function Runs cannot fall back to one-shot execution")
+		case codes.InvalidArgument:
+			w.fail(ctx, retry.InvalidSpec, status.Convert(err).Message())
+		default:
+			w.fail(ctx, retry.RegistrationFailed, "register: "+status.Convert(err).Message())
+		}
+		return
+	}
+	reg := resp.GetRegistration()
+	w.d.setActive(w.uid, reg)
+	defer w.d.setActive(w.uid, nil)
+	unregister := func(cancelInFlight bool) {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout+5*time.Second)
+		defer cancel()
+		w.d.setActive(w.uid, nil)
+		_, err := w.d.functions.UnregisterFunction(uctx, &pb.UnregisterFunctionRequest{
+			Registration: reg, CancelInFlight: cancelInFlight, DrainTimeoutMillis: drainTimeout.Milliseconds()})
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("unregister", "error", err)
+		}
+	}
+
+	lifetime := w.d.cfg.DefaultFunctionTimeout
+	if run.Spec.Timeout != nil && run.Spec.Timeout.Duration > 0 {
+		lifetime = run.Spec.Timeout.Duration
+	}
+	start := w.d.cfg.Now()
+	if run.Status.StartTime != nil {
+		start = run.Status.StartTime.Time
+	}
+	idle := time.Duration(fn.IdleTimeoutSeconds) * time.Second
+	ready := resp.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY
+	if ready {
+		if !w.markReady(ctx) {
+			unregister(true)
+			return
+		}
+	}
+	ticker := time.NewTicker(w.d.cfg.StatusPoll)
+	defer ticker.Stop()
+	for {
+		if cancelReq, deleted := w.stopRequested(); cancelReq || deleted {
+			unregister(false)
+			if !deleted {
+				w.finish(ctx, v1alpha1.PhaseCancelled, string(retry.Cancelled), "cancelled", nil)
+			}
+			return
+		}
+		now := w.d.cfg.Now()
+		if lifetime > 0 && now.Sub(start) >= lifetime {
+			unregister(false)
+			w.finish(ctx, v1alpha1.PhaseTimeout, string(retry.Timeout), fmt.Sprintf("function reservation ended after %s", lifetime), nil)
+			return
+		}
+		st, err := w.d.functions.FunctionStatus(ctx, &pb.FunctionStatusRequest{Registration: reg})
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil && (status.Code(err) == codes.NotFound || status.Code(err) == codes.FailedPrecondition):
+			w.fail(ctx, retry.ExecutionLost, "registration lost: "+status.Convert(err).Message())
+			return
+		case err != nil:
+			// The pod may be going away; the reaper acts on a pod that is
+			// gone. A transient error is retried on the next tick.
+			w.log.Debug("function status", "error", err)
+		case st.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_FAILED:
+			unregister(true)
+			w.fail(ctx, retry.RegistrationFailed, st.GetFatalError())
+			return
+		case st.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY:
+			if !ready {
+				ready = true
+				if !w.markReady(ctx) {
+					unregister(true)
+					return
+				}
+			}
+			if idle > 0 && st.GetInFlight() == 0 && now.Sub(time.Unix(0, st.GetLastActivityUnixNano())) >= idle {
+				unregister(false)
+				w.finish(ctx, v1alpha1.PhaseTimeout, string(retry.IdleTimeout), fmt.Sprintf("no invocation for %s", idle), nil)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-w.updates:
+		}
+	}
+}
+
+// markReady records phase Ready with the endpoint; false if the Run moved
+// on meanwhile.
+func (w *worker) markReady(ctx context.Context) bool {
+	now := metav1.NewTime(w.d.cfg.Now())
+	updated, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
+		if r.Status.Phase != v1alpha1.PhaseRunning {
+			return false
+		}
+		r.Status.Phase = v1alpha1.PhaseReady
+		r.Status.Endpoint = w.d.cfg.Endpoint(r)
+		setCondition(&r.Status, "Ready", metav1.ConditionTrue, "Registered", "", now)
+		return true
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("marking ready", "error", err)
+	}
+	if updated != nil {
+		w.log.Info("function ready", "endpoint", updated.Status.Endpoint)
+	}
+	return updated != nil
+}
+
+func setCondition(st *v1alpha1.RunStatus, typ string, s metav1.ConditionStatus, reason, msg string, at metav1.Time) {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == typ {
+			if st.Conditions[i].Status != s {
+				st.Conditions[i].LastTransitionTime = at
+			}
+			st.Conditions[i].Status, st.Conditions[i].Reason, st.Conditions[i].Message = s, reason, msg
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, LastTransitionTime: at})
+}
+
+// addFinalizer makes a delete wait for runtimed's clean-up; it returns the
+// updated Run, or nil when the Run is gone or being deleted.
+func (w *worker) addFinalizer(ctx context.Context, run *v1alpha1.Run) *v1alpha1.Run {
+	for i := 0; i < 16; i++ {
+		if run.DeletionTimestamp != nil {
+			return nil
+		}
+		r := run.DeepCopy()
+		r.Finalizers = append(r.Finalizers, Finalizer)
+		updated, err := w.d.cfg.Runs.Update(ctx, r)
+		if err == nil {
+			w.update(updated)
+			return updated
+		}
+		fresh, gerr := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
+		if gerr != nil || string(fresh.UID) != w.uid {
+			return nil
+		}
+		run = fresh
+	}
+	return nil
+}
+
+// removeFinalizer lets a deleted (or finished) function Run go.
+func (w *worker) removeFinalizer(ctx context.Context) {
+	run, _ := w.current()
+	for i := 0; i < 16; i++ {
+		fresh, err := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
+		if err != nil || string(fresh.UID) != w.uid || !slices.Contains(fresh.Finalizers, Finalizer) {
+			return
+		}
+		fresh.Finalizers = slices.DeleteFunc(fresh.Finalizers, func(f string) bool { return f == Finalizer })
+		if _, err := w.d.cfg.Runs.Update(ctx, fresh); err == nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package runtimed_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/runtime/server"
+	"stoke.dev/stoke/internal/runtimed"
+	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/store/sqlite"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is one pod: a real Runtime Server on a Unix socket, a real SQLite
+// store, and a runtimed fed by a watch on the store (the wiring's job).
+type env struct {
+	t    *testing.T
+	runs store.Resource[*v1alpha1.Run]
+	pod  pool.Pod
+	d    *runtimed.Daemon
+}
+
+func newEnv(t *testing.T, runtime string) *env {
+	t.Helper()
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "runs")
+	sock := filepath.Join(dir, "rs.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	listening := make(chan net.Addr, 1)
+	srvErr := make(chan error, 1)
+	go func() {
+		srvErr <- server.Run(ctx, server.Config{Runtime: runtime, Listen: "unix:" + sock, WorkspaceRoot: ws,
+			StateDir: filepath.Join(dir, "state"), Python: "python3", ShutdownGrace: time.Second, Logger: log,
+			OnListen: func(a net.Addr) { listening <- a }})
+	}()
+	select {
+	case <-listening:
+	case err := <-srvErr:
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := pool.Pod{Namespace: "default", Runtime: runtime, Name: runtime + "-abcde", UID: "pod-uid-1", Server: runtime, Slots: 8,
+		Addr: "unix://" + sock, WorkspaceRoot: ws}
+	d := runtimed.New(runtimed.Config{Pod: pod, Runs: st.Runs(), Conn: conn, Logger: log, StatusPoll: 50 * time.Millisecond})
+	w, err := st.Runs().Watch(ctx, store.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dDone := make(chan struct{})
+	go func() { defer close(dDone); _ = d.Run(ctx) }()
+	feedDone := make(chan struct{})
+	go func() {
+		defer close(feedDone)
+		for ev := range w.Events() {
+			switch ev.Type {
+			case store.Added, store.Modified:
+				d.OnRun(ev.Object)
+			case store.Deleted:
+				d.OnDelete(ev.Object)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		w.Stop()
+		<-feedDone
+		<-dDone
+		conn.Close()
+		st.Close()
+		if err := <-srvErr; err != nil {
+			t.Errorf("runtime server: %v", err)
+		}
+	})
+	return &env{t: t, runs: st.Runs(), pod: pod, d: d}
+}
+
+// submit creates the Run and assigns it to the pod, as the scheduler would.
+func (e *env) submit(run *v1alpha1.Run) *v1alpha1.Run {
+	e.t.Helper()
+	ctx := context.Background()
+	created, err := e.runs.Create(ctx, run)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	created.Status.Phase = v1alpha1.PhaseScheduled
+	created.Status.Attempt = 1
+	created.Status.AssignedPod, created.Status.AssignedPodUID = e.pod.Name, e.pod.UID
+	updated, err := e.runs.UpdateStatus(ctx, created)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return updated
+}
+
+// waitPhase polls the store until the Run reaches one of phases.
+func (e *env) waitPhase(name string, phases ...v1alpha1.Phase) *v1alpha1.Run {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		run, err := e.runs.Get(context.Background(), "default", name)
+		if err == nil {
+			for _, p := range phases {
+				if run.Status.Phase == p {
+					return run
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("run %s never reached %v: %+v %v", name, phases, run.Status, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling an observable state
+	}
+}
+
+func taskRun(name, script string) *v1alpha1.Run {
+	return &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: v1alpha1.RunSpec{Runtime: "bash",
+			Mode:   v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Entrypoint: "main.sh", Args: []string{"a b", "$(c)"}}},
+			Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "main.sh", Text: script}},
+			Env:    []v1alpha1.EnvVar{{Name: "GREETING", Value: "hi"}},
+		},
+	}
+}
+
+func TestTaskSucceeds(t *testing.T) {
+	e := newEnv(t, "bash")
+	e.submit(taskRun("ok", `echo "$GREETING $1 $2"; echo "ARGS=$#" >> "$STOKE_OUTPUTS"`))
+	run := e.waitPhase("ok", v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	if run.Status.Phase != v1alpha1.PhaseSucceeded || run.Status.ExitCode == nil || *run.Status.ExitCode != 0 ||
+		run.Status.Outputs["ARGS"] != "2" || run.Status.StartTime == nil || run.Status.CompletionTime == nil {
+		t.Fatalf("status %+v", run.Status)
+	}
+	if _, err := os.Stat(filepath.Join(e.pod.WorkspaceRoot, string(run.UID))); !os.IsNotExist(err) {
+		t.Fatalf("working directory left behind: %v", err)
+	}
+}
+
+func TestTaskFailsAndRetries(t *testing.T) {
+	e := newEnv(t, "bash")
+	run := taskRun("fails", "echo nope >&2; exit 3")
+	e.submit(run)
+	got := e.waitPhase("fails", v1alpha1.PhaseFailed)
+	if got.Status.ExitCode == nil || *got.Status.ExitCode != 3 || got.Status.Reason != "NonZeroExit" || got.Status.Message == "" {
+		t.Fatalf("status %+v", got.Status)
+	}
+	// With NonZeroExit retryable, the engine sends the Run back to Pending
+	// as attempt 2, unassigned.
+	retried := taskRun("retried", "exit 3")
+	retried.Spec.RetryPolicy = &v1alpha1.RetryPolicy{MaxAttempts: 2, RetryableReasons: []string{"NonZeroExit"}}
+	e.submit(retried)
+	got = e.waitPhase("retried", v1alpha1.PhasePending)
+	if got.Status.Attempt != 2 || got.Status.AssignedPodUID != "" {
+		t.Fatalf("status %+v", got.Status)
+	}
+}
+
+func TestTaskTimeoutAndCancel(t *testing.T) {
+	e := newEnv(t, "bash")
+	slow := taskRun("slow", "sleep 60")
+	slow.Spec.Timeout = &metav1.Duration{Duration: time.Second}
+	e.submit(slow)
+	if got := e.waitPhase("slow", v1alpha1.PhaseTimeout, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed); got.Status.Phase != v1alpha1.PhaseTimeout {
+		t.Fatalf("status %+v", got.Status)
+	}
+	e.submit(taskRun("cancel-me", "sleep 60"))
+	running := e.waitPhase("cancel-me", v1alpha1.PhaseRunning)
+	running.Spec.CancelRequested = true
+	if _, err := e.runs.Update(context.Background(), running); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.waitPhase("cancel-me", v1alpha1.PhaseCancelled, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed); got.Status.Phase != v1alpha1.PhaseCancelled {
+		t.Fatalf("status %+v", got.Status)
+	}
+}
+
+func functionRun(name, text string, idle int64) *v1alpha1.Run {
+	return &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: v1alpha1.RunSpec{Runtime: "bash",
+			Mode:   v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "fn.handle", IdleTimeoutSeconds: idle}},
+			Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "fn.sh", Text: text}},
+		},
+	}
+}
+
+func TestFunctionLifecycle(t *testing.T) {
+	e := newEnv(t, "bash")
+	created := e.submit(functionRun("fn", `handle() { printf '{"got":%s}' "$1"; }`, 0))
+	ready := e.waitPhase("fn", v1alpha1.PhaseReady, v1alpha1.PhaseFailed)
+	if ready.Status.Phase != v1alpha1.PhaseReady || ready.Status.Endpoint == "" {
+		t.Fatalf("status %+v", ready.Status)
+	}
+	proxy := e.d.Proxy()
+	ctx := context.Background()
+	resp, err := proxy.InvokeFunction(ctx, &pb.InvokeFunctionRequest{
+		Registration: &pb.FunctionRegistration{RunUid: string(created.UID)}, Input: []byte(`[1]`)})
+	if err != nil || string(resp.GetOutput()) != `{"got":[1]}` || resp.GetRegistration().GetRegistrationId() != "" {
+		t.Fatalf("invoke through the proxy hop: %v %v", resp, err)
+	}
+	_, err = proxy.InvokeFunction(ctx, &pb.InvokeFunctionRequest{Registration: &pb.FunctionRegistration{RunUid: "nobody"}, Input: []byte(`1`)})
+	if errdefs.Code(err) != codes.NotFound {
+		t.Fatalf("unknown run: %v", err)
+	}
+	_, err = proxy.InvokeFunction(ctx, &pb.InvokeFunctionRequest{Registration: &pb.FunctionRegistration{RunUid: string(created.UID), RegistrationId: "reg_x"}, Input: []byte(`1`)})
+	if errdefs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("registration id at the proxy: %v", err)
+	}
+	// Cancel drains and unregisters; the finalizer goes.
+	ready.Spec.CancelRequested = true
+	if _, err := e.runs.Update(ctx, ready); err != nil {
+		t.Fatal(err)
+	}
+	done := e.waitPhase("fn", v1alpha1.PhaseCancelled)
+	for deadline := time.Now().Add(10 * time.Second); len(done.Finalizers) > 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		done, _ = e.runs.Get(ctx, "default", "fn")
+	}
+	if len(done.Finalizers) != 0 {
+		t.Fatalf("finalizers left: %v", done.Finalizers)
+	}
+	_, err = proxy.InvokeFunction(ctx, &pb.InvokeFunctionRequest{Registration: &pb.FunctionRegistration{RunUid: string(created.UID)}, Input: []byte(`1`)})
+	if errdefs.Code(err) != codes.NotFound {
+		t.Fatalf("invoke after cancel: %v", err)
+	}
+}
+
+func TestFunctionIdleTimeoutAndRegistrationFailure(t *testing.T) {
+	e := newEnv(t, "bash")
+	e.submit(functionRun("idle", `handle() { :; }`, 1))
+	got := e.waitPhase("idle", v1alpha1.PhaseTimeout)
+	if got.Status.Reason != "IdleTimeout" {
+		t.Fatalf("status %+v", got.Status)
+	}
+	bad := functionRun("bad", `other() { :; }`, 0)
+	bad.Spec.RetryPolicy = &v1alpha1.RetryPolicy{MaxAttempts: 2}
+	e.submit(bad)
+	got = e.waitPhase("bad", v1alpha1.PhasePending, v1alpha1.PhaseFailed)
+	if got.Status.Phase != v1alpha1.PhasePending || got.Status.Attempt != 2 || got.Status.Reason != "RegistrationFailed" {
+		t.Fatalf("status %+v", got.Status)
+	}
+}
+
+func TestFunctionDelete(t *testing.T) {
+	e := newEnv(t, "bash")
+	e.submit(functionRun("del", `handle() { :; }`, 0))
+	e.waitPhase("del", v1alpha1.PhaseReady)
+	ctx := context.Background()
+	if err := e.runs.Delete(ctx, "default", "del", store.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := e.runs.Get(ctx, "default", "del")
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("deleted function Run never went away")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

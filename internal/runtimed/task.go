@@ -1,0 +1,174 @@
+package runtimed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/retry"
+)
+
+// waitSlice bounds one Wait call so that cancellation is noticed promptly
+// even on a server without Wait (which then falls back to polling).
+const waitSlice = 30 * time.Second
+
+func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
+	task := run.Spec.Mode.Task
+	// One execution ID per attempt: a retried attempt never finds the
+	// previous attempt's execution.
+	execID := fmt.Sprintf("%s.%d", w.uid, run.Status.Attempt)
+	timeout := w.d.cfg.DefaultTaskTimeout
+	if run.Spec.Timeout != nil && run.Spec.Timeout.Duration > 0 {
+		timeout = run.Spec.Timeout.Duration
+	}
+	secs := int64(0)
+	if timeout > 0 {
+		secs = max(1, int64((timeout+time.Second-1)/time.Second))
+	}
+	_, err := w.d.runtime.Execute(ctx, &pb.ExecuteRequest{
+		Id: execID, Args: task.Args, Env: envMap(run), TimeoutSeconds: secs,
+		WorkingDir: dir, Entrypoint: task.Entrypoint,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.InvalidArgument {
+			w.fail(ctx, retry.InvalidSpec, status.Convert(err).Message())
+		} else {
+			w.fail(ctx, retry.RuntimeExecute, "execute: "+status.Convert(err).Message())
+		}
+		return
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := w.d.runtime.Forget(fctx, &pb.ForgetRequest{Id: execID}); err != nil && ctx.Err() == nil {
+			w.log.Debug("forget", "error", err)
+		}
+	}()
+
+	st, err := w.waitExecution(ctx, execID)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.fail(ctx, retry.ExecutionLost, "waiting for the execution: "+status.Convert(err).Message())
+		}
+		return
+	}
+	exit := st.GetExitCode()
+	outputs := st.GetOutputs()
+	setResult := func(r *v1alpha1.Run) {
+		r.Status.ExitCode = &exit
+		if len(outputs) > 0 {
+			r.Status.Outputs = outputs
+		}
+	}
+	switch st.GetState() {
+	case pb.ExecutionState_EXECUTION_STATE_SUCCEEDED:
+		w.finish(ctx, v1alpha1.PhaseSucceeded, "Succeeded", "", setResult)
+	case pb.ExecutionState_EXECUTION_STATE_CANCELLED:
+		w.finish(ctx, v1alpha1.PhaseCancelled, string(retry.Cancelled), "cancelled", setResult)
+	case pb.ExecutionState_EXECUTION_STATE_TIMED_OUT:
+		w.finish(ctx, v1alpha1.PhaseTimeout, string(retry.Timeout), fmt.Sprintf("exceeded its timeout of %s", time.Duration(secs)*time.Second), setResult)
+	default:
+		reason := retry.NonZeroExit
+		if exit < 0 {
+			reason = retry.RuntimeExecute // the program never ran
+		}
+		_, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
+			setResult(r)
+			retry.Apply(r, retry.Decide(r, reason, st.GetErrorMessage(), w.d.cfg.Now()))
+			return true
+		})
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("recording failure", "error", err)
+		}
+	}
+}
+
+// waitExecution waits for a terminal state, cancelling the execution when
+// the Run is cancelled or deleted. It uses Wait, and polls Status on a
+// server that answers Unimplemented.
+func (w *worker) waitExecution(ctx context.Context, id string) (*pb.StatusResponse, error) {
+	poll := false
+	cancelSent := false
+	for {
+		if cancel, deleted := w.stopRequested(); (cancel || deleted) && !cancelSent {
+			cancelSent = true
+			if _, err := w.d.runtime.Cancel(ctx, &pb.CancelRequest{Id: id}); err != nil && status.Code(err) != codes.NotFound {
+				return nil, err
+			}
+		}
+		var st *pb.StatusResponse
+		var err error
+		if poll {
+			st, err = w.d.runtime.Status(ctx, &pb.StatusRequest{Id: id})
+		} else {
+			wctx, cancel := context.WithTimeout(ctx, waitSlice)
+			st, err = w.waitOrUpdate(wctx, id)
+			cancel()
+			if status.Code(err) == codes.Unimplemented {
+				poll = true
+				continue
+			}
+		}
+		if err != nil {
+			if errors.Is(err, errUpdated) {
+				continue
+			}
+			return nil, err
+		}
+		if terminal(st.GetState()) {
+			return st, nil
+		}
+		if poll {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-w.updates:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+var errUpdated = errors.New("run updated")
+
+// waitOrUpdate is one Wait call that also returns early (errUpdated) when
+// the Run changes, so that a cancel request is acted on at once.
+func (w *worker) waitOrUpdate(ctx context.Context, id string) (*pb.StatusResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		st  *pb.StatusResponse
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := w.d.runtime.Wait(ctx, &pb.StatusRequest{Id: id})
+		done <- result{st, err}
+	}()
+	select {
+	case r := <-done:
+		return r.st, r.err
+	case <-w.updates:
+		cancel()
+		<-done
+		return nil, errUpdated
+	}
+}
+
+func terminal(s pb.ExecutionState) bool {
+	switch s {
+	case pb.ExecutionState_EXECUTION_STATE_SUCCEEDED, pb.ExecutionState_EXECUTION_STATE_FAILED,
+		pb.ExecutionState_EXECUTION_STATE_TIMED_OUT, pb.ExecutionState_EXECUTION_STATE_CANCELLED:
+		return true
+	}
+	return false
+}

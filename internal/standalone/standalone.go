@@ -1,0 +1,438 @@
+// Package standalone wires Stoke's one-machine mode: the SQLite Run store,
+// the shared informers, the pool supervisor with its runtime pods, the
+// scheduler, the reaper, and one runtimed per ready pod, all in one value
+// with Run(ctx) and a small Go API (Runs, Runtimes, and each function's
+// proxy hop). The gateway and CLI only add a front door to it; only cmd/ and
+// end-to-end tests import this package.
+package standalone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/reaper"
+	"stoke.dev/stoke/internal/runtime/server"
+	"stoke.dev/stoke/internal/runtimed"
+	"stoke.dev/stoke/internal/scheduler"
+	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/store/sqlite"
+	"stoke.dev/stoke/internal/validation"
+)
+
+// Config configures a standalone control plane.
+type Config struct {
+	// DataDir holds the store (db/), the pods (pods/) and the Runs'
+	// working directories (runs/).
+	DataDir string
+	Logger  *slog.Logger
+	// DefaultRuntimes are created on first start, when the store holds no
+	// Runtime; nil means DefaultRuntimes().
+	DefaultRuntimes []*v1alpha1.Runtime
+	// PodCommand overrides how a pod's Runtime Server is started (tests
+	// pass a built stoke binary); nil runs this executable.
+	PodCommand func(pod pool.Pod, args []string) *exec.Cmd
+	// HealthInterval is the pods' health-check period (default 1 s).
+	HealthInterval time.Duration
+	// StatusPoll is runtimed's FunctionStatus cadence (default 1 s).
+	StatusPoll time.Duration
+}
+
+// DefaultRuntimes are the pools `stoke up` starts with: bash and python,
+// two pods of eight Run slots each.
+func DefaultRuntimes() []*v1alpha1.Runtime {
+	mk := func(name string) *v1alpha1.Runtime {
+		return &v1alpha1.Runtime{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindRuntime},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: store.DefaultNamespace},
+			Spec:       v1alpha1.RuntimeSpec{Server: name, Replicas: 2, Runs: 8},
+		}
+	}
+	return []*v1alpha1.Runtime{mk("bash"), mk("python")}
+}
+
+// Standalone is the whole one-machine control plane.
+type Standalone struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *sqlite.Store
+	runInf   *informer.Informer[*v1alpha1.Run]
+	rtInf    *informer.Informer[*v1alpha1.Runtime]
+	pods     *pool.Supervisor
+	sched    *scheduler.Scheduler
+	reaper   *reaper.Reaper
+	runsRoot string
+
+	mu      sync.Mutex
+	daemons map[string]*podDaemon // by pod UID
+	ctx     context.Context
+	wg      sync.WaitGroup
+}
+
+// podDaemon is one pod's runtimed and its proxy-hop listener.
+type podDaemon struct {
+	pod    pool.Pod
+	d      *runtimed.Daemon
+	conn   *grpc.ClientConn
+	addr   string // the proxy hop's gRPC address
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New opens the store in cfg.DataDir (one process at a time) and builds
+// every component; Run starts them.
+func New(ctx context.Context, cfg Config) (*Standalone, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("standalone: a data directory is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DefaultRuntimes == nil {
+		cfg.DefaultRuntimes = DefaultRuntimes()
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, "db"))
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s := &Standalone{cfg: cfg, log: cfg.Logger, store: st, daemons: map[string]*podDaemon{},
+		runsRoot: filepath.Join(cfg.DataDir, "runs")}
+	s.runInf = informer.New(st.Runs(), informer.Options{Logger: cfg.Logger})
+	s.rtInf = informer.New(st.Runtimes(), informer.Options{Logger: cfg.Logger})
+	s.pods, err = pool.NewSupervisor(pool.Config{Store: st, DataDir: cfg.DataDir, Command: cfg.PodCommand,
+		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.sched, err = scheduler.New(scheduler.Config{Runs: st.Runs(), RunInformer: s.runInf, Runtimes: st.Runtimes(),
+		RuntimeInformer: s.rtInf, Pods: s.pods, Logger: cfg.Logger})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.reaper, err = reaper.New(reaper.Config{Runs: st.Runs(), RunInformer: s.runInf, Pods: s.pods, Logger: cfg.Logger,
+		OnDeleted: func(run *v1alpha1.Run) { _ = os.RemoveAll(filepath.Join(s.runsRoot, string(run.UID))) }})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	// Route every Run event to the runtimed of the pod it is assigned to.
+	s.runInf.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{
+		AddFunc:    s.routeRun,
+		UpdateFunc: func(_, run *v1alpha1.Run) { s.routeRun(run) },
+		DeleteFunc: func(run *v1alpha1.Run) {
+			if pd := s.daemon(run.Status.AssignedPodUID); pd != nil {
+				pd.d.OnDelete(run)
+			}
+		},
+	})
+	return s, nil
+}
+
+func (s *Standalone) daemon(podUID string) *podDaemon {
+	if podUID == "" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.daemons[podUID]
+}
+
+func (s *Standalone) routeRun(run *v1alpha1.Run) {
+	if pd := s.daemon(run.Status.AssignedPodUID); pd != nil {
+		pd.d.OnRun(run)
+	}
+}
+
+// Run runs the control plane until ctx ends, then stops every pod and
+// closes the store.
+func (s *Standalone) Run(ctx context.Context) error {
+	defer s.store.Close()
+	if err := s.ensureRuntimes(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	s.ctx = ctx
+	s.mu.Unlock()
+
+	errc := make(chan error, 6)
+	run := func(name string, f func(context.Context) error) {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	run("run informer", s.runInf.Run)
+	run("runtime informer", s.rtInf.Run)
+	run("pool", s.pods.Run)
+	run("scheduler", s.sched.Run)
+	run("reaper", s.reaper.Run)
+	run("pod events", s.followPods)
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		s.log.Error("standalone component failed", "error", err)
+	}
+	cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	daemons := s.daemons
+	s.daemons = map[string]*podDaemon{}
+	s.mu.Unlock()
+	for _, pd := range daemons {
+		pd.stop()
+	}
+	return err
+}
+
+// ensureRuntimes creates the default Runtimes on first start.
+func (s *Standalone) ensureRuntimes(ctx context.Context) error {
+	existing, _, err := s.store.Runtimes().List(ctx, store.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list runtimes: %w", err)
+	}
+	if len(existing) > 0 {
+		return nil
+	}
+	for _, rt := range s.cfg.DefaultRuntimes {
+		if _, err := s.ApplyRuntime(ctx, rt.DeepCopy()); err != nil {
+			return fmt.Errorf("default runtime %s: %w", rt.Name, err)
+		}
+	}
+	return nil
+}
+
+// followPods starts a runtimed for each ready pod and stops it when the
+// pod is gone (the pod is fenced first; the reaper handles its Runs).
+func (s *Standalone) followPods(ctx context.Context) error {
+	events, snapshot, cancel := s.pods.Subscribe()
+	defer cancel()
+	for _, p := range snapshot {
+		s.podReady(ctx, p)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			switch ev.Type {
+			case pool.PodReady:
+				s.podReady(ctx, ev.Pod)
+			case pool.PodGone:
+				s.mu.Lock()
+				pd := s.daemons[ev.Pod.UID]
+				delete(s.daemons, ev.Pod.UID)
+				s.mu.Unlock()
+				if pd != nil {
+					pd.stop()
+				}
+			}
+		}
+	}
+}
+
+func (s *Standalone) podReady(ctx context.Context, p pool.Pod) {
+	s.mu.Lock()
+	if _, ok := s.daemons[p.UID]; ok {
+		s.mu.Unlock()
+		return // a repeated PodReady (e.g. new slot count)
+	}
+	s.mu.Unlock()
+	pd, err := s.startDaemon(ctx, p)
+	if err != nil {
+		s.log.Error("starting runtimed", "pod", p.Name, "error", err)
+		return
+	}
+	s.mu.Lock()
+	s.daemons[p.UID] = pd
+	s.mu.Unlock()
+	// Runs assigned before this daemon was registered were not routed.
+	for _, run := range s.runInf.List(func(r *v1alpha1.Run) bool { return r.Status.AssignedPodUID == p.UID }) {
+		pd.d.OnRun(run)
+	}
+}
+
+func (s *Standalone) startDaemon(parent context.Context, p pool.Pod) (*podDaemon, error) {
+	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: dial: %w", p.Name, err)
+	}
+	log := s.log.With("pod", p.Name)
+	var defaultTask, defaultFn time.Duration
+	if rt, ok := s.rtInf.Get(p.Namespace, p.Runtime); ok {
+		if d := rt.Spec.DefaultTaskTimeout; d != nil {
+			defaultTask = d.Duration
+		}
+		if d := rt.Spec.DefaultFunctionTimeout; d != nil {
+			defaultFn = d.Duration
+		}
+	}
+	d := runtimed.New(runtimed.Config{Pod: p, Runs: s.store.Runs(), Conn: conn, Logger: log,
+		StatusPoll: s.cfg.StatusPoll, DefaultTaskTimeout: defaultTask, DefaultFunctionTimeout: defaultFn})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("pod %s: proxy hop: %w", p.Name, err)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	pd := &podDaemon{pod: p, d: d, conn: conn, addr: lis.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	g := server.NewGRPC(log, server.Services{Functions: d.Proxy()})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = d.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		_ = g.Serve(ctx, lis, time.Second, nil)
+	}()
+	go func() {
+		wg.Wait()
+		conn.Close()
+		close(pd.done)
+	}()
+	return pd, nil
+}
+
+func (pd *podDaemon) stop() {
+	pd.cancel()
+	<-pd.done
+}
+
+// Store exposes the Run store (read-mostly users: the gateway's informer).
+func (s *Standalone) Store() store.Store { return s.store }
+
+// CreateRun defaults and validates a Run and stores it. A Run naming a
+// Runtime that does not exist is refused: nothing is stored.
+func (s *Standalone) CreateRun(ctx context.Context, run *v1alpha1.Run) (*v1alpha1.Run, error) {
+	validation.SetRunDefaults(run)
+	if err := validation.ValidateRun(run); err != nil {
+		return nil, err
+	}
+	if _, err := s.store.Runtimes().Get(ctx, run.Namespace, run.Spec.Runtime); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, errdefs.InvalidArgument("spec.runtime", "no Runtime %q in namespace %q", run.Spec.Runtime, run.Namespace)
+		}
+		return nil, err
+	}
+	return s.store.Runs().Create(ctx, run)
+}
+
+// GetRun reads one Run.
+func (s *Standalone) GetRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
+	return s.store.Runs().Get(ctx, namespace, name)
+}
+
+// ListRuns lists Runs.
+func (s *Standalone) ListRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Run, string, error) {
+	return s.store.Runs().List(ctx, opts)
+}
+
+// WatchRuns watches Runs from a resource version.
+func (s *Standalone) WatchRuns(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Run], error) {
+	return s.store.Runs().Watch(ctx, opts)
+}
+
+// CancelRun sets spec.cancelRequested; runtimed (or, for a Pending Run,
+// the scheduler) ends the Run as Cancelled.
+func (s *Standalone) CancelRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
+	for i := 0; i < 16; i++ {
+		run, err := s.store.Runs().Get(ctx, namespace, name)
+		if err != nil {
+			return nil, err
+		}
+		if run.Spec.CancelRequested || run.Status.Phase.Terminal() {
+			return run, nil
+		}
+		run.Spec.CancelRequested = true
+		updated, err := s.store.Runs().Update(ctx, run)
+		if errors.Is(err, errdefs.ErrConflict) {
+			continue
+		}
+		return updated, err
+	}
+	return nil, errdefs.Errorf(errdefs.ErrConflict, "run %s/%s: cancel: too many concurrent changes", namespace, name)
+}
+
+// DeleteRun deletes a Run; a function Run first drains and unregisters.
+func (s *Standalone) DeleteRun(ctx context.Context, namespace, name string) error {
+	return s.store.Runs().Delete(ctx, namespace, name, store.DeleteOptions{})
+}
+
+// ApplyRuntime creates or updates a Runtime.
+func (s *Standalone) ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v1alpha1.Runtime, error) {
+	validation.SetRuntimeDefaults(rt)
+	if err := validation.ValidateRuntime(rt); err != nil {
+		return nil, err
+	}
+	for i := 0; i < 16; i++ {
+		cur, err := s.store.Runtimes().Get(ctx, rt.Namespace, rt.Name)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			created, err := s.store.Runtimes().Create(ctx, rt)
+			if errors.Is(err, errdefs.ErrAlreadyExists) {
+				continue
+			}
+			return created, err
+		}
+		if err != nil {
+			return nil, err
+		}
+		next := cur.DeepCopy()
+		next.Spec = rt.Spec
+		next.Labels = rt.Labels
+		if err := validation.ValidateRuntimeUpdate(cur, next); err != nil {
+			return nil, err
+		}
+		updated, err := s.store.Runtimes().Update(ctx, next)
+		if errors.Is(err, errdefs.ErrConflict) {
+			continue
+		}
+		return updated, err
+	}
+	return nil, errdefs.Errorf(errdefs.ErrConflict, "runtime %s/%s: too many concurrent changes", rt.Namespace, rt.Name)
+}
+
+// FunctionProxy returns the proxy hop serving a Ready function Run — in
+// process, and as the gRPC address of its runtimed — or NotFound /
+// FailedPrecondition when the Run has no live assignment.
+func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer, string, error) {
+	if run.Status.Phase != v1alpha1.PhaseReady {
+		return nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is %s, not Ready", run.Namespace, run.Name, run.Status.Phase)
+	}
+	pd := s.daemon(run.Status.AssignedPodUID)
+	if pd == nil {
+		return nil, "", errdefs.Errorf(errdefs.ErrUnavailable, "run %s/%s: its pod %s is gone", run.Namespace, run.Name, run.Status.AssignedPod)
+	}
+	return pd.d.Proxy(), pd.addr, nil
+}
+
+// Pods returns the ready runtime pods.
+func (s *Standalone) Pods() []pool.Pod { return s.pods.Pods() }
