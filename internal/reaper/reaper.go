@@ -56,9 +56,8 @@ import (
 	"stoke.dev/stoke/internal/store"
 )
 
-// RuntimedFinalizer is the finalizer runtimed puts on the Runs it holds
-// (it must equal runtimed.Finalizer; the reaper cannot import runtimed).
-const RuntimedFinalizer = "stoke.dev/runtimed"
+// RuntimedFinalizer is the finalizer runtimed puts on the Runs it holds.
+const RuntimedFinalizer = v1alpha1.FinalizerRuntimed
 
 // Defaults.
 const (

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pb "stoke.dev/stoke/api/executor/v1"
@@ -30,7 +32,7 @@ import (
 
 // Finalizer is set on function Runs while runtimed holds a registration for
 // them, so that a delete first drains and unregisters.
-const Finalizer = "stoke.dev/runtimed"
+const Finalizer = v1alpha1.FinalizerRuntimed
 
 // Config configures one runtimed.
 type Config struct {
@@ -62,8 +64,11 @@ type Daemon struct {
 	mu      sync.Mutex
 	workers map[string]*worker // by Run UID
 	active  map[string]*pb.FunctionRegistration
-	ctx     context.Context
-	wg      sync.WaitGroup
+	// ctx exists from New on, so that Runs handed over before Run starts
+	// are not lost; Run cancels it when its own context ends.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // New returns a Daemon; Run starts it.
@@ -82,7 +87,10 @@ func New(cfg Config) *Daemon {
 			return fmt.Sprintf("/v1/namespaces/%s/runs/%s/%s/invoke", run.Namespace, run.Name, run.UID)
 		}
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Daemon{
+		ctx:       ctx,
+		cancel:    cancel,
 		cfg:       cfg,
 		log:       cfg.Logger.With("pod", cfg.Pod.Name, "pod_uid", cfg.Pod.UID),
 		runtime:   pb.NewRuntimeClient(cfg.Conn),
@@ -95,14 +103,9 @@ func New(cfg Config) *Daemon {
 // Run serves until ctx ends, then stops every worker (their executions
 // and registrations are left to the pod's own shutdown) and returns.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.mu.Lock()
-	d.ctx = ctx
-	d.mu.Unlock()
 	<-ctx.Done()
 	d.mu.Lock()
-	for _, w := range d.workers {
-		w.cancel()
-	}
+	d.cancel() // no new workers from here on; running ones stop
 	d.mu.Unlock()
 	d.wg.Wait()
 	return nil
@@ -118,7 +121,7 @@ func (d *Daemon) OnRun(run *v1alpha1.Run) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.ctx == nil || d.ctx.Err() != nil {
+	if d.ctx.Err() != nil {
 		return
 	}
 	uid := string(run.UID)
@@ -301,5 +304,28 @@ func (w *worker) finish(ctx context.Context, phase v1alpha1.Phase, reason, messa
 	})
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn("recording completion", "phase", phase, "error", err)
+	}
+}
+
+// whileUnavailable calls f until it returns anything but Unavailable. The
+// pod's own Runtime Server is unavailable only while it restarts or dies;
+// the calls runtimed makes are idempotent (Execute and Register by ID and
+// attempt) or reads, and runtimed's context ends when the pod is declared
+// gone — then the reaper, not runtimed, decides the Run's fate.
+func whileUnavailable(ctx context.Context, f func() error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		err := f()
+		if status.Code(err) != codes.Unavailable {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
 }

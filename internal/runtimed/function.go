@@ -33,13 +33,18 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string)
 	}
 	defer w.removeFinalizer(context.WithoutCancel(ctx))
 
-	rctx, cancel := context.WithTimeout(ctx, registerWait)
-	resp, err := w.d.functions.RegisterFunction(rctx, &pb.RegisterFunctionRequest{
+	regReq := &pb.RegisterFunctionRequest{
 		RunUid: w.uid, RegistrationAttempt: max(run.Status.Attempt, 1), WorkingDir: dir,
 		Handler: fn.Handler, Env: envMap(run), IdleTimeoutSeconds: fn.IdleTimeoutSeconds,
 		RegistrationDigest: digest(run),
+	}
+	var resp *pb.RegisterFunctionResponse
+	err := whileUnavailable(ctx, func() (err error) {
+		rctx, cancel := context.WithTimeout(ctx, registerWait)
+		defer cancel()
+		resp, err = w.d.functions.RegisterFunction(rctx, regReq)
+		return err
 	})
-	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return

@@ -155,8 +155,15 @@ func TestTaskSucceeds(t *testing.T) {
 		run.Status.Outputs["ARGS"] != "2" || run.Status.StartTime == nil || run.Status.CompletionTime == nil {
 		t.Fatalf("status %+v", run.Status)
 	}
-	if _, err := os.Stat(filepath.Join(e.pod.WorkspaceRoot, string(run.UID))); !os.IsNotExist(err) {
-		t.Fatalf("working directory left behind: %v", err)
+	// The worker removes the working directory after recording the result.
+	dir := filepath.Join(e.pod.WorkspaceRoot, string(run.UID))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(dir); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("working directory left behind")
+		}
 	}
 }
 

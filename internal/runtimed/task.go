@@ -31,9 +31,13 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	if timeout > 0 {
 		secs = max(1, int64((timeout+time.Second-1)/time.Second))
 	}
-	_, err := w.d.runtime.Execute(ctx, &pb.ExecuteRequest{
+	req := &pb.ExecuteRequest{
 		Id: execID, Args: task.Args, Env: envMap(run), TimeoutSeconds: secs,
 		WorkingDir: dir, Entrypoint: task.Entrypoint,
+	}
+	err := whileUnavailable(ctx, func() error {
+		_, err := w.d.runtime.Execute(ctx, req)
+		return err
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -106,17 +110,19 @@ func (w *worker) waitExecution(ctx context.Context, id string) (*pb.StatusRespon
 			}
 		}
 		var st *pb.StatusResponse
-		var err error
-		if poll {
-			st, err = w.d.runtime.Status(ctx, &pb.StatusRequest{Id: id})
-		} else {
-			wctx, cancel := context.WithTimeout(ctx, waitSlice)
-			st, err = w.waitOrUpdate(wctx, id)
-			cancel()
-			if status.Code(err) == codes.Unimplemented {
-				poll = true
-				continue
+		err := whileUnavailable(ctx, func() (err error) {
+			if poll {
+				st, err = w.d.runtime.Status(ctx, &pb.StatusRequest{Id: id})
+				return err
 			}
+			wctx, cancel := context.WithTimeout(ctx, waitSlice)
+			defer cancel()
+			st, err = w.waitOrUpdate(wctx, id)
+			return err
+		})
+		if !poll && status.Code(err) == codes.Unimplemented {
+			poll = true
+			continue
 		}
 		if err != nil {
 			if errors.Is(err, errUpdated) {

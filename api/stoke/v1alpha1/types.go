@@ -20,6 +20,11 @@ const (
 	KindRuntime = "Runtime"
 )
 
+// FinalizerRuntimed is the finalizer runtimed sets on a function Run while
+// it holds a registration for it, so that a delete first drains and
+// unregisters; the reaper removes it when the Run's pod is gone.
+const FinalizerRuntimed = "stoke.dev/runtimed"
+
 // Phase is where a Run is in its life.
 type Phase string
 
