@@ -14,6 +14,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/runtime/runtimetest"
+	"stoke.dev/stoke/internal/runtime/server"
 )
 
 // The figures issue 2 asks for, measured at the gRPC boundary: a real
@@ -103,8 +104,16 @@ func BenchmarkForkPerCallBash(b *testing.B) {
 	lat.report(b)
 }
 
+// benchPython lets a run name the interpreter, e.g. a clean venv without
+// this machine's site-packages start-up hooks: STOKE_BENCH_PYTHON=….
+func benchPython(cfg *server.Config) {
+	if p := os.Getenv("STOKE_BENCH_PYTHON"); p != "" {
+		cfg.Python = p
+	}
+}
+
 func benchRegister(b *testing.B, runtime string) {
-	s := runtimetest.StartServer(b, harness(runtime), nil)
+	s := runtimetest.StartServer(b, harness(runtime), benchPython)
 	ctx := context.Background()
 	lat := make(latencies, 0, b.N)
 	b.ResetTimer()
