@@ -19,6 +19,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/pool"
+	rt "stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/store"
@@ -289,5 +290,66 @@ func TestFunctionDelete(t *testing.T) {
 			t.Fatal("deleted function Run never went away")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A Runtime Server without FunctionRuntime answers Unimplemented: the
+// function Run fails for good (IncompatibleRuntime), never retried and never
+// emulated through Execute.
+func TestFunctionOnOneShotOnlyServer(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "runs")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	adapter, err := server.NewAdapter(ctx, "bash", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	workspace, err := rt.NewWorkspace(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := rt.NewTasks(rt.TasksConfig{Adapter: adapter, Workspace: workspace, ScratchRoot: filepath.Join(dir, "scratch"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tasks.Close(time.Second)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := server.NewGRPC(log, server.Services{Runtime: tasks}) // no FunctionRuntime
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ctx, lis, time.Second, nil) }()
+	defer func() { cancel(); <-served }()
+
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pod := pool.Pod{Namespace: "default", Runtime: "oneshot", Name: "oneshot-abcde", UID: "pod-oneshot", Slots: 1, WorkspaceRoot: ws}
+	d := runtimed.New(runtimed.Config{Pod: pod, Runs: st.Runs(), Conn: conn, Logger: log})
+	dctx, dcancel := context.WithCancel(ctx)
+	dDone := make(chan struct{})
+	go func() { defer close(dDone); _ = d.Run(dctx) }()
+	defer func() { dcancel(); <-dDone }()
+
+	e := &env{t: t, runs: st.Runs(), pod: pod, d: d}
+	fn := functionRun("fn", `handle() { :; }`, 0)
+	fn.Spec.RetryPolicy = &v1alpha1.RetryPolicy{MaxAttempts: 5}
+	d.OnRun(e.submit(fn))
+	got := e.waitPhase("fn", v1alpha1.PhaseFailed, v1alpha1.PhasePending)
+	if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != "IncompatibleRuntime" || got.Status.Attempt != 1 {
+		t.Fatalf("status %+v", got.Status)
 	}
 }
