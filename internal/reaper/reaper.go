@@ -120,7 +120,7 @@ type Reaper struct {
 	orphans   map[types.UID]time.Time // Run UID → first found on an unknown pod
 	ttl       ttlHeap
 	ttlAt     map[types.UID]time.Time // Run UID → its entry in ttl
-	timers    timerHeap               // keys to look at again
+	timers    informer.Timers               // keys to look at again
 	nextSweep time.Time
 }
 
@@ -200,7 +200,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 	}()
 	for {
 		next := r.nextSweep
-		if t, ok := r.timers.peek(); ok && t.Before(next) {
+		if t, ok := r.timers.Next(); ok && t.Before(next) {
 			next = t
 		}
 		if len(r.ttl) > 0 && r.ttl[0].at.Before(next) {
@@ -333,7 +333,7 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 				r.orphans[run.UID] = now
 			}
 			if due := first.Add(r.cfg.OrphanGrace); now.Before(due) {
-				r.timers.push(due, informer.KeyOf(run))
+				r.timers.Push(due, informer.KeyOf(run))
 				return
 			}
 		}
@@ -347,7 +347,7 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 	}
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("reaper: write failed, will try again", "run", informer.KeyOf(run).String(), "run_uid", run.UID, "error", err)
-		r.timers.push(r.clk.Now().Add(errorBackoff), informer.KeyOf(run))
+		r.timers.Push(r.clk.Now().Add(errorBackoff), informer.KeyOf(run))
 	}
 }
 
@@ -466,7 +466,7 @@ func (r *Reaper) fire(ctx context.Context) {
 	if !now.Before(r.nextSweep) {
 		r.sweep(ctx)
 	}
-	for _, k := range r.timers.popDue(now) {
+	for _, k := range r.timers.PopDue(now) {
 		r.sync(ctx, k)
 	}
 	for len(r.ttl) > 0 && !r.ttl[0].at.After(now) {
@@ -546,37 +546,3 @@ func (h *ttlHeap) Pop() any {
 	return e
 }
 
-type timerEntry struct {
-	at  time.Time
-	key informer.Key
-}
-
-type timerHeap []timerEntry
-
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
-
-func (h *timerHeap) push(at time.Time, k informer.Key) { heap.Push(h, timerEntry{at: at, key: k}) }
-
-func (h timerHeap) peek() (time.Time, bool) {
-	if len(h) == 0 {
-		return time.Time{}, false
-	}
-	return h[0].at, true
-}
-
-func (h *timerHeap) popDue(now time.Time) []informer.Key {
-	var keys []informer.Key
-	for h.Len() > 0 && !(*h)[0].at.After(now) {
-		keys = append(keys, heap.Pop(h).(timerEntry).key)
-	}
-	return keys
-}

@@ -158,7 +158,7 @@ type Scheduler struct {
 	pools  map[informer.Key]*poolState
 	used   map[string]int // slots taken per pod UID, reservations included
 	dirty  map[informer.Key]struct{}
-	timers timerHeap
+	timers informer.Timers
 	seq    uint64
 	jobs   chan job
 }
@@ -258,7 +258,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}()
 	for {
 		s.scheduleDirty(ctx)
-		next, ok := s.timers.peek()
+		next, ok := s.timers.Next()
 		if ok && !next.After(s.clk.Now()) {
 			// Already due (a timer armed now might not fire on a fake
 			// clock, and a round trip through the timer gains nothing).
@@ -316,7 +316,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // fireTimers syncs the Runs whose timers are due.
 func (s *Scheduler) fireTimers(ctx context.Context) {
-	for _, k := range s.timers.popDue(s.clk.Now()) {
+	for _, k := range s.timers.PopDue(s.clk.Now()) {
 		if rs := s.runs[k]; rs != nil {
 			rs.timerAt = time.Time{}
 		}
@@ -546,7 +546,7 @@ func (s *Scheduler) after(rs *runState, t time.Time) {
 		return
 	}
 	rs.timerAt = t
-	s.timers.push(t, rs.key)
+	s.timers.Push(t, rs.key)
 }
 
 // recheck decides every waiting Run of p again (its Runtime may be gone).
@@ -718,44 +718,6 @@ func (s *Scheduler) handleResult(ctx context.Context, r result) {
 		rs.reserved, rs.reservedBase = "", ""
 	}
 	s.sync(ctx, rs.key)
-}
-
-// Timers.
-
-type timerEntry struct {
-	at  time.Time
-	key informer.Key
-}
-
-type timerHeap []timerEntry
-
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
-}
-
-func (h *timerHeap) push(at time.Time, k informer.Key) { heap.Push(h, timerEntry{at: at, key: k}) }
-
-func (h timerHeap) peek() (time.Time, bool) {
-	if len(h) == 0 {
-		return time.Time{}, false
-	}
-	return h[0].at, true
-}
-
-// popDue removes and returns the keys of the entries due at now.
-func (h *timerHeap) popDue(now time.Time) []informer.Key {
-	var keys []informer.Key
-	for h.Len() > 0 && !(*h)[0].at.After(now) {
-		keys = append(keys, heap.Pop(h).(timerEntry).key)
-	}
-	return keys
 }
 
 // runHeap orders waiting Runs oldest first: creationTimestamp, then the
