@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "stoke.dev/stoke/api/executor/v1"
 )
 
 // runtimeServer is a running `stoke runtime-server` process.
@@ -197,5 +203,64 @@ func TestSeedExamplesWithGrpcurl(t *testing.T) {
 				t.Fatal("no exit after SIGTERM")
 			}
 		})
+	}
+}
+
+// SIGTERM stops accepting work, lets the invocation in flight finish within
+// the grace, and exits 0.
+func TestSIGTERMDrainsInFlightInvocation(t *testing.T) {
+	s := startRuntimeServer(t, "bash")
+	dir := filepath.Join(s.workspace, "runs", "drain")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "slow.sh"), []byte(`handle() { sleep 1; printf '"done"'; }`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fns := pb.NewFunctionRuntimeClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg, err := fns.RegisterFunction(ctx, &pb.RegisterFunctionRequest{RunUid: "drain", RegistrationAttempt: 1, WorkingDir: dir,
+		Handler: "slow.handle", RegistrationDigest: "sha256:" + strings.Repeat("cd", 32)})
+	if err != nil || reg.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+		t.Fatalf("register: %v %v", reg, err)
+	}
+	type result struct {
+		out *pb.InvokeFunctionResponse
+		err error
+	}
+	invoked := make(chan result, 1)
+	go func() {
+		out, err := fns.InvokeFunction(ctx, &pb.InvokeFunctionRequest{Registration: reg.GetRegistration(), Input: []byte(`1`)})
+		invoked <- result{out, err}
+	}()
+	for {
+		st, err := fns.FunctionStatus(ctx, &pb.FunctionStatusRequest{Registration: reg.GetRegistration()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.GetInFlight() == 1 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond) // polling an observable state
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-invoked; r.err != nil || string(r.out.GetOutput()) != `"done"` {
+		t.Fatalf("in-flight invocation across SIGTERM: %v %v", r.out, r.err)
+	}
+	select {
+	case err := <-s.exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit after SIGTERM")
 	}
 }

@@ -141,8 +141,10 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.OnListen(lis.Addr())
 	}
 	err = g.Serve(ctx, lis, cfg.ShutdownGrace, func() {
-		// Let work in flight finish within the grace, then kill it: the
-		// RPCs waiting on it return, so GracefulStop can complete.
+		// Invocations in flight may finish within the grace and are then
+		// cancelled; one-shot executions get SIGTERM at once and SIGKILL
+		// after the grace. The RPCs waiting on them return, so
+		// GracefulStop can complete.
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
