@@ -99,3 +99,11 @@ type Event struct {
 	Pod    Pod
 	Reason string // for PodGone: one of the Reason constants; empty for PodReady
 }
+
+// Source is the supervisor as its consumers (the scheduler, the reaper,
+// the runtimed wiring) see it: Subscribe returns the pods ready now and a
+// channel of later events (PodReady, PodGone); cancel ends the
+// subscription. Tests feed pod events through their own Source.
+type Source interface {
+	Subscribe() (events <-chan Event, snapshot []Pod, cancel func())
+}

@@ -73,12 +73,8 @@ const (
 	errorBackoff = time.Second
 )
 
-// Pods is the pool supervisor as the reaper sees it: a subscription to pod
-// transitions. Subscribe returns the pods ready now and a channel of later
-// events; cancel ends the subscription.
-type Pods interface {
-	Subscribe() (events <-chan pool.Event, snapshot []pool.Pod, cancel func())
-}
+// Pods is where the reaper learns of pod transitions.
+type Pods = pool.Source
 
 // Config configures a Reaper.
 type Config struct {

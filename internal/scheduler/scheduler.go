@@ -97,12 +97,8 @@ const (
 	errorBackoff = time.Second
 )
 
-// Pods is the pool supervisor as the scheduler sees it: a subscription to
-// pod transitions. Subscribe returns the pods ready now and a channel of
-// later events (PodReady, PodGone); cancel ends the subscription.
-type Pods interface {
-	Subscribe() (events <-chan pool.Event, snapshot []pool.Pod, cancel func())
-}
+// Pods is where the scheduler learns of pod transitions.
+type Pods = pool.Source
 
 // Config configures a Scheduler.
 type Config struct {
