@@ -27,26 +27,20 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
+	"stoke.dev/stoke/internal/testbin"
 )
 
 // stokeBin is the stoke binary the pods run, built once by TestMain.
 var stokeBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pool-test-")
+	bin, cleanup, err := testbin.Stoke()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	stokeBin = filepath.Join(dir, "stoke")
-	build := exec.Command("go", "build", "-o", stokeBin, "stoke.dev/stoke/cmd/stoke")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build stoke:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { os.RemoveAll(dir) }))
+	stokeBin = bin
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { cleanup() }))
 }
 
 // eventTimeout bounds every wait for an event; it is a failure bound, not

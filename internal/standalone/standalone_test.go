@@ -22,36 +22,20 @@ import (
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/standalone"
 	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/testbin"
 )
 
 var stokeBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "stoke-standalone-")
+	bin, cleanup, err := testbin.Stoke()
 	if err != nil {
-		panic(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	stokeBin = filepath.Join(dir, "stoke")
-	cmd := exec.Command("go", "build", "-o", stokeBin, "stoke.dev/stoke/cmd/stoke")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		panic(err)
-	}
-	code := 0
-	func() {
-		defer func() { os.RemoveAll(dir) }()
-		goleak.VerifyTestMain(exitRecorder{&code, m})
-	}()
-	os.Exit(code)
+	stokeBin = bin
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { cleanup() }))
 }
-
-// exitRecorder lets TestMain clean up after goleak's run.
-type exitRecorder struct {
-	code *int
-	m    *testing.M
-}
-
-func (e exitRecorder) Run() int { *e.code = e.m.Run(); return *e.code }
 
 // plane is a running standalone control plane.
 type plane struct {
@@ -296,4 +280,3 @@ func TestTaskOnDyingPod(t *testing.T) {
 	}
 	p.waitRun(t, "twice", "Cancelled", phaseIs(v1alpha1.PhaseCancelled))
 }
-

@@ -1,0 +1,47 @@
+// Package testbin builds Stoke's own binaries for tests that run them as
+// real processes — the e2e tests, the pool supervisor's pods, the
+// standalone control plane — once per test binary, from TestMain.
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Build runs `go build` for pkg (an import path; with modfile set, resolved
+// through that module file, relative to the module root) into a new
+// temporary directory. It returns the binary's path and a function that
+// removes the directory.
+func Build(pkg, modfile string) (path string, cleanup func(), err error) {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	dir, err := os.MkdirTemp("", "stoke-testbin-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	path = filepath.Join(dir, filepath.Base(pkg))
+	args := []string{"build", "-o", path}
+	if modfile != "" {
+		args = append(args, "-modfile="+modfile)
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	return path, cleanup, nil
+}
+
+// Stoke builds the stoke command.
+func Stoke() (path string, cleanup func(), err error) {
+	return Build("stoke.dev/stoke/cmd/stoke", "")
+}
