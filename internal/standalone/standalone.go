@@ -434,5 +434,17 @@ func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer,
 	return pd.d.Proxy(), pd.addr, nil
 }
 
+// Route finds a Ready function's proxy hop from the informer's memory —
+// never the store — for the gateway's invoke path. A Run whose name and UID
+// do not match is NotFound.
+func (s *Standalone) Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error) {
+	run, ok := s.runInf.Get(namespace, name)
+	if !ok || string(run.UID) != uid {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s with uid %s not found", namespace, name, uid)
+	}
+	proxy, _, err := s.FunctionProxy(run)
+	return proxy, err
+}
+
 // Pods returns the ready runtime pods.
 func (s *Standalone) Pods() []pool.Pod { return s.pods.Pods() }
