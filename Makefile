@@ -35,6 +35,7 @@ bench:
 	$(BENCH) 'CreateToSucceeded' -benchtime 1000x ./internal/standalone/
 	$(BENCH) 'Throughput' -benchtime 3x ./internal/standalone/
 	$(BENCH) 'CreateToReady' -benchtime 50x ./internal/standalone/
+	$(BENCH) 'GatewayInvoke' -benchtime 3000x ./internal/standalone/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
 
 lint:
