@@ -3,6 +3,7 @@ package retry
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -41,7 +42,7 @@ func Apply(run *v1alpha1.Run, d Decision) {
 		st.Endpoint = ""
 		at := metav1.NewTime(ceilSecond(d.At))
 		for _, t := range []string{conditionScheduled, conditionReady} {
-			if c := findCondition(st.Conditions, t); c != nil && c.Status != metav1.ConditionFalse {
+			if c := meta.FindStatusCondition(st.Conditions, t); c != nil && c.Status != metav1.ConditionFalse {
 				setCondition(st, t, metav1.ConditionFalse, d.Reason, d.Message, at)
 			}
 		}
@@ -53,7 +54,7 @@ func Apply(run *v1alpha1.Run, d Decision) {
 		ct := metav1.NewTime(d.At)
 		st.CompletionTime = &ct
 	}
-	if c := findCondition(st.Conditions, ConditionRetrying); c != nil && c.Status != metav1.ConditionFalse {
+	if c := meta.FindStatusCondition(st.Conditions, ConditionRetrying); c != nil && c.Status != metav1.ConditionFalse {
 		setCondition(st, ConditionRetrying, metav1.ConditionFalse, d.Reason, "no further attempt", metav1.NewTime(d.At))
 	}
 }
@@ -66,27 +67,18 @@ func NotBefore(run *v1alpha1.Run) (time.Time, bool) {
 	if run.Status.Phase != v1alpha1.PhasePending {
 		return time.Time{}, false
 	}
-	c := findCondition(run.Status.Conditions, ConditionRetrying)
+	c := meta.FindStatusCondition(run.Status.Conditions, ConditionRetrying)
 	if c == nil || c.Status != metav1.ConditionTrue {
 		return time.Time{}, false
 	}
 	return c.LastTransitionTime.Add(Backoff(run.Spec.RetryPolicy, run.Status.Attempt-1)), true
 }
 
-func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
-}
-
 // setCondition sets a condition, always moving its lastTransitionTime to at
 // (NotBefore depends on it even when the status stays True).
 func setCondition(st *v1alpha1.RunStatus, t string, status metav1.ConditionStatus, reason Reason, msg string, at metav1.Time) {
 	c := metav1.Condition{Type: t, Status: status, Reason: string(reason), Message: msg, LastTransitionTime: at}
-	if old := findCondition(st.Conditions, t); old != nil {
+	if old := meta.FindStatusCondition(st.Conditions, t); old != nil {
 		c.ObservedGeneration = old.ObservedGeneration
 		*old = c
 		return

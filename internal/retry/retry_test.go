@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -259,12 +260,12 @@ func TestApplyRetry(t *testing.T) {
 		t.Errorf("attempt state not cleared: %+v", st)
 	}
 	for _, ct := range []string{"Scheduled", "Ready"} {
-		c := findCondition(st.Conditions, ct)
+		c := meta.FindStatusCondition(st.Conditions, ct)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "RegistrationFailed" {
 			t.Errorf("%s condition %+v, want False", ct, c)
 		}
 	}
-	c := findCondition(st.Conditions, ConditionRetrying)
+	c := meta.FindStatusCondition(st.Conditions, ConditionRetrying)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != "RegistrationFailed" || !c.LastTransitionTime.Time.Equal(t0) {
 		t.Fatalf("Retrying condition %+v", c)
 	}
@@ -293,7 +294,7 @@ func TestApplyRetry(t *testing.T) {
 		run.Status.CompletionTime == nil || !run.Status.CompletionTime.Time.Equal(end) {
 		t.Errorf("status %+v", run.Status)
 	}
-	if c := findCondition(run.Status.Conditions, ConditionRetrying); c == nil || c.Status != metav1.ConditionFalse {
+	if c := meta.FindStatusCondition(run.Status.Conditions, ConditionRetrying); c == nil || c.Status != metav1.ConditionFalse {
 		t.Errorf("Retrying condition %+v, want False", c)
 	}
 	if _, ok := NotBefore(run); ok {
@@ -313,7 +314,7 @@ func TestApplyEnd(t *testing.T) {
 	if st.AssignedPod != "bash-0" || st.Attempt != 1 {
 		t.Errorf("assignment or attempt changed: %+v", st)
 	}
-	if findCondition(st.Conditions, ConditionRetrying) != nil {
+	if meta.FindStatusCondition(st.Conditions, ConditionRetrying) != nil {
 		t.Error("an end without a retry added a Retrying condition")
 	}
 

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pb "stoke.dev/stoke/api/executor/v1"
@@ -153,7 +154,10 @@ func (w *worker) markReady(ctx context.Context) bool {
 		}
 		r.Status.Phase = v1alpha1.PhaseReady
 		r.Status.Endpoint = w.d.cfg.Endpoint(r)
-		setCondition(&r.Status, "Ready", metav1.ConditionTrue, "Registered", "", now)
+		meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{
+			Type: "Ready", Status: metav1.ConditionTrue, Reason: "Registered",
+			ObservedGeneration: r.Generation, LastTransitionTime: now,
+		})
 		return true
 	})
 	if err != nil && ctx.Err() == nil {
@@ -163,19 +167,6 @@ func (w *worker) markReady(ctx context.Context) bool {
 		w.log.Info("function ready", "endpoint", updated.Status.Endpoint)
 	}
 	return updated != nil
-}
-
-func setCondition(st *v1alpha1.RunStatus, typ string, s metav1.ConditionStatus, reason, msg string, at metav1.Time) {
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == typ {
-			if st.Conditions[i].Status != s {
-				st.Conditions[i].LastTransitionTime = at
-			}
-			st.Conditions[i].Status, st.Conditions[i].Reason, st.Conditions[i].Message = s, reason, msg
-			return
-		}
-	}
-	st.Conditions = append(st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, LastTransitionTime: at})
 }
 
 // addFinalizer makes a delete wait for runtimed's clean-up; it returns the
