@@ -531,10 +531,12 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 	e.stdout.release()
 	e.stderr.release()
 	e.mu.Unlock()
-	close(e.done)
 
+	// done closes under t.mu, after the bound is applied, so that whoever
+	// Waits for e sees the table as it stands once e is filed.
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer close(e.done)
 	if t.execs[e.id] != e {
 		return // forgotten already
 	}
