@@ -12,34 +12,37 @@
 // when cold, so the request path avoids the one and skimps on the other.
 // The warm shell forks the next child as soon as the previous one has ended;
 // that child, in a process group of its own (job control is on while
-// forking), announces itself and blocks reading a control pipe. Every
-// invocation thus starts from the state right after registration: a global
-// a handler sets dies with its child.
+// forking), announces itself, restores the handler file's shell options and
+// blocks reading a control pipe. Every invocation thus starts from the state
+// right after registration: a global a handler sets dies with its child.
 //
 // One invocation N:
 //
 //   - Before it comes, a background goroutine has created the request file
-//     req.N and the FIFO out.N in the instance's scratch directory, opened
-//     the FIFO for reading (non-blocking) and for writing (a "keeper" write
-//     end, so that the reader does not see end-of-file before the child
-//     opens it) and started the goroutine that reads it.
-//   - Invoke writes the invocation ID and the payload to req.N (bash reads
+//     req.N (one page of zeros, so that writing the request does not grow a
+//     file) and the FIFO out.N in the instance's scratch directory, and
+//     opened the FIFO for reading (non-blocking) and for writing (a
+//     "keeper" write end, so that reading does not see end-of-file before
+//     the child opens it).
+//   - Invoke writes the invocation ID and the payload over req.N (bash reads
 //     a regular file in blocks, a pipe one byte at a time) and the line "N"
 //     to the control pipe.
-//   - The child reads "N", reads req.N into variables with mapfile, restores
-//     the handler file's shell options and calls the function with the
-//     payload as its one argument, STOKE_INVOCATION_ID and STOKE_OUTPUTS in
-//     its environment and its stdout on out.N. No request byte is ever
-//     parsed as shell.
-//   - When the function returns, the FIFO closes and the child writes the
-//     marker "done N PID STATUS" on stderr: Go has its answer without
-//     waiting for the child's exit. The child then waits for a release line
-//     before it exits, so that its exit and the next fork do not compete
-//     with Go for the CPU.
-//   - A child that ends without the marker (exit, set -e, a signal) is
-//     reported by the warm shell, which kills the child's process group
-//     after every child and reports "exit PID STATUS PENDING"; PENDING says
-//     whether the child died before it read a control line.
+//   - The child reads "N", reads req.N into MAPFILE and calls the function
+//     with the payload as its one argument, STOKE_INVOCATION_ID and
+//     STOKE_OUTPUTS in its environment and its stdout on out.N. No request
+//     byte is ever parsed as shell.
+//   - Invoke reads the FIFO itself while the function runs. When the
+//     function returns, the child writes a trailer after its output,
+//     "\x1eNONCE done N PID STATUS": Invoke stops reading there and answers
+//     without waiting for the child's exit. The child then waits for a
+//     release line before it exits, so that its exit and the next fork do
+//     not compete with Go for the CPU while Go answers. Anything else that
+//     ends the wait (ctx, the child's exit, the warm shell's death) wakes
+//     the read with a deadline in the past.
+//   - A child that ends without a trailer (exit, set -e, a signal) is
+//     reported by the warm shell, which kills each child's process group
+//     when the child ends and reports "exit PID STATUS PENDING"; PENDING
+//     says whether the child died before it read a control line.
 //   - When ctx ends (or stdout passes bounds.InvokeBody), Invoke removes
 //     req.N, so that no child can take it any more, reads the status pipe up
 //     to that moment, kills the process group of the child alive then and
@@ -47,18 +50,19 @@
 //     that. A line left in the control pipe names a request file that no
 //     longer exists, and the next child skips it.
 //
-// Stdout is read while the handler runs and kept up to bounds.InvokeBody+1
-// bytes; the rest is read and dropped, so a flood neither blocks the
-// handler nor fills a disk, and passing the bound kills the child at once.
+// Stdout is read while the handler runs and kept up to bounds.InvokeBody
+// bytes (and the trailer); the rest is read and dropped, so a flood neither
+// blocks the handler nor fills a disk, and passing the bound kills the
+// child at once.
 //
 // Stderr of the warm shell and all its children is one pipe, read by one
 // goroutine per instance and logged line by line (bounded by
-// internal/loglines) with the run UID and, while an invocation is in
-// flight, its invocation ID; the markers, which start with a nonce, are not
-// logged. The same goroutine keeps a short tail of each invocation's stderr,
-// which a non-zero exit carries as its stack trace. When an invocation ends
-// without its marker, Go writes a sync marker of its own into the pipe and
-// waits for it, so that every line the invocation wrote is logged as its.
+// internal/loglines) with the run UID and the invocation ID of the
+// invocation it belongs to: after each invocation Go writes a sync marker
+// (a nonce and a number) into the pipe, and the lines before it are the
+// invocation's. The same goroutine keeps a short tail of each invocation's
+// stderr, which a non-zero exit carries as its stack trace; such an
+// invocation waits for its sync marker before it returns.
 package bash
 
 import (
@@ -235,7 +239,7 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	case <-in.initDone:
 	case <-in.proc.Done():
 		// Whatever it reported before it died has been read after this.
-		in.sync(in.statusW)
+		in.sync(in.statusW, nil, true)
 	case <-ctx.Done():
 		_ = in.Close()
 		return nil, fmt.Errorf("loading %s: %w", file, ctx.Err())
@@ -249,7 +253,7 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	if status == "ready" {
 		// What the file printed while it was sourced is logged as the
 		// registration's, not as the first invocation's.
-		in.sync(in.stderrW)
+		in.sync(in.stderrW, nil, true)
 		return in, nil
 	}
 	// Close first: it waits for stderr to be drained, so the tail below

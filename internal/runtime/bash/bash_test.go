@@ -135,6 +135,8 @@ exit_fn() { exit 4; }
 killed() { kill -KILL $BASHPID; }
 outputs_ok() { printf 'answer=42\nname=stoke\n' >"$STOKE_OUTPUTS"; echo '"ok"'; }
 outputs_bad() { printf 'not a key value line\n' >"$STOKE_OUTPUTS"; echo '"ok"'; }
+outputs_fifo() { mkfifo "$STOKE_OUTPUTS"; echo '"ok"'; }
+outputs_link() { ln -s /etc/hostname "$STOKE_OUTPUTS"; echo '"ok"'; }
 outputs_big() { for i in $(seq 1 100); do echo "k$i=v"; done >"$STOKE_OUTPUTS"; echo '"ok"'; }
 silent() { :; }
 fds() { printf '"%s"' "$(ls /proc/self/fd | sort -n | tr '\n' ' ')"; }
@@ -169,6 +171,8 @@ func TestInvoke(t *testing.T) {
 		{fn: "outputs_ok", input: `{}`, want: "\"ok\"\n", outputs: map[string]string{"answer": "42", "name": "stoke"}},
 		{fn: "outputs_bad", input: `{}`, errType: "Runtime.InvalidOutputs", errMsg: "KEY=VALUE"},
 		{fn: "outputs_big", input: `{}`, errType: "Runtime.InvalidOutputs", errMsg: "100 keys"},
+		{fn: "outputs_fifo", input: `{}`, errType: "Runtime.InvalidOutputs", errMsg: "not a regular file"},
+		{fn: "outputs_link", input: `{}`, errType: "Runtime.InvalidOutputs", errMsg: "symbolic link"},
 		{fn: "exact", input: strconv.Itoa(bounds.InvokeBody), want: `"` + strings.Repeat("a", bounds.InvokeBody-2) + `"`},
 		{fn: "exact", input: strconv.Itoa(bounds.InvokeBody + 1), errType: "Runtime.OutputTooLarge"},
 	}
@@ -492,13 +496,19 @@ func TestTimeoutKillsGroup(t *testing.T) {
 	f := newFixture(t, map[string]string{"h.sh": timeoutHandlers})
 	in := f.mustLoad("h.block")
 	for range 2 {
+		started := f.rec.waitFor("started")
 		start := time.Now()
-		_, err := f.invoke(in, `{}`, 500*time.Millisecond)
+		_, err := f.invoke(in, `{}`, 2*time.Second)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Invoke = %v, want DeadlineExceeded", err)
 		}
 		if d := time.Since(start); d > 10*time.Second {
 			t.Fatalf("timed-out invocation returned after %v", d)
+		}
+		select {
+		case <-started: // the PID files are written
+		default:
+			t.Fatal("the handler had not started when its invocation timed out")
 		}
 		assertGone(t, readPid(t, filepath.Join(f.dir, "child.pid")))
 		assertGone(t, readPid(t, filepath.Join(f.dir, "bg.pid")))

@@ -17,17 +17,19 @@
 #   exit PID STATUS PENDING   that child ended and its process group has been
 #                             killed; PENDING is 1 if a control line is still
 #                             unread (the child died before taking a request)
-# On stderr (fd 6, a copy the function cannot redirect), once the function
-# has returned and its stdout is closed:
+# On the FIFO, right after the function's output, once the function has
+# returned (through fd 6, which no redirection inside the function
+# outlives), the trailer
 #   \036NONCE done N PID STATUS
 # That is the fast path: Stoke answers without waiting for the child's exit,
 # reporting and the next fork, which the child holds back until Stoke writes
 # a release line, so that they do not compete with Stoke for the CPU. A
-# child that exits without a marker (killed, exit, set -e) is reported by
+# child that exits without a trailer (killed, exit, set -e) is reported by
 # this shell.
 #
-# Every command on the request path costs tens of microseconds, so the child
-# runs as few as it can around the function.
+# Every command on the request path costs tens of microseconds when cold, so
+# the child does what it can before the request comes and runs four commands
+# around the function: read, mapfile, the call and the trailer.
 #
 # The bootstrap's functions are defined before the handler file is sourced so
 # that aliases or options the file sets cannot change how they are parsed.
@@ -52,18 +54,19 @@ __stoke_child() {
 		IFS= builtin read -r -u 4 __stoke_seq || builtin exit 125
 		builtin mapfile -d '' -t -n 2 <"$2/req.$__stoke_seq" 2>&5 && break
 	done
-	# The function runs with its stdout on the FIFO, closed as it returns so
-	# that Stoke sees its end at once, and without fds 4 to 6, which come
-	# back afterwards whatever it did with them. (No "|| exit" around the
-	# call: it would turn set -e off inside the function.)
-	STOKE_INVOCATION_ID=${MAPFILE[0]} STOKE_OUTPUTS=$2/outputs.$__stoke_seq "$3" "${MAPFILE[1]}" \
-		>"$2/out.$__stoke_seq" 4<&- 5>&- 6>&-
-	builtin echo -n $'\n\036'"$1 done $__stoke_seq $BASHPID $?"$'\n' >&6
+	# The function runs with its stdout on the FIFO (fd 6, then 1) and
+	# without fds 4 to 6, which come back afterwards whatever it did with
+	# them; the trailer follows its output on fd 6. (No "|| exit" around
+	# the call: it would turn set -e off inside the function.)
+	{
+		STOKE_INVOCATION_ID=${MAPFILE[0]} STOKE_OUTPUTS=$2/outputs.$__stoke_seq "$3" "${MAPFILE[1]}" 4<&- 5>&- 6>&-
+		builtin echo -n $'\036'"$1 done $__stoke_seq $BASHPID $?"$'\n' >&6
+	} 6>"$2/out.$__stoke_seq" >&6
 	builtin read -r -u 4
 }
 
 __stoke_serve() {
-	exec 5>/dev/null 6>&2
+	exec 5>/dev/null
 	while :; do
 		# Job control only while forking: it puts the child in a process
 		# group of its own that Stoke can kill without touching this shell.

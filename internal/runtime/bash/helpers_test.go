@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,6 +102,7 @@ type fixture struct {
 	spec runtime.FunctionSpec
 	rec  *recorder
 	log  *slog.Logger
+	n    atomic.Int64 // invocations so far, for their IDs
 }
 
 func newFixture(t *testing.T, files map[string]string) *fixture {
@@ -163,14 +166,12 @@ func (f *fixture) mustLoad(handler string) *instance {
 	return in
 }
 
-var invSeq int
-
+// invoke invokes in with a fresh invocation ID and the given timeout.
 func (f *fixture) invoke(in *instance, input string, timeout time.Duration) (runtime.Result, error) {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	invSeq++
-	id := "inv-" + strings.Repeat("x", invSeq%3) + string(rune('a'+invSeq%26))
+	id := "inv-" + strconv.FormatInt(f.n.Add(1), 10)
 	return in.Invoke(ctx, runtime.Invocation{ID: id, RunUID: "uid-1", Input: []byte(input),
 		Logger: f.log.With("invocation_id", id)})
 }

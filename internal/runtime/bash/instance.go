@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -13,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,10 +31,12 @@ const tailMax = 2 << 10
 
 // instance is one warm shell: a runtime.Instance.
 type instance struct {
-	log    *slog.Logger // spec.Logger
-	grace  time.Duration
-	proc   *proc.Process
-	marker []byte   // "\x1e<nonce> ": prefix of the stderr markers
+	log   *slog.Logger // spec.Logger
+	grace time.Duration
+	proc  *proc.Process
+	// marker is "\x1e<nonce> ", which starts the trailer a child writes
+	// after the function's stdout and the sync markers on stderr.
+	marker []byte
 	ctl    *os.File // control pipe, write end: one request number per request
 	status *os.File // status pipe, read end
 	stderr *os.File // stderr of the warm shell and every child, read end
@@ -44,14 +46,18 @@ type instance struct {
 	stderrW *os.File
 	// scratch is this instance's own directory inside spec.ScratchDir (a
 	// replacement instance gets another), holding req.N, out.N and
-	// outputs.N; root is it opened, for lookups that do not walk the path.
+	// outputs.N; dirfd is it opened, for lookups that do not walk the path.
 	scratch string
-	root    *os.Root
+	dirfd   int
 
 	// The status reader and the stderr pump stop at end-of-file, which
 	// Close forces after a grace period.
 	statusDone chan struct{}
 	pumpDone   chan struct{}
+	// dead is cancelled when the warm shell has exited, by a goroutine
+	// that ends then (deadDone); it wakes an invocation reading stdout.
+	dead     context.Context
+	deadDone chan struct{}
 
 	initDone chan struct{} // closed by the status reader at "ready" or "init …"
 	initMsg  string        // valid once initDone is closed
@@ -60,14 +66,18 @@ type instance struct {
 	mu     sync.Mutex
 	cur    *child // the newest child announced that has not ended
 	active *call  // the invocation in flight
-	// markerPids are the children whose "done" marker was read: their
-	// exits belong to invocations that are already over.
-	markerPids map[int]bool
-	syncs      map[uint64]chan struct{} // sync lines written and not yet read back
-	syncSeq    uint64
-	closed     bool // no more prepare goroutines
+	// logging are the invocations whose stderr the pump may still be
+	// reading, oldest first: each stays until the pump reads the sync
+	// marker written after it ended.
+	logging []*call
+	// trailerPids are the children whose trailer was read: their exits
+	// belong to invocations that are already over.
+	trailerPids map[int]bool
+	syncs       map[uint64]chan struct{} // sync lines written and not yet read back
+	syncSeq     uint64
+	closed      bool // no more prepare goroutines
 
-	slots     chan *slot     // the next request's FIFO; capacity 1
+	slots     chan *slot     // the next request's files; capacity 1
 	prepWG    sync.WaitGroup // prepare goroutines
 	closeOnce sync.Once
 }
@@ -82,34 +92,36 @@ type child struct {
 type call struct {
 	seq    uint64
 	log    *slog.Logger
-	rd     *outReader
 	stderr tail // bounded tail of its stderr
 
 	// done is closed (under instance.mu) when the result is known: at the
-	// child's "done" marker, or at the exit of the child that took the
-	// request when it wrote none (exit, set -e, a signal).
-	done   chan struct{}
-	rc     int
-	marker bool // done came from the marker: all its stderr has been read
+	// trailer, or at the exit of the child that took the request when it
+	// wrote none (exit, set -e, a signal).
+	done    chan struct{}
+	rc      int
+	trailer bool   // done came from the trailer: the child waits for release
+	endSync uint64 // the sync marker written after it ended; 0 before
+	wake    func() // interrupts Invoke's read of stdout
 }
 
 // finishLocked records c's exit status once; instance.mu is held.
-func (c *call) finishLocked(rc int, marker bool) {
+func (c *call) finishLocked(rc int, trailer bool) {
 	select {
 	case <-c.done:
 	default:
-		c.rc, c.marker = rc, marker
+		c.rc, c.trailer = rc, trailer
 		close(c.done)
 	}
 }
 
-// start starts the warm shell and its two reader goroutines.
+// start starts the warm shell, its status reader and stderr pump, and the
+// goroutine that notices its death.
 func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *instance, err error) {
 	scratch := filepath.Join(spec.ScratchDir, "bash-"+nonce)
 	if err := os.Mkdir(scratch, 0o700); err != nil {
 		return nil, err
 	}
-	root, err := os.OpenRoot(scratch)
+	dirfd, err := syscall.Open(scratch, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		_ = os.RemoveAll(scratch)
 		return nil, err
@@ -118,7 +130,7 @@ func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *i
 	defer func() {
 		if err != nil {
 			closeAll(files...)
-			_ = root.Close()
+			_ = syscall.Close(dirfd)
 			_ = os.RemoveAll(scratch)
 		}
 	}()
@@ -146,27 +158,35 @@ func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *i
 	if err != nil {
 		return nil, err
 	}
-	ctlR.Close() // the warm shell holds its own copy
+	_ = ctlR.Close() // the warm shell holds its own copy
+	dead, cancelDead := context.WithCancel(context.Background())
 	in = &instance{
 		log: spec.Logger, grace: a.grace, proc: p,
-		marker:     []byte("\x1e" + nonce + " "),
-		ctl:        ctlW,
-		status:     statusR,
-		stderr:     stderrR,
-		statusW:    statusW,
-		stderrW:    stderrW,
-		scratch:    scratch,
-		root:       root,
-		statusDone: make(chan struct{}),
-		pumpDone:   make(chan struct{}),
-		initDone:   make(chan struct{}),
-		markerPids: map[int]bool{},
-		syncs:      map[uint64]chan struct{}{},
-		slots:      make(chan *slot, 1),
+		marker:      []byte("\x1e" + nonce + " "),
+		ctl:         ctlW,
+		status:      statusR,
+		stderr:      stderrR,
+		statusW:     statusW,
+		stderrW:     stderrW,
+		scratch:     scratch,
+		dirfd:       dirfd,
+		statusDone:  make(chan struct{}),
+		pumpDone:    make(chan struct{}),
+		dead:        dead,
+		deadDone:    make(chan struct{}),
+		initDone:    make(chan struct{}),
+		trailerPids: map[int]bool{},
+		syncs:       map[uint64]chan struct{}{},
+		slots:       make(chan *slot, 1),
 	}
 	go in.readStatus()
 	go in.pumpStderr()
-	in.prepare(nil, 1, false)
+	go func() {
+		defer close(in.deadDone)
+		<-p.Done()
+		cancelDead()
+	}()
+	in.prepare(1, nil, nil)
 	return in, nil
 }
 
@@ -176,8 +196,8 @@ func closeAll(fs ...*os.File) {
 	}
 }
 
-// readStatus follows the status pipe until every writer (the warm shell
-// and its idle child) is gone.
+// readStatus follows the status pipe until every writer is gone: the warm
+// shell, its children and Go's own write end, which Close closes.
 func (in *instance) readStatus() {
 	defer close(in.statusDone)
 	sc := bufio.NewScanner(in.status)
@@ -214,9 +234,9 @@ func (in *instance) handleStatus(line string) {
 			close(c.done)
 		}
 		switch a := in.active; {
-		case in.markerPids[n]:
-			// Its invocation ended at the marker.
-			delete(in.markerPids, n)
+		case in.trailerPids[n]:
+			// Its invocation ended at the trailer.
+			delete(in.trailerPids, n)
 		case f[3] == "1":
 			// It died before it read the request line, which the next
 			// child will take. (abort kills idle children too.)
@@ -224,8 +244,11 @@ func (in *instance) handleStatus(line string) {
 		case a != nil:
 			// Children take requests one at a time, and the exits of
 			// those that took earlier ones have been read (or are in
-			// markerPids): this one took a's.
+			// trailerPids): this one took a's.
 			a.finishLocked(rc, false)
+			if a.wake != nil {
+				a.wake()
+			}
 		default:
 			in.log.Debug("bash runtime: idle child ended", "pid", n, "status", rc)
 		}
@@ -236,31 +259,40 @@ func (in *instance) handleStatus(line string) {
 	}
 }
 
-// pumpStderr logs stderr line by line, with the invocation in flight (if
-// any), and acts on the markers.
+// pumpStderr logs stderr line by line, with the invocation it belongs to,
+// and acts on the sync markers.
 func (in *instance) pumpStderr() {
 	defer close(in.pumpDone)
 	loglines.Pump(in.stderr, func(line []byte) {
 		if len(line) == 0 {
-			// Each marker starts with a newline to end a partial line,
-			// which leaves blank lines that carry nothing.
+			// Each sync marker starts with a newline to end a partial
+			// line, which leaves blank lines that carry nothing.
 			return
 		}
 		// A marker starts with a newline of its own, but a background job
 		// writing at the same moment can still precede it on its line.
 		if i := bytes.Index(line, in.marker); i >= 0 {
-			in.handleMarker(string(line[i+len(in.marker):]))
+			rest := string(line[i+len(in.marker):])
+			if k, ok := strings.CutPrefix(rest, "sync "); ok {
+				n, _ := strconv.ParseUint(k, 10, 64)
+				in.mu.Lock()
+				in.syncedLocked(n)
+				in.mu.Unlock()
+			}
 			if line = line[:i]; len(line) == 0 {
 				return
 			}
 		}
 		in.mu.Lock()
-		a := in.active
+		var c *call
+		if len(in.logging) > 0 {
+			c = in.logging[0]
+		}
 		in.mu.Unlock()
 		log := in.log
-		if a != nil {
-			log = a.log
-			a.stderr.add(line)
+		if c != nil {
+			log = c.log
+			c.stderr.add(line)
 		} else {
 			in.initTail.add(line)
 		}
@@ -268,63 +300,50 @@ func (in *instance) pumpStderr() {
 	})
 }
 
-// handleMarker acts on "done N PID STATUS" (the function of request N has
-// returned) and "sync K" (written by sync).
-func (in *instance) handleMarker(m string) {
-	f := strings.Fields(m)
-	if len(f) < 2 {
-		return
-	}
-	n, _ := strconv.ParseUint(f[1], 10, 64)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	switch {
-	case f[0] == "done" && len(f) == 4:
-		pid, _ := strconv.Atoi(f[2])
-		rc, _ := strconv.Atoi(f[3])
-		if a := in.active; a != nil && a.seq == n {
-			// The child exits once released, after this: its exit line
-			// takes the entry out again.
-			in.markerPids[pid] = true
-			a.finishLocked(rc, true)
-			// Start the reader's last read now, not once Invoke runs.
-			a.rd.finish()
-		}
-	case f[0] == "sync":
-		in.syncedLocked(n)
-	}
-}
-
-// syncedLocked wakes the waiter of sync line k; instance.mu is held.
+// syncedLocked acts on sync marker k: the invocations that ended before it
+// have no more stderr to come, and its waiter, if any, wakes up.
+// instance.mu is held.
 func (in *instance) syncedLocked(k uint64) {
+	for len(in.logging) > 0 && in.logging[0].endSync != 0 && in.logging[0].endSync <= k {
+		in.logging = in.logging[1:]
+	}
 	if ch := in.syncs[k]; ch != nil {
 		close(ch)
 		delete(in.syncs, k)
 	}
 }
 
-// sync returns once the reader of w's pipe has read everything written to
-// it before the call (or after the grace period): a sync line of Go's own
-// queues behind it. On stderr the line is a marker.
-func (in *instance) sync(w *os.File) {
+// sync writes a sync line to w, the write end of the status or the stderr
+// pipe. With c, it marks the end of c's stderr. With wait, it returns once
+// the pipe's reader has read everything written before (or after the grace
+// period).
+func (in *instance) sync(w *os.File, c *call, wait bool) {
 	in.mu.Lock()
 	in.syncSeq++
 	k := in.syncSeq
-	ch := make(chan struct{})
-	in.syncs[k] = ch
+	if c != nil {
+		c.endSync = k
+	}
+	var ch chan struct{}
+	if wait {
+		ch = make(chan struct{})
+		in.syncs[k] = ch
+	}
 	in.mu.Unlock()
-	defer func() {
-		in.mu.Lock()
-		delete(in.syncs, k)
-		in.mu.Unlock()
-	}()
+	if wait {
+		defer func() {
+			in.mu.Lock()
+			delete(in.syncs, k)
+			in.mu.Unlock()
+		}()
+	}
 	line := fmt.Sprintf("sync %d\n", k)
 	if w == in.stderrW {
 		line = "\n" + string(in.marker) + line
 	}
 	deadline := time.Now().Add(in.grace)
 	_ = w.SetWriteDeadline(deadline)
-	if _, err := w.WriteString(line); err != nil {
+	if _, err := w.WriteString(line); err != nil || !wait {
 		return
 	}
 	t := time.NewTimer(time.Until(deadline))
@@ -349,7 +368,7 @@ func (in *instance) Close() error {
 		in.proc.Kill(0)
 		in.killChild()
 		// A child forked but not yet announced (or announced after the
-		// kill) reads end-of-file here and exits.
+		// kill) reads end-of-file on the control pipe and exits.
 		_ = in.ctl.Close()
 		_ = in.statusW.Close()
 		_ = in.stderrW.Close()
@@ -377,13 +396,14 @@ func (in *instance) Close() error {
 		in.killChild()
 		await(in.pumpDone, in.stderr)
 		closeAll(in.status, in.stderr)
+		<-in.deadDone
 		in.prepWG.Wait()
 		select {
 		case s := <-in.slots:
 			s.close()
 		default:
 		}
-		_ = in.root.Close()
+		_ = syscall.Close(in.dirfd)
 		if err := os.RemoveAll(in.scratch); err != nil {
 			in.log.Warn("bash runtime: removing scratch directory", "error", err)
 		}
@@ -424,19 +444,11 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 	case <-ctx.Done():
 		return runtime.Result{}, ctx.Err()
 	}
-	n := strconv.FormatUint(s.seq, 10)
-	c := &call{seq: s.seq, log: log, rd: s.rd, done: make(chan struct{})}
-	// Whatever happens, the next request gets fresh files, prepared (and
-	// this one's removed) while nobody waits for it.
-	defer func() {
-		in.mu.Lock()
-		release := c.marker
-		in.mu.Unlock()
-		in.prepare(s, s.seq+1, release)
-	}()
 	if s.err != nil {
+		in.prepare(s.seq+1, s, nil)
 		return runtime.Result{}, fmt.Errorf("prepare request files: %w", s.err)
 	}
+	n := strconv.FormatUint(s.seq, 10)
 
 	// The request file holds the ID and the payload, each ending in a NUL;
 	// a bash variable cannot hold NUL, so the ID loses any. It is written
@@ -446,95 +458,186 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 	req = append(append(req, id...), 0)
 	req = append(append(req, inv.Input...), 0)
 	if _, err := s.req.WriteAt(req, 0); err != nil {
+		in.prepare(s.seq+1, s, nil)
 		return runtime.Result{}, fmt.Errorf("write request: %w", err)
 	}
 
-	rd := s.rd
-	defer in.awaitReader(rd)
-	defer s.closeKeeper()
-
+	c := &call{seq: s.seq, log: log, done: make(chan struct{})}
 	in.mu.Lock()
 	in.active = c
+	in.logging = append(in.logging, c)
 	in.mu.Unlock()
-	defer func() {
-		in.mu.Lock()
-		in.active = nil
-		in.mu.Unlock()
-	}()
+	res, err := in.run(ctx, c, s, n)
+	in.mu.Lock()
+	in.active = nil
+	in.mu.Unlock()
+	// The next request gets fresh files, prepared (and this one's removed)
+	// while nobody waits for it; the child that wrote a trailer is
+	// released, and the end of this invocation's stderr marked, at once.
+	in.prepare(s.seq+1, s, c)
+	return res, err
+}
 
+// run runs invocation c, whose request file is written, and waits for its
+// result. It reads the function's stdout itself, so that the trailer wakes
+// it directly; whatever else ends the wait (ctx, the child's exit, the warm
+// shell's death) interrupts the read with a deadline in the past.
+func (in *instance) run(ctx context.Context, c *call, s *slot, n string) (runtime.Result, error) {
+	f := s.out
+	in.mu.Lock()
+	c.wake = func() { _ = f.SetReadDeadline(time.Now()) }
+	in.mu.Unlock()
+	defer context.AfterFunc(ctx, c.wake)()
+	defer context.AfterFunc(in.dead, c.wake)()
 	if _, err := in.ctl.Write([]byte(n + "\n")); err != nil {
 		return runtime.Result{}, fmt.Errorf("send request: %w", err)
 	}
 
-	var tooLarge, dead bool
-	select {
-	case <-c.done:
-	case <-rd.tooLarge:
-		tooLarge = true
-		in.abort(c, s.reqPath())
-	case <-ctx.Done():
-		in.abort(c, s.reqPath())
-	case <-in.proc.Done():
-		dead = true
-		in.abort(c, s.reqPath())
+	out := newOutput(in.marker, s.seq)
+	var tooLarge, dead, exited bool
+read:
+	for {
+		nr, err := f.Read(out.space())
+		out.took(nr)
+		switch {
+		case out.findTrailer():
+			in.mu.Lock()
+			// The child exits once released, which is after this: its
+			// exit line takes the entry out again.
+			in.trailerPids[out.pid] = true
+			c.finishLocked(out.rc, true)
+			in.mu.Unlock()
+			break read
+		case out.over():
+			tooLarge = true
+			in.abort(c, s.path("req"))
+			break read
+		case err == nil:
+			continue
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			exited = true // end-of-file cannot come while Go holds the keeper
+			break read
+		}
+		// Woken. Clear the deadline first, so that a wake-up that comes
+		// while the reasons are checked is not lost.
+		_ = f.SetReadDeadline(time.Time{})
+		switch {
+		case ctx.Err() != nil:
+			in.abort(c, s.path("req"))
+		case in.dead.Err() != nil:
+			dead = true
+			in.abort(c, s.path("req"))
+		case isClosed(c.done):
+			exited = true
+		default:
+			continue
+		}
+		break
 	}
-	// The function has returned, or its child has ended (or is gone with
-	// the warm shell). After the marker the reader takes what is in the
-	// FIFO; otherwise it reads until every writer is gone.
+	if exited {
+		// The child ended without a trailer: read the rest of its output
+		// until every writer is gone, which is late only if a process that
+		// left the child's group holds the FIFO.
+		s.closeKeeper()
+		_ = f.SetReadDeadline(time.Now().Add(in.grace))
+		for !out.findTrailer() {
+			nr, err := f.Read(out.space())
+			out.took(nr)
+			if err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					in.log.Warn("bash runtime: handler stdout still open after the handler ended")
+				}
+				out.out = out.buf
+				break
+			}
+		}
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+		case <-in.dead.Done():
+			dead = true
+		}
+	}
 	in.mu.Lock()
-	viaMarker := c.marker
+	rc, trailer := c.rc, c.trailer
 	in.mu.Unlock()
-	s.closeKeeper()
-	in.awaitReader(rd)
-	if !viaMarker {
-		// Neither the child's stderr nor its exit travel with the marker:
-		// wait until the pump has read what was written before the exit,
-		// so that this call's lines are logged as its own and its tail is
+	if !trailer || rc != 0 {
+		// Wait until the pump has read what the child wrote to stderr, so
+		// that this call's lines are logged as its own and its tail is
 		// complete.
-		in.sync(in.stderrW)
+		in.sync(in.stderrW, c, true)
 	}
 
 	switch {
 	case ctx.Err() != nil:
 		return runtime.Result{}, ctx.Err()
-	case tooLarge || len(rd.buf) > bounds.InvokeBody:
+	case tooLarge || len(out.out) > bounds.InvokeBody:
 		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.OutputTooLarge",
 			Message: fmt.Sprintf("handler output exceeds %d bytes", bounds.InvokeBody)}
-	case dead:
+	case dead && !isClosed(c.done):
 		return runtime.Result{}, runtimeExited()
 	}
-	select {
-	case <-c.done:
-	default:
-		return runtime.Result{}, runtimeExited()
-	}
-	in.mu.Lock()
-	rc := c.rc
-	in.mu.Unlock()
 	if rc != 0 {
 		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.ExitError",
 			Message:    fmt.Sprintf("handler exited with status %d", rc),
 			StackTrace: c.stderr.String()}
 	}
-	// Most handlers write no outputs; looking the file up in the open
-	// directory is much cheaper than failing to open it by its path.
-	var outs map[string]string
-	if _, err := in.root.Lstat("outputs." + n); err == nil {
-		if outs, err = outputs.ReadFile(filepath.Join(in.scratch, "outputs."+n)); err != nil {
-			return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.InvalidOutputs", Message: err.Error()}
-		}
+	outs, err := in.readOutputs("outputs." + n)
+	if err != nil {
+		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.InvalidOutputs", Message: err.Error()}
 	}
-	return runtime.Result{Output: rd.buf, Outputs: outs}, nil
+	return runtime.Result{Output: out.out, Outputs: outs}, nil
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// readOutputs reads the outputs file name in the scratch directory, if the
+// handler wrote one. Most do not, and failing to open a name in the open
+// directory costs a microsecond, a full path tens when cold. Only a regular
+// file is read: a FIFO would block, a symlink could point anywhere.
+func (in *instance) readOutputs(name string) (map[string]string, error) {
+	fd, err := syscall.Openat(in.dirfd, name, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	switch {
+	case err == syscall.ENOENT:
+		return nil, nil
+	case err == syscall.ELOOP:
+		return nil, errors.New("outputs: $STOKE_OUTPUTS is a symbolic link")
+	case err != nil:
+		return nil, fmt.Errorf("outputs: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, errors.New("outputs: $STOKE_OUTPUTS is not a regular file")
+	}
+	// The same bound as outputs.ReadFile: the total plus one '=' and one
+	// newline per key.
+	const max = bounds.OutputsTotal + 2*bounds.OutputKeys
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("outputs: %w", err)
+	}
+	if len(data) > max {
+		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "outputs: more than %d bytes in all", bounds.OutputsTotal)
+	}
+	return outputs.Parse(data)
 }
 
 // slot holds the files of one request, made before the request comes so
 // that this costs the request nothing: the request file, open for writing,
-// and the stdout FIFO with its reader already running.
+// and the stdout FIFO, open for reading and (the keeper) for writing.
 type slot struct {
 	dir    string
 	seq    uint64
 	req    *os.File
-	rd     *outReader
+	out    *os.File
 	keeper int // a write end of the FIFO of Go's own; -1 once closed
 	err    error
 }
@@ -543,8 +646,6 @@ func (s *slot) path(kind string) string {
 	return filepath.Join(s.dir, kind+"."+strconv.FormatUint(s.seq, 10))
 }
 
-func (s *slot) reqPath() string { return s.path("req") }
-
 func (s *slot) closeKeeper() {
 	if s.keeper >= 0 {
 		_ = syscall.Close(s.keeper)
@@ -552,15 +653,13 @@ func (s *slot) closeKeeper() {
 	}
 }
 
-// close releases the slot's files and stops its reader.
+// close releases the slot's files.
 func (s *slot) close() {
 	s.closeKeeper()
-	if s.req != nil {
-		_ = s.req.Close()
-	}
-	if s.rd != nil {
-		_ = s.rd.f.Close()
-		<-s.rd.done
+	for _, f := range []*os.File{s.req, s.out} {
+		if f != nil {
+			_ = f.Close()
+		}
 	}
 }
 
@@ -570,13 +669,13 @@ func (s *slot) close() {
 // zeros after them are never seen.
 var reqPrefill [4 << 10]byte
 
-// prepare makes the slot of request seq in the background. Before that it
-// releases the child that answered the previous request through its marker
-// (it waits for this line before it exits; a stray one is skipped as a
-// request, there being no file req.r) and removes the previous request's
-// files. Only one prepare is ever under way: Invoke takes the slot before
-// it starts the next.
-func (in *instance) prepare(prev *slot, seq uint64, release bool) {
+// prepare makes the slot of request seq in the background. Before that,
+// when prev's invocation c ended at its trailer, it releases the child (it
+// waits for this line before it exits; a stray one is skipped as a
+// request, there being no file req.r); writes the sync marker that ends
+// c's stderr unless run did; and removes prev's files. Only one prepare is
+// ever under way: Invoke takes the slot before it starts the next.
+func (in *instance) prepare(seq uint64, prev *slot, c *call) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.closed {
@@ -585,11 +684,16 @@ func (in *instance) prepare(prev *slot, seq uint64, release bool) {
 		}
 		return
 	}
+	release := c != nil && c.trailer
+	endLog := c != nil && c.endSync == 0
 	in.prepWG.Add(1)
 	go func() {
 		defer in.prepWG.Done()
 		if release {
 			_, _ = in.ctl.Write([]byte("r\n"))
+		}
+		if endLog {
+			in.sync(in.stderrW, c, false)
 		}
 		if prev != nil {
 			prev.close()
@@ -598,17 +702,12 @@ func (in *instance) prepare(prev *slot, seq uint64, release bool) {
 			}
 		}
 		s := &slot{dir: in.scratch, seq: seq, keeper: -1}
-		s.req, s.err = os.OpenFile(s.reqPath(), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		s.req, s.err = os.OpenFile(s.path("req"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if s.err == nil {
 			_, s.err = s.req.Write(reqPrefill[:])
 		}
 		if s.err == nil {
-			var r *os.File
-			r, s.keeper, s.err = openFIFO(s.path("out"))
-			if s.err == nil {
-				s.rd = newOutReader(r)
-				go s.rd.run()
-			}
+			s.out, s.keeper, s.err = openFIFO(s.path("out"))
 		}
 		in.slots <- s
 	}()
@@ -624,7 +723,7 @@ func (in *instance) prepare(prev *slot, seq uint64, release bool) {
 // killed: the instance is then Done and the core replaces it.
 func (in *instance) abort(c *call, reqPath string) {
 	_ = os.Remove(reqPath)
-	in.sync(in.statusW)
+	in.sync(in.statusW, nil, true)
 	in.mu.Lock()
 	ch := in.cur
 	in.mu.Unlock()
@@ -643,27 +742,8 @@ func (in *instance) abort(c *call, reqPath string) {
 	}
 }
 
-// awaitReader waits for the stdout reader to stop, which can only be late
-// if a process that left the child's group holds the FIFO.
-func (in *instance) awaitReader(rd *outReader) {
-	select {
-	case <-rd.done:
-		return
-	default:
-	}
-	t := time.NewTimer(in.grace)
-	defer t.Stop()
-	select {
-	case <-rd.done:
-	case <-t.C:
-		in.log.Warn("bash runtime: handler stdout still open after the handler ended")
-		_ = rd.f.Close()
-		<-rd.done
-	}
-}
-
 // openFIFO creates the FIFO at path and opens it for reading, without
-// blocking, and for writing: the write end (a raw fd) keeps the reader from
+// blocking, and for writing: the write end (a raw fd) keeps reads from
 // seeing end-of-file before the child has opened the FIFO.
 func openFIFO(path string) (r *os.File, keeper int, err error) {
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
@@ -681,94 +761,85 @@ func openFIFO(path string) (r *os.File, keeper int, err error) {
 	return r, keeper, nil
 }
 
-// outReader reads a handler's stdout until end-of-file, keeping at most
-// limit+1 bytes and discarding the rest so that the writer never blocks.
-type outReader struct {
-	f        *os.File
-	limit    int
-	buf      []byte
-	discard  []byte
-	tooLarge chan struct{} // closed once more than limit bytes arrived
-	done     chan struct{} // closed when the reader stopped; buf is then final
-	// finishing makes the reader stop at the first empty read instead of at
-	// end-of-file: see finish.
-	finishing atomic.Bool
+// maxTrailer bounds the trailer "\x1e<nonce> done N PID STATUS\n" after
+// the marker.
+const maxTrailer = 80
+
+// output collects one request's FIFO: the function's stdout and, after
+// it, the trailer the child writes once the function has returned. It
+// keeps at most bounds.InvokeBody bytes of output (and the trailer) and
+// drops the rest, so that the writer never blocks.
+type output struct {
+	marker []byte // the trailer's start
+	seq    uint64
+	keep   int // the output may take the whole bound and the trailer follow it
+	buf    []byte
+	// next is where the search for the trailer resumes; discard is where
+	// reads go once buf is full.
+	next    int
+	discard []byte
+
+	out     []byte // the output, once the trailer or end-of-file was read
+	trailer bool   // the trailer was read
+	pid, rc int    // from the trailer: the child and the function's status
 }
 
-func newOutReader(f *os.File) *outReader {
-	return &outReader{f: f, limit: bounds.InvokeBody, buf: make([]byte, 0, 512),
-		tooLarge: make(chan struct{}), done: make(chan struct{})}
+func newOutput(marker []byte, seq uint64) *output {
+	return &output{marker: marker, seq: seq, keep: bounds.InvokeBody + len(marker) + maxTrailer,
+		buf: make([]byte, 0, 512)}
 }
 
-func (r *outReader) run() {
-	defer r.f.Close() // after done: nobody waits for it
-	defer close(r.done)
+// space is where the next read goes.
+func (r *output) space() []byte {
+	if r.over() {
+		if r.discard == nil {
+			r.discard = make([]byte, 64<<10)
+		}
+		return r.discard
+	}
+	if len(r.buf) == cap(r.buf) {
+		r.buf = append(r.buf, 0)[:len(r.buf)]
+	}
+	return r.buf[len(r.buf):min(cap(r.buf), r.keep+1)]
+}
+
+func (r *output) took(n int) {
+	if n > 0 && !r.over() {
+		r.buf = r.buf[:len(r.buf)+n]
+	}
+}
+
+// over reports that the output is known to pass the bound.
+func (r *output) over() bool { return len(r.buf) > r.keep }
+
+// findTrailer looks for a complete trailer line in what was read since the
+// last call. Output after it (a background job's) is dropped.
+func (r *output) findTrailer() bool {
 	for {
-		n, err := r.f.Read(r.space())
-		r.took(n)
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && r.finishing.Load() {
-				r.drain()
-			}
-			return
+		i := bytes.Index(r.buf[r.next:], r.marker)
+		if i < 0 {
+			// The marker may be cut by the end of this read.
+			r.next = max(r.next, len(r.buf)-len(r.marker)+1)
+			return false
 		}
-	}
-}
-
-// finish stops the reader once the pipe is empty. The function has
-// returned by then, so all it wrote is in the pipe; a background job that
-// still holds its stdout must not hold up the answer.
-func (r *outReader) finish() {
-	r.finishing.Store(true)
-	_ = r.f.SetReadDeadline(time.Now())
-}
-
-// drain reads what is left in the pipe without waiting for more. A read
-// that hit the deadline may have raced with the last write, so this reads
-// once more, not trusting the poller.
-func (r *outReader) drain() {
-	_ = r.f.SetReadDeadline(time.Time{})
-	rc, err := r.f.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Read(func(fd uintptr) bool {
-		for {
-			n, err := syscall.Read(int(fd), r.space())
-			if n > 0 {
-				r.took(n)
-				continue
-			}
-			if err == syscall.EINTR {
-				continue
-			}
-			return true // empty (EAGAIN), end-of-file or an error
+		i += r.next
+		line := r.buf[i+len(r.marker):]
+		end := bytes.IndexByte(line, '\n')
+		if end < 0 {
+			r.next = i // the line is not complete yet
+			return false
 		}
-	})
-}
-
-// space is where the next read goes: buf while it is within the bound,
-// then a scratch buffer whose contents are dropped.
-func (r *outReader) space() []byte {
-	if len(r.buf) <= r.limit {
-		if len(r.buf) == cap(r.buf) {
-			r.buf = append(r.buf, 0)[:len(r.buf)]
+		f := strings.Fields(string(line[:end]))
+		if len(f) != 4 || f[0] != "done" || f[1] != strconv.FormatUint(r.seq, 10) {
+			// Not this request's trailer: only a handler that knows the
+			// nonce can write that, so it is output.
+			r.next = i + 1
+			continue
 		}
-		return r.buf[len(r.buf):min(cap(r.buf), r.limit+1)]
-	}
-	if r.discard == nil {
-		r.discard = make([]byte, 64<<10)
-	}
-	return r.discard
-}
-
-func (r *outReader) took(n int) {
-	if n <= 0 || len(r.buf) > r.limit {
-		return
-	}
-	r.buf = r.buf[:len(r.buf)+n]
-	if len(r.buf) > r.limit {
-		close(r.tooLarge)
+		r.pid, _ = strconv.Atoi(f[2])
+		r.rc, _ = strconv.Atoi(f[3])
+		r.out, r.trailer = r.buf[:i], true
+		return true
 	}
 }
 
