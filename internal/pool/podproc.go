@@ -81,7 +81,7 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 	pumped := make(chan struct{})
 	go func() {
 		defer close(pumped)
-		forwardLogs(r, log)
+		forwardLogs(r, log, s.cfg.OnPodLog)
 	}()
 	defer func() {
 		t := time.NewTimer(pumpGrace)
@@ -233,7 +233,7 @@ func (s *Supervisor) terminate(pr *podRun, p *proc.Process, log *slog.Logger) st
 // forwardLogs logs each line of a pod's output. A line that is a JSON log
 // record (the Runtime Server logs with slog's JSON handler) is logged at
 // its level and with its message, the record itself as attribute "child".
-func forwardLogs(r io.Reader, log *slog.Logger) {
+func forwardLogs(r io.Reader, log *slog.Logger, onLine func([]byte)) {
 	ctx := context.Background()
 	loglines.Pump(r, func(line []byte) {
 		var rec struct {
@@ -241,6 +241,9 @@ func forwardLogs(r io.Reader, log *slog.Logger) {
 			Msg   string `json:"msg"`
 		}
 		if bytes.HasPrefix(line, []byte("{")) && json.Unmarshal(line, &rec) == nil {
+			if onLine != nil {
+				onLine(line)
+			}
 			var level slog.Level
 			if level.UnmarshalText([]byte(rec.Level)) != nil {
 				level = slog.LevelInfo

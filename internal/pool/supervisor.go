@@ -72,6 +72,10 @@ type Config struct {
 	// Logger receives the supervisor's logs and the pods' output. Nil
 	// discards them.
 	Logger *slog.Logger
+	// OnPodLog, when set, is given every JSON log line of every pod (the
+	// Run output in them goes to per-Run logs). It is called from the
+	// pods' log goroutines and must not keep line.
+	OnPodLog func(line []byte)
 	// HealthInterval is the time between two health checks of a pod.
 	HealthInterval time.Duration
 	// CheckTimeout bounds one health check.

@@ -88,7 +88,7 @@ func (r *recorder) stderrLines() []logRecord {
 	defer r.mu.Unlock()
 	var out []logRecord
 	for _, lr := range *r.records {
-		if lr.msg == "stderr" {
+		if lr.msg == "output" {
 			out = append(out, lr)
 		}
 	}

@@ -296,7 +296,7 @@ func (in *instance) pumpStderr() {
 		} else {
 			in.initTail.add(line)
 		}
-		log.Info("stderr", "line", string(line))
+		log.Info("output", "stream", "stderr", "line", string(line))
 	})
 }
 

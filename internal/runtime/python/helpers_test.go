@@ -135,7 +135,7 @@ func (r *recorder) add(rec logRecord) {
 	defer r.mu.Unlock()
 	r.records = append(r.records, rec)
 	for substr, ch := range r.watches {
-		if text, ok := rec.Attrs["text"]; ok && strings.Contains(text, substr) {
+		if text, ok := rec.Attrs["line"]; ok && strings.Contains(text, substr) {
 			ch <- text
 			delete(r.watches, substr)
 		}
@@ -148,7 +148,7 @@ func (r *recorder) output(stream string) []logRecord {
 	defer r.mu.Unlock()
 	var out []logRecord
 	for _, rec := range r.records {
-		if rec.Msg == "handler output" && rec.Attrs["stream"] == stream {
+		if rec.Msg == "output" && rec.Attrs["stream"] == stream {
 			out = append(out, rec)
 		}
 	}

@@ -62,7 +62,7 @@ func (s *logStream) pump() {
 
 // emit logs one line; Pump calls it between two Reads, so mu is held.
 func (s *logStream) emit(line []byte) {
-	s.log.Info("handler output", "stream", s.name, "text", string(line))
+	s.log.Info("output", "stream", s.name, "line", string(line))
 }
 
 // Read implements io.Reader for loglines.Pump. It returns with mu held

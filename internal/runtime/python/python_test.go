@@ -428,9 +428,9 @@ def handle(event):
 	for _, stream := range []string{"stdout", "stderr"} {
 		for _, r := range rec.output(stream) {
 			if r.Attrs["run_uid"] != "run-test" {
-				t.Errorf("%q logged without run_uid: %v", r.Attrs["text"], r.Attrs)
+				t.Errorf("%q logged without run_uid: %v", r.Attrs["line"], r.Attrs)
 			}
-			got = append(got, line{stream, r.Attrs["text"], r.Attrs["invocation_id"]})
+			got = append(got, line{stream, r.Attrs["line"], r.Attrs["invocation_id"]})
 		}
 	}
 	want := []line{
@@ -476,14 +476,14 @@ def handle(event):
 		if r.Attrs["invocation_id"] != "inv-flood" {
 			t.Fatalf("stderr piece logged under %q", r.Attrs["invocation_id"])
 		}
-		if len(r.Attrs["text"]) > bounds.LogLine {
-			t.Fatalf("a log line of %d bytes", len(r.Attrs["text"]))
+		if len(r.Attrs["line"]) > bounds.LogLine {
+			t.Fatalf("a log line of %d bytes", len(r.Attrs["line"]))
 		}
-		stderrBytes += len(r.Attrs["text"])
+		stderrBytes += len(r.Attrs["line"])
 	}
 	for _, r := range rec.output("stdout") {
 		if r.Attrs["invocation_id"] != "inv-flood" {
-			t.Fatalf("stdout line %q logged under %q", r.Attrs["text"], r.Attrs["invocation_id"])
+			t.Fatalf("stdout line %q logged under %q", r.Attrs["line"], r.Attrs["invocation_id"])
 		}
 		stdoutLines++
 	}
@@ -493,7 +493,7 @@ def handle(event):
 	_ = inst.Close()
 	stderrBytes = 0
 	for _, r := range rec.output("stderr") {
-		stderrBytes += len(r.Attrs["text"])
+		stderrBytes += len(r.Attrs["line"])
 	}
 	if stderrBytes != 10<<20 {
 		t.Fatalf("logged %d stderr bytes in all, want %d", stderrBytes, 10<<20)

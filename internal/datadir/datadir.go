@@ -1,0 +1,90 @@
+// Package datadir knows where standalone Stoke keeps its state and its API
+// token, so that `stoke up` and every client command agree without flags on
+// one machine.
+package datadir
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// DefaultListen is the address `stoke up` serves its HTTP API on, and the
+// one clients call when told nothing else.
+const DefaultListen = "127.0.0.1:7070"
+
+// tokenFile is the API token's file name inside the data directory.
+const tokenFile = "token"
+
+// Default is the user's state directory for Stoke: $XDG_STATE_HOME/stoke,
+// else ~/.local/state/stoke.
+func Default() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "stoke"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no data directory: %w (pass --data-dir)", err)
+	}
+	return filepath.Join(home, ".local", "state", "stoke"), nil
+}
+
+// TokenPath is the token file of the data directory dir.
+func TokenPath(dir string) string { return filepath.Join(dir, tokenFile) }
+
+// ReadToken reads the API token of the data directory dir.
+func ReadToken(dir string) (string, error) {
+	b, err := os.ReadFile(TokenPath(dir))
+	if err != nil {
+		return "", fmt.Errorf("reading the API token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("the API token file %s is empty", TokenPath(dir))
+	}
+	return tok, nil
+}
+
+// EnsureToken returns the data directory's API token, creating a random one
+// (mode 0600) on first start. An existing token file readable by others is
+// refused rather than used.
+func EnsureToken(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating the data directory: %w", err)
+	}
+	path := TokenPath(dir)
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil:
+		if fi.Mode().Perm()&0o077 != 0 {
+			return "", fmt.Errorf("the API token file %s has mode %v; it must be readable by its owner only (chmod 600)", path, fi.Mode().Perm())
+		}
+		return ReadToken(dir)
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("reading the API token: %w", err)
+	}
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	tok := hex.EncodeToString(b[:])
+	// O_EXCL: two first starts racing keep one token.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return ReadToken(dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("creating the API token: %w", err)
+	}
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		f.Close()
+		return "", fmt.Errorf("writing the API token: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("writing the API token: %w", err)
+	}
+	return tok, nil
+}
