@@ -27,5 +27,6 @@ func newRootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: "+strings.Join([]string{"debug", "info", "warn", "error"}, ", "))
 	root.AddCommand(newRuntimeServerCommand())
+	root.AddCommand(newUpCommand())
 	return root
 }

@@ -42,6 +42,9 @@ const (
 
 	// Source bounds a Run's inline source text and its source archive.
 	Source = 1 << 20
+	// ObjectBody bounds a Run or Runtime sent to the HTTP API: a Source in
+	// base64 plus every argument at its bound fits.
+	ObjectBody = 4 << 20
 	// RetryAttempts is the largest spec.retryPolicy.maxAttempts.
 	RetryAttempts = 100
 	// RuntimeReplicas is the most pods one Runtime pool may have; bigger

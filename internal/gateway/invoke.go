@@ -1,18 +1,12 @@
-// Package gateway is Stoke's HTTP dataplane: it authenticates a request,
-// finds the owner of a Ready function from memory (never the store), calls
-// it exactly once, and maps the answer — through errdefs, the one mapping
-// table — to an HTTP status. It never retries after dispatch and never
-// queues.
 package gateway
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -35,56 +29,11 @@ const (
 	HeaderTimeout = "X-Stoke-Timeout-Ms"
 )
 
-// Router finds the proxy hop of a Ready function Run from memory. It
-// returns NotFound when no Run has that namespace, name and UID, and
-// FailedPrecondition or Unavailable when the Run is not Ready or its pod is
-// gone.
-type Router interface {
-	Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error)
-}
-
-// Config configures the gateway.
-type Config struct {
-	Router Router
-	// Token is the bearer token every request must carry.
-	Token  string
-	Logger *slog.Logger
-}
-
-// Gateway serves the HTTP API.
-type Gateway struct {
-	cfg Config
-	log *slog.Logger
-	mux *http.ServeMux
-}
-
-// New returns the gateway's HTTP handler.
-func New(cfg Config) *Gateway {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
-	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/{uid}/invoke", g.invoke)
-	return g
-}
-
-// ServeHTTP authenticates every request before routing it.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="stoke"`)
-		writeError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or wrong bearer token"), "")
-		return
-	}
-	g.mux.ServeHTTP(w, r)
-}
-
-func (g *Gateway) authorized(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && g.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(g.cfg.Token)) == 1
-}
-
 func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	w = sw
+	defer func() { g.cfg.Metrics.observeInvoke(sw.status, time.Since(start)) }()
 	invID := r.Header.Get(HeaderInvocationID)
 	if len(invID) > bounds.InvocationID {
 		// Too long to echo; the response still carries an ID of its own.
@@ -122,7 +71,7 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 	// One call, never retried: the invocation may have run.
 	resp, err := proxy.InvokeFunction(r.Context(), &pb.InvokeFunctionRequest{
 		Registration: &pb.FunctionRegistration{RunUid: uid},
-		InvocationId: invID, Input: body, ContentType: r.Header.Get("Content-Type"), TimeoutMillis: timeoutMs,
+		InvocationId: invID, Input: body, ContentType: invokeContentType(r), TimeoutMillis: timeoutMs,
 	})
 	log := g.log.With("run_uid", uid, "invocation_id", invID)
 	if err != nil {
@@ -156,13 +105,18 @@ type errorBody struct {
 	StackTrace   string `json:"stackTrace,omitempty"`
 }
 
-// writeError is the gateway's one error writer.
-func writeError(w http.ResponseWriter, err error, invID string) {
-	body := errorBody{ErrorType: "Stoke." + errdefs.Code(err).String(), ErrorMessage: err.Error(), InvocationID: invID}
+// errorBodyOf is the error body of err.
+func errorBodyOf(err error, invID string) errorBody {
 	var fe *errdefs.FunctionError
 	if errors.As(err, &fe) {
-		body = errorBody{ErrorType: fe.Type, ErrorMessage: fe.Message, InvocationID: fe.InvocationID, StackTrace: fe.StackTrace}
+		return errorBody{ErrorType: fe.Type, ErrorMessage: fe.Message, InvocationID: fe.InvocationID, StackTrace: fe.StackTrace}
 	}
+	return errorBody{ErrorType: "Stoke." + errdefs.Code(err).String(), ErrorMessage: err.Error(), InvocationID: invID}
+}
+
+// writeError is the gateway's one error writer.
+func writeError(w http.ResponseWriter, err error, invID string) {
+	body := errorBodyOf(err, invID)
 	if body.InvocationID != "" {
 		w.Header().Set(HeaderInvocationID, body.InvocationID)
 	}
@@ -177,4 +131,27 @@ func newInvocationID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return "inv_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// statusWriter remembers the status written, for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// invokeContentType is the request's content type for the Runtime Server,
+// which takes JSON only: curl's default form encoding is taken as JSON.
+func invokeContentType(r *http.Request) string {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, _ := mime.ParseMediaType(ct); mt == formEncoded {
+		return "application/json"
+	}
+	return ct
 }

@@ -164,7 +164,7 @@ func BenchmarkFunctionCreateToReadyPython(b *testing.B) {
 			b.Fatalf("%s: %+v", name, run.Status)
 		}
 		b.StopTimer()
-		if err := p.DeleteRun(ctx, "default", name); err != nil {
+		if _, err := p.DeleteRun(ctx, "default", name); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/reaper"
+	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/scheduler"
@@ -52,6 +54,11 @@ type Config struct {
 	HealthInterval time.Duration
 	// StatusPoll is runtimed's FunctionStatus cadence (default 1 s).
 	StatusPoll time.Duration
+	// EndpointBase is the gateway's base URL ("http://127.0.0.1:7070"); a
+	// Ready function's status.endpoint is its invoke URL under it.
+	EndpointBase string
+	// OnScheduled observes each assignment's scheduling latency (metrics).
+	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
 }
 
 // DefaultRuntimes are the pools `stoke up` starts with: bash and python,
@@ -77,6 +84,7 @@ type Standalone struct {
 	pods     *pool.Supervisor
 	sched    *scheduler.Scheduler
 	reaper   *reaper.Reaper
+	logs     *runlog.Store
 	runsRoot string
 
 	mu      sync.Mutex
@@ -115,20 +123,28 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		runsRoot: filepath.Join(cfg.DataDir, "runs")}
 	s.runInf = informer.New(st.Runs(), informer.Options{Logger: cfg.Logger})
 	s.rtInf = informer.New(st.Runtimes(), informer.Options{Logger: cfg.Logger})
+	s.logs, err = runlog.New(filepath.Join(cfg.DataDir, "logs"), cfg.Logger)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	s.pods, err = pool.NewSupervisor(pool.Config{Store: st, DataDir: cfg.DataDir, Command: cfg.PodCommand,
-		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval})
+		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval, OnPodLog: s.logs.Ingest})
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
 	s.sched, err = scheduler.New(scheduler.Config{Runs: st.Runs(), RunInformer: s.runInf, Runtimes: st.Runtimes(),
-		RuntimeInformer: s.rtInf, Pods: s.pods, Logger: cfg.Logger})
+		RuntimeInformer: s.rtInf, Pods: s.pods, Logger: cfg.Logger, OnScheduled: cfg.OnScheduled})
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
 	s.reaper, err = reaper.New(reaper.Config{Runs: st.Runs(), RunInformer: s.runInf, Pods: s.pods, Logger: cfg.Logger,
-		OnDeleted: func(run *v1alpha1.Run) { _ = os.RemoveAll(filepath.Join(s.runsRoot, string(run.UID))) }})
+		OnDeleted: func(run *v1alpha1.Run) {
+			_ = os.RemoveAll(filepath.Join(s.runsRoot, string(run.UID)))
+			s.logs.Remove(string(run.UID))
+		}})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -165,6 +181,7 @@ func (s *Standalone) routeRun(run *v1alpha1.Run) {
 // closes the store.
 func (s *Standalone) Run(ctx context.Context) error {
 	defer s.store.Close()
+	defer s.logs.Close()
 	if err := s.ensureRuntimes(ctx); err != nil {
 		return err
 	}
@@ -295,7 +312,8 @@ func (s *Standalone) startDaemon(parent context.Context, p pool.Pod) (*podDaemon
 		}
 	}
 	d := runtimed.New(runtimed.Config{Pod: p, Runs: s.store.Runs(), Conn: conn, Logger: log,
-		StatusPoll: s.cfg.StatusPoll, DefaultTaskTimeout: defaultTask, DefaultFunctionTimeout: defaultFn})
+		StatusPoll: s.cfg.StatusPoll, DefaultTaskTimeout: defaultTask, DefaultFunctionTimeout: defaultFn,
+		Endpoint: s.endpoint})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		conn.Close()
@@ -351,6 +369,12 @@ func (s *Standalone) GetRun(ctx context.Context, namespace, name string) (*v1alp
 	return s.store.Runs().Get(ctx, namespace, name)
 }
 
+// CachedRun reads a Run from the informer's memory, which may lag the
+// store by a moment.
+func (s *Standalone) CachedRun(namespace, name string) (*v1alpha1.Run, bool) {
+	return s.runInf.Get(namespace, name)
+}
+
 // ListRuns lists Runs.
 func (s *Standalone) ListRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Run, string, error) {
 	return s.store.Runs().List(ctx, opts)
@@ -382,9 +406,59 @@ func (s *Standalone) CancelRun(ctx context.Context, namespace, name string) (*v1
 	return nil, errdefs.Errorf(errdefs.ErrConflict, "run %s/%s: cancel: too many concurrent changes", namespace, name)
 }
 
-// DeleteRun deletes a Run; a function Run first drains and unregisters.
-func (s *Standalone) DeleteRun(ctx context.Context, namespace, name string) error {
-	return s.store.Runs().Delete(ctx, namespace, name, store.DeleteOptions{})
+// DeleteRun deletes a Run and returns it as it was; a function Run first
+// drains and unregisters.
+func (s *Standalone) DeleteRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
+	run, err := s.store.Runs().Get(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	err = s.store.Runs().Delete(ctx, namespace, name, store.DeleteOptions{Preconditions: store.Preconditions{UID: string(run.UID)}})
+	return run, err
+}
+
+// GetRuntime reads one Runtime.
+func (s *Standalone) GetRuntime(ctx context.Context, namespace, name string) (*v1alpha1.Runtime, error) {
+	return s.store.Runtimes().Get(ctx, namespace, name)
+}
+
+// ListRuntimes lists Runtimes.
+func (s *Standalone) ListRuntimes(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Runtime, string, error) {
+	return s.store.Runtimes().List(ctx, opts)
+}
+
+// WatchRuntimes watches Runtimes from a resource version.
+func (s *Standalone) WatchRuntimes(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Runtime], error) {
+	return s.store.Runtimes().Watch(ctx, opts)
+}
+
+// DeleteRuntime deletes a Runtime and returns it as it was; its pods stop,
+// and its waiting Runs fail.
+func (s *Standalone) DeleteRuntime(ctx context.Context, namespace, name string) (*v1alpha1.Runtime, error) {
+	rt, err := s.store.Runtimes().Get(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	err = s.store.Runtimes().Delete(ctx, namespace, name, store.DeleteOptions{Preconditions: store.Preconditions{UID: string(rt.UID)}})
+	return rt, err
+}
+
+// Logs is the per-Run output logs.
+func (s *Standalone) Logs() *runlog.Store { return s.logs }
+
+// RunPhases counts the Runs in memory by phase (for metrics).
+func (s *Standalone) RunPhases() map[v1alpha1.Phase]int {
+	counts := map[v1alpha1.Phase]int{}
+	s.runInf.List(func(r *v1alpha1.Run) bool {
+		counts[r.Status.Phase]++
+		return false
+	})
+	return counts
+}
+
+// endpoint is a Ready function's invoke URL under the gateway.
+func (s *Standalone) endpoint(run *v1alpha1.Run) string {
+	return fmt.Sprintf("%s/v1/namespaces/%s/runs/%s/%s/invoke", strings.TrimSuffix(s.cfg.EndpointBase, "/"), run.Namespace, run.Name, run.UID)
 }
 
 // ApplyRuntime creates or updates a Runtime.

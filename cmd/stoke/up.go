@@ -1,0 +1,43 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"stoke.dev/stoke/internal/datadir"
+	"stoke.dev/stoke/internal/up"
+)
+
+func newUpCommand() *cobra.Command {
+	var cfg up.Config
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run standalone Stoke on this machine: control plane, runtime pools and HTTP API",
+		Long: `up runs all of Stoke in one process tree: the Run store (SQLite in the data
+directory), the bash and python runtime pools, the scheduler, and the HTTP API
+with the invoke gateway. On first start it writes a random API token to
+<data-dir>/token (mode 0600); the CLI on this machine reads it from there.
+SIGINT or SIGTERM stops it; Runs survive a restart.`,
+		Example: `  stoke up
+  stoke up --data-dir /var/lib/stoke --listen 0.0.0.0:7070 --tls-cert cert.pem --tls-key key.pem`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.DataDir == "" {
+				d, err := datadir.Default()
+				if err != nil {
+					return err
+				}
+				cfg.DataDir = d
+			}
+			cfg.Logger = slog.Default()
+			return up.Run(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "", "state directory: store, token, pods, Run files (default $XDG_STATE_HOME/stoke or ~/.local/state/stoke)")
+	f.StringVar(&cfg.Listen, "listen", datadir.DefaultListen, "HTTP API address; port 0 picks a free port")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS with this PEM certificate (with --tls-key)")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	return cmd
+}

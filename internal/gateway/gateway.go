@@ -1,0 +1,118 @@
+// Package gateway is Stoke's HTTP front door: the Run and Runtime API, the
+// Runs' logs, Prometheus metrics and the invoke dataplane. Every request
+// is authenticated with the bearer token first. The invoke path finds the
+// owner of a Ready function from memory (never the store), calls it exactly
+// once, and maps the answer — through errdefs, the one mapping table — to
+// an HTTP status; it never retries after dispatch and never queues.
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/runlog"
+	"stoke.dev/stoke/internal/store"
+)
+
+// Router finds the proxy hop of a Ready function Run from memory. It
+// returns NotFound when no Run has that namespace, name and UID, and
+// FailedPrecondition or Unavailable when the Run is not Ready or its pod is
+// gone.
+type Router interface {
+	Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error)
+}
+
+// API is the control plane behind the HTTP API. Its errors carry errdefs
+// categories.
+type API interface {
+	Router
+	CreateRun(ctx context.Context, run *v1alpha1.Run) (*v1alpha1.Run, error)
+	GetRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error)
+	// CachedRun reads a Run from memory; it may lag the store.
+	CachedRun(namespace, name string) (*v1alpha1.Run, bool)
+	ListRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Run, string, error)
+	WatchRuns(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Run], error)
+	CancelRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error)
+	DeleteRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error)
+
+	ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v1alpha1.Runtime, error)
+	GetRuntime(ctx context.Context, namespace, name string) (*v1alpha1.Runtime, error)
+	ListRuntimes(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Runtime, string, error)
+	WatchRuntimes(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Runtime], error)
+	DeleteRuntime(ctx context.Context, namespace, name string) (*v1alpha1.Runtime, error)
+
+	Logs() *runlog.Store
+}
+
+// Config configures the gateway.
+type Config struct {
+	// API serves everything but invoke; nil serves invoke only.
+	API API
+	// Router routes invocations; nil means API.
+	Router Router
+	// Token is the bearer token every request must carry.
+	Token string
+	// Metrics, when set, is served on /metrics and observes invocations.
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// LogFollowPoll bounds how long a log follower goes without looking
+	// at its Run's phase (default 250 ms).
+	LogFollowPoll time.Duration
+}
+
+// Gateway serves the HTTP API.
+type Gateway struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New returns the gateway's HTTP handler.
+func New(cfg Config) *Gateway {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Router == nil && cfg.API != nil {
+		cfg.Router = cfg.API
+	}
+	if cfg.LogFollowPoll <= 0 {
+		cfg.LogFollowPoll = 250 * time.Millisecond
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/{uid}/invoke", g.invoke)
+	if cfg.API != nil {
+		g.routeObjects()
+	}
+	if cfg.Metrics != nil {
+		g.mux.Handle("GET /metrics", cfg.Metrics.handler())
+	}
+	return g
+}
+
+// ServeHTTP authenticates every request but the health check before
+// routing it.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	}
+	if !g.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="stoke"`)
+		writeError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or wrong bearer token"), "")
+		return
+	}
+	g.mux.ServeHTTP(w, r)
+}
+
+func (g *Gateway) authorized(r *http.Request) bool {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && g.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(g.cfg.Token)) == 1
+}

@@ -1,0 +1,116 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+)
+
+// Metrics is the Prometheus registry of a standalone Stoke: invocations by
+// status code and their latency, API requests, Runs by phase and the
+// scheduler's latency, plus the Go and process collectors.
+type Metrics struct {
+	reg           *prometheus.Registry
+	invocations   *prometheus.CounterVec
+	invokeLatency *prometheus.HistogramVec
+	apiRequests   *prometheus.CounterVec
+	schedLatency  prometheus.Histogram
+
+	mu     sync.Mutex
+	byCode map[int]invokeObservers // curried per status code, off the hot path's map lookups
+}
+
+type invokeObservers struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
+}
+
+// NewMetrics builds the registry; runPhases counts the Runs by phase at
+// each scrape.
+func NewMetrics(runPhases func() map[v1alpha1.Phase]int) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), byCode: map[int]invokeObservers{}}
+	m.invocations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stoke_invocations_total",
+		Help: "Function invocations through the gateway, by HTTP status code.",
+	}, []string{"code"})
+	m.invokeLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "stoke_invocation_duration_seconds",
+		Help:    "Latency of function invocations at the gateway, by HTTP status code.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14), // 100 µs … 15 s
+	}, []string{"code"})
+	m.apiRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stoke_api_requests_total",
+		Help: "HTTP API requests other than invocations, by method and status code.",
+	}, []string{"method", "code"})
+	m.schedLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "stoke_scheduling_duration_seconds",
+		Help:    "Time from a Run attempt waiting to its stored assignment to a pod.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12), // 0.5 ms … 12 s
+	})
+	m.reg.MustRegister(m.invocations, m.invokeLatency, m.apiRequests, m.schedLatency,
+		&phaseCollector{count: runPhases, desc: prometheus.NewDesc("stoke_runs",
+			"Runs by phase, as the control plane's memory holds them.", []string{"phase"}, nil)},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// ObserveScheduled records one assignment's scheduling latency; it is the
+// scheduler's OnScheduled hook.
+func (m *Metrics) ObserveScheduled(_ *v1alpha1.Run, latency time.Duration) {
+	m.schedLatency.Observe(latency.Seconds())
+}
+
+func (m *Metrics) observeInvoke(status int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	o, ok := m.byCode[status]
+	if !ok {
+		code := strconv.Itoa(status)
+		o = invokeObservers{m.invocations.WithLabelValues(code), m.invokeLatency.WithLabelValues(code)}
+		m.byCode[status] = o
+	}
+	m.mu.Unlock()
+	o.count.Inc()
+	o.latency.Observe(d.Seconds())
+}
+
+func (m *Metrics) observeAPI(method string, status int) {
+	if m == nil {
+		return
+	}
+	m.apiRequests.WithLabelValues(method, strconv.Itoa(status)).Inc()
+}
+
+func (m *Metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// phaseCollector reports Runs by phase at scrape time, so nothing is
+// counted on the Run write path.
+type phaseCollector struct {
+	count func() map[v1alpha1.Phase]int
+	desc  *prometheus.Desc
+}
+
+var allPhases = []v1alpha1.Phase{
+	v1alpha1.PhasePending, v1alpha1.PhaseScheduled, v1alpha1.PhaseRunning, v1alpha1.PhaseReady,
+	v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseTimeout, v1alpha1.PhaseCancelled,
+}
+
+func (c *phaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := c.count()
+	for _, p := range allPhases {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[p]), string(p))
+	}
+}

@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/store"
+)
+
+func (g *Gateway) routeObjects() {
+	api := g.cfg.API
+	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs", g.createRun)
+	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs", func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, r.PathValue("ns"), v1alpha1.KindRun, api.ListRuns, api.WatchRuns)
+	})
+	g.mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, "", v1alpha1.KindRun, api.ListRuns, api.WatchRuns)
+	})
+	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs/{name}", func(w http.ResponseWriter, r *http.Request) {
+		run, err := api.GetRun(r.Context(), r.PathValue("ns"), r.PathValue("name"))
+		g.reply(w, r, http.StatusOK, run, err)
+	})
+	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		run, err := api.CancelRun(r.Context(), r.PathValue("ns"), r.PathValue("name"))
+		g.reply(w, r, http.StatusOK, run, err)
+	})
+	g.mux.HandleFunc("DELETE /v1/namespaces/{ns}/runs/{name}", func(w http.ResponseWriter, r *http.Request) {
+		run, err := api.DeleteRun(r.Context(), r.PathValue("ns"), r.PathValue("name"))
+		g.reply(w, r, http.StatusAccepted, run, err)
+	})
+	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs/{name}/logs", g.logs)
+
+	g.mux.HandleFunc("PUT /v1/namespaces/{ns}/runtimes/{name}", g.applyRuntime)
+	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, r.PathValue("ns"), v1alpha1.KindRuntime, api.ListRuntimes, api.WatchRuntimes)
+	})
+	g.mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, "", v1alpha1.KindRuntime, api.ListRuntimes, api.WatchRuntimes)
+	})
+	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runtimes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		rt, err := api.GetRuntime(r.Context(), r.PathValue("ns"), r.PathValue("name"))
+		g.reply(w, r, http.StatusOK, rt, err)
+	})
+	g.mux.HandleFunc("DELETE /v1/namespaces/{ns}/runtimes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		rt, err := api.DeleteRuntime(r.Context(), r.PathValue("ns"), r.PathValue("name"))
+		g.reply(w, r, http.StatusAccepted, rt, err)
+	})
+}
+
+// reply writes obj with status, or err; and logs the call.
+func (g *Gateway) reply(w http.ResponseWriter, r *http.Request, status int, obj any, err error) {
+	if err != nil {
+		status = errdefs.HTTPStatus(err)
+		g.cfg.Metrics.observeAPI(r.Method, status)
+		g.log.Info("api", "method", r.Method, "path", r.URL.Path, "status", status, "error", err)
+		writeError(w, err, "")
+		return
+	}
+	g.cfg.Metrics.observeAPI(r.Method, status)
+	g.log.Debug("api", "method", r.Method, "path", r.URL.Path, "status", status)
+	writeJSON(w, status, obj)
+}
+
+func writeJSON(w http.ResponseWriter, status int, obj any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(obj)
+}
+
+// decodeObject reads a JSON or YAML object of at most bounds.ObjectBody
+// bytes into obj; unknown fields are refused, so that a misspelt field is
+// an error rather than silently ignored.
+func decodeObject(w http.ResponseWriter, r *http.Request, obj any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, bounds.ObjectBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return errdefs.Errorf(errdefs.ErrTooLarge, "request body exceeds %d bytes", bounds.ObjectBody)
+		}
+		return errdefs.InvalidArgument("body", "%v", err)
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch mt {
+	case "application/yaml", "application/x-yaml", "text/yaml":
+		if body, err = yaml.YAMLToJSON(body); err != nil {
+			return errdefs.InvalidArgument("body", "not valid YAML: %v", err)
+		}
+	case "", "application/json", formEncoded:
+	default:
+		return errdefs.InvalidArgument("Content-Type", "%q is not supported; send application/json or application/yaml", mt)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(obj); err != nil {
+		return errdefs.InvalidArgument("body", "not a valid object: %v", err)
+	}
+	if dec.More() {
+		return errdefs.InvalidArgument("body", "holds more than one object")
+	}
+	return nil
+}
+
+// formEncoded is what `curl -d` sends when not told otherwise; the API
+// reads such a body as JSON, the only thing it could mean here.
+const formEncoded = "application/x-www-form-urlencoded"
+
+// placeIn puts an object in the namespace of its URL; a body naming
+// another namespace is refused.
+func placeIn(ns string, objNS *string) error {
+	switch *objNS {
+	case "":
+		*objNS = ns
+	case ns:
+	default:
+		return errdefs.InvalidArgument("metadata.namespace", "%q does not match the namespace %q of the URL", *objNS, ns)
+	}
+	return nil
+}
+
+func (g *Gateway) createRun(w http.ResponseWriter, r *http.Request) {
+	run := &v1alpha1.Run{}
+	err := decodeObject(w, r, run)
+	if err == nil {
+		err = placeIn(r.PathValue("ns"), &run.Namespace)
+	}
+	if err == nil && run.Name == "" && run.GenerateName != "" {
+		run.Name = run.GenerateName + randomSuffix()
+	}
+	if err == nil {
+		run, err = g.cfg.API.CreateRun(r.Context(), run)
+	}
+	g.reply(w, r, http.StatusCreated, run, err)
+}
+
+func (g *Gateway) applyRuntime(w http.ResponseWriter, r *http.Request) {
+	rt := &v1alpha1.Runtime{}
+	err := decodeObject(w, r, rt)
+	if err == nil {
+		err = placeIn(r.PathValue("ns"), &rt.Namespace)
+	}
+	if err == nil && rt.Name != r.PathValue("name") {
+		if rt.Name != "" {
+			err = errdefs.InvalidArgument("metadata.name", "%q does not match the name %q of the URL", rt.Name, r.PathValue("name"))
+		}
+		rt.Name = r.PathValue("name")
+	}
+	if err == nil {
+		rt, err = g.cfg.API.ApplyRuntime(r.Context(), rt)
+	}
+	g.reply(w, r, http.StatusOK, rt, err)
+}
+
+// randomSuffix is five characters of [a-z0-9], as Kubernetes'
+// generateName appends.
+func randomSuffix() string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b[:])
+}
+
+// listOptions reads ?labelSelector= and ?phase=A,B.
+func listOptions(r *http.Request, ns string) (store.ListOptions, error) {
+	opts := store.ListOptions{Namespace: ns}
+	q := r.URL.Query()
+	if s := q.Get("labelSelector"); s != "" {
+		sel, err := labels.Parse(s)
+		if err != nil {
+			return opts, errdefs.InvalidArgument("labelSelector", "%v", err)
+		}
+		opts.LabelSelector = sel
+	}
+	if p := q.Get("phase"); p != "" {
+		for _, ph := range strings.Split(p, ",") {
+			opts.Phases = append(opts.Phases, v1alpha1.Phase(ph))
+		}
+	}
+	return opts, nil
+}
+
+// list is a RunList or RuntimeList.
+type list[T any] struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		ResourceVersion string `json:"resourceVersion,omitempty"`
+	} `json:"metadata"`
+	Items []T `json:"items"`
+}
+
+func listOrWatch[T store.Object](g *Gateway, w http.ResponseWriter, r *http.Request, ns, kind string,
+	listFn func(ctx context.Context, opts store.ListOptions) ([]T, string, error),
+	watchFn func(ctx context.Context, opts store.WatchOptions) (store.Watcher[T], error)) {
+	opts, err := listOptions(r, ns)
+	if err != nil {
+		writeError(w, err, "")
+		return
+	}
+	if r.URL.Query().Get("watch") == "true" {
+		watch(g, w, r, opts, listFn, watchFn)
+		return
+	}
+	items, rv, err := listFn(r.Context(), opts)
+	if err != nil {
+		g.reply(w, r, 0, nil, err)
+		return
+	}
+	body := list[T]{APIVersion: v1alpha1.GroupVersion.String(), Kind: kind + "List", Items: items}
+	if body.Items == nil {
+		body.Items = []T{}
+	}
+	body.Metadata.ResourceVersion = rv
+	g.reply(w, r, http.StatusOK, body, nil)
+}
+
+

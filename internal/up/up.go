@@ -1,0 +1,136 @@
+// Package up runs `stoke up`: the standalone control plane behind the HTTP
+// gateway, with the API token from the data directory and optional TLS,
+// until its context ends.
+package up
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/datadir"
+	"stoke.dev/stoke/internal/gateway"
+	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/standalone"
+)
+
+// Config configures `stoke up`.
+type Config struct {
+	DataDir string
+	// Listen is the HTTP API's address; port 0 picks a free one.
+	Listen string
+	// TLSCert and TLSKey, both set, serve HTTPS.
+	TLSCert, TLSKey string
+	Logger          *slog.Logger
+	// PodCommand overrides how pods are started (tests); nil runs this
+	// executable.
+	PodCommand func(pod pool.Pod, args []string) *exec.Cmd
+	// ShutdownTimeout bounds the wait for HTTP requests in flight at stop.
+	ShutdownTimeout time.Duration
+	// Ready, when set, is called once the API serves, with its base URL.
+	Ready func(url string)
+}
+
+var _ gateway.API = (*standalone.Standalone)(nil)
+
+// Run serves until ctx ends, then stops accepting requests, stops the
+// control plane and its pods, and returns.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = datadir.DefaultListen
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	token, err := datadir.EnsureToken(dataDir)
+	if err != nil {
+		return err
+	}
+	var tlsConf *tls.Config
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("loading the TLS certificate: %w", err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		scheme = "https"
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening for the HTTP API: %w", err)
+	}
+	if tlsConf != nil {
+		lis = tls.NewListener(lis, tlsConf)
+	}
+	url := scheme + "://" + lis.Addr().String()
+
+	var s *standalone.Standalone
+	metrics := gateway.NewMetrics(func() map[v1alpha1.Phase]int { return s.RunPhases() })
+	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
+		EndpointBase: url, OnScheduled: metrics.ObserveScheduled})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{
+		Handler: gateway.New(gateway.Config{API: s, Token: token, Metrics: metrics, Logger: cfg.Logger}),
+		// Streams (watch, logs -f) end when the server stops.
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	planeDone := make(chan error, 1)
+	go func() { planeDone <- s.Run(ctx) }()
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(lis) }()
+	cfg.Logger.Info("serving", "url", url, "data_dir", dataDir, "token_file", datadir.TokenPath(dataDir))
+	if cfg.Ready != nil {
+		cfg.Ready(url)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-planeDone:
+		planeDone <- runErr
+		if runErr == nil {
+			runErr = errors.New("the control plane stopped")
+		}
+	case runErr = <-serveDone:
+		serveDone <- runErr
+		runErr = fmt.Errorf("serving the HTTP API: %w", runErr)
+	}
+	cfg.Logger.Info("stopping")
+	cancel()
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	<-serveDone
+	if err := <-planeDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	return runErr
+}
