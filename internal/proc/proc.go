@@ -1,7 +1,9 @@
 // Package proc owns child processes for Stoke: each child runs in its own
-// process group, its exit is observed by one waiter started with it (so an
-// early exit is never missed), and one helper kills the whole group, politely
-// first and forcibly after a bound. Every caller that starts user code uses it.
+// process group (or, for a runtime pod, its own session), its exit is
+// observed by one waiter started with it (so an early exit is never
+// missed), one helper kills the whole group, politely first and forcibly
+// after a bound, and one kills a whole session. Every caller that starts
+// user code uses it.
 package proc
 
 import (
@@ -21,16 +23,61 @@ type Process struct {
 	killOnce sync.Once
 }
 
+// An Option changes how Start starts a process.
+type Option func(*options)
+
+type options struct {
+	session  bool
+	deathSig syscall.Signal
+}
+
+// NewSession starts the process as the leader of a new session (setsid)
+// rather than of a new process group in the caller's session. Everything
+// it starts stays in that session — in process groups of their own, and
+// after being orphaned, too — unless it calls setsid itself, so
+// KillSession reaches all of it, even once the leader is gone. A runtime
+// pod's Runtime Server is started so.
+func NewSession() Option { return func(o *options) { o.session = true } }
+
+// ParentDeathSignal makes the kernel send sig to the process when its
+// parent dies, instead of SIGKILL: for a child that cleans up after itself
+// on that signal (a Runtime Server kills its process groups on SIGTERM).
+func ParentDeathSignal(sig syscall.Signal) Option {
+	return func(o *options) { o.deathSig = sig }
+}
+
 // Start starts cmd as the leader of a new process group and begins waiting
 // for it. Callers observe the exit through Done, never by calling cmd.Wait.
-func Start(cmd *exec.Cmd) (*Process, error) {
+//
+// If Stoke itself dies, the kernel sends the child SIGKILL (or the
+// ParentDeathSignal); the group's other members are left to the group or
+// session kill. The kernel sends it when the *thread* that started the
+// child ends (go.dev/issue/27505), not only when the process does. The Go
+// runtime ends a thread only when a goroutine locked to it exits, so a
+// thread can end under a child only if some other goroutine locks it and
+// exits; a caller whose child must not get the signal while Stoke lives
+// calls runtime.LockOSThread before Start and unlocks only once the child
+// is gone, which keeps every other goroutine off that thread. A parent
+// that dies before the child's prctl is not missed: after the prctl the
+// child compares its parent with the pid recorded before the fork and
+// signals itself if they differ (syscall's forkAndExecInChild).
+func Start(cmd *exec.Cmd, opts ...Option) (*Process, error) {
+	o := options{deathSig: syscall.SIGKILL}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Setpgid = true
-	// If Stoke itself dies, the kernel kills the direct child; the group's
-	// other members are reaped by the group kill on the next start-up.
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if o.session {
+		// A session leader also leads a new group; setpgid after setsid
+		// would fail (EPERM), so it is one or the other.
+		cmd.SysProcAttr.Setsid = true
+		cmd.SysProcAttr.Setpgid = false
+	} else {
+		cmd.SysProcAttr.Setpgid = true
+	}
+	cmd.SysProcAttr.Pdeathsig = o.deathSig
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -42,7 +89,8 @@ func Start(cmd *exec.Cmd) (*Process, error) {
 	return p, nil
 }
 
-// Pid is the process ID, which is also the process group ID.
+// Pid is the process ID, which is also the process group ID (and, with
+// NewSession, the session ID).
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // Done is closed once the process has exited and its pipes are drained.
