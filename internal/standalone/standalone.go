@@ -159,6 +159,12 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 			}
 		},
 	})
+	// Before New returns, so that the API can take Runs for the default
+	// Runtimes as soon as it serves.
+	if err := s.ensureRuntimes(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -182,9 +188,6 @@ func (s *Standalone) routeRun(run *v1alpha1.Run) {
 func (s *Standalone) Run(ctx context.Context) error {
 	defer s.store.Close()
 	defer s.logs.Close()
-	if err := s.ensureRuntimes(ctx); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.mu.Lock()

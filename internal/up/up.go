@@ -33,6 +33,9 @@ type Config struct {
 	// PodCommand overrides how pods are started (tests); nil runs this
 	// executable.
 	PodCommand func(pod pool.Pod, args []string) *exec.Cmd
+	// DefaultRuntimes are created on first start; nil means
+	// standalone.DefaultRuntimes().
+	DefaultRuntimes []*v1alpha1.Runtime
 	// ShutdownTimeout bounds the wait for HTTP requests in flight at stop.
 	ShutdownTimeout time.Duration
 	// Ready, when set, is called once the API serves, with its base URL.
@@ -86,7 +89,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var s *standalone.Standalone
 	metrics := gateway.NewMetrics(func() map[v1alpha1.Phase]int { return s.RunPhases() })
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
-		EndpointBase: url, OnScheduled: metrics.ObserveScheduled})
+		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, OnScheduled: metrics.ObserveScheduled})
 	if err != nil {
 		lis.Close()
 		return err
