@@ -1,0 +1,96 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+)
+
+// Invoke API headers (docs/http-api.md, "Invoke").
+const (
+	HeaderInvocationID = "X-Stoke-Invocation-ID"
+	HeaderOutputs      = "X-Stoke-Outputs"
+	HeaderTimeout      = "X-Stoke-Timeout-Ms"
+)
+
+// InvokeOptions tune one invocation.
+type InvokeOptions struct {
+	// InvocationID is sent as X-Stoke-Invocation-ID (≤ 128 bytes); empty
+	// lets the server generate one.
+	InvocationID string
+	// Timeout bounds the invocation on the server; 0 is the Runtime's
+	// default. It is sent in whole milliseconds, rounded up.
+	Timeout time.Duration
+	// ContentType of the input; empty means application/json.
+	ContentType string
+}
+
+// InvokeResult is a function's answer.
+type InvokeResult struct {
+	StatusCode   int
+	Body         []byte
+	ContentType  string
+	InvocationID string
+	// Outputs are the invocation's outputs (X-Stoke-Outputs), if any.
+	Outputs map[string]string
+}
+
+// Invoke calls a Ready function Run once, identified by namespace, name
+// and UID (the Run's status.endpoint is the same URL). A handler failure is
+// an *APIError wrapping an *errdefs.FunctionError; the call is never
+// retried.
+func (c *Client) Invoke(ctx context.Context, ns, name, uid string, input []byte, opts InvokeOptions) (*InvokeResult, error) {
+	if uid == "" {
+		return nil, errdefs.InvalidArgument("uid", "must not be empty")
+	}
+	if len(input) > bounds.InvokeBody {
+		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "the input is %d bytes, at most %d allowed", len(input), bounds.InvokeBody)
+	}
+	if len(opts.InvocationID) > bounds.InvocationID {
+		return nil, errdefs.InvalidArgument("invocation ID", "is %d bytes, at most %d allowed", len(opts.InvocationID), bounds.InvocationID)
+	}
+	if opts.Timeout < 0 {
+		return nil, errdefs.InvalidArgument("timeout", "must not be negative")
+	}
+	h := http.Header{}
+	if opts.InvocationID != "" {
+		h.Set(HeaderInvocationID, opts.InvocationID)
+	}
+	if opts.Timeout > 0 {
+		ms := (opts.Timeout + time.Millisecond - 1) / time.Millisecond
+		h.Set(HeaderTimeout, strconv.FormatInt(int64(ms), 10))
+	}
+	ct := opts.ContentType
+	if ct == "" {
+		ct = "application/json"
+	}
+	if input == nil {
+		input = []byte{}
+	}
+	u := c.url(nil, runPath(ns, name, uid, "invoke")...)
+	resp, err := c.send(ctx, request{method: http.MethodPost, url: u, body: input, contentType: ct, header: h})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	res := &InvokeResult{
+		StatusCode: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"),
+		InvocationID: resp.Header.Get(HeaderInvocationID),
+	}
+	// A function's output is bounded like its input.
+	if res.Body, err = readBounded(resp.Body, bounds.InvokeBody); err != nil {
+		return res, fmt.Errorf("invoke %s: reading the output: %w", u.Path, err)
+	}
+	if o := resp.Header.Get(HeaderOutputs); o != "" {
+		if err := json.Unmarshal([]byte(o), &res.Outputs); err != nil {
+			return res, fmt.Errorf("invoke %s: decoding %s: %w", u.Path, HeaderOutputs, err)
+		}
+	}
+	return res, nil
+}
