@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"stoke.dev/stoke/internal/bounds"
@@ -88,6 +90,18 @@ func Run(ctx context.Context, cfg Config) error {
 		log = slog.Default()
 	}
 	log = log.With("runtime", cfg.Runtime)
+	// A Runtime Server whose supervisor dies gets SIGTERM (its
+	// parent-death signal) and drains, logging as it goes to a pipe that
+	// nobody reads any more. Go ends a program that writes to a broken
+	// pipe on fd 1 or 2 with SIGPIPE, which would cut the drain short and
+	// leave the process groups of its work running, unless SIGPIPE is
+	// notified: then the write fails with EPIPE and the drain goes on.
+	// (signal.Ignore would do too, but an ignored signal stays ignored
+	// across exec, in every handler; a notified one is reset.) Nothing
+	// reads the channel: a signal that finds it full is dropped.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
