@@ -6,12 +6,13 @@
 // pod becomes ready or is gone.
 //
 // A pod named <runtime>-<5 random letters and digits> lives in
-// <data>/pods/<name>/: its Runtime Server listens on rs.sock there and keeps
-// its private state in state/. All pods share one workspace root,
+// <data>/pods/<name>/: its Runtime Server listens on rs.sock there, keeps
+// its private state in state/, and the supervisor records in sid the
+// session the server leads. All pods share one workspace root,
 // <data>/runs, where runtimed puts each Run's working directory. Each
-// Runtime Server is started through internal/proc (own process group,
-// parent-death signal); its output is logged line by line, bounded, with
-// the pod's name and UID.
+// Runtime Server is started through internal/proc in a session of its
+// own, with SIGTERM as its parent-death signal; its output is logged line
+// by line, bounded, with the pod's name and UID.
 //
 // A pod is ready once its grpc.health.v1 check of executor.v1.Runtime
 // answers SERVING (within Config.StartTimeout, or it is killed and
@@ -20,13 +21,19 @@
 // start is replaced under a new name and UID, after a backoff that doubles
 // from 100 ms up to 10 s while its pool's pods keep failing.
 //
-// Fencing: PodGone is sent only after the pod's processes are dead. A pod
-// whose Runtime Server still runs is frozen (SIGSTOP), the process groups
-// of everything it started are found in /proc and killed, then its own
-// group; the supervisor waits until none of them has a live member. A pod
-// that is stopped on purpose (scale down, Runtime deleted, shutdown) is
-// first sent SIGTERM so that its Runtime Server drains for its
-// --shutdown-grace.
+// Fencing: PodGone is sent only after the pod's processes are dead. When
+// a pod ends for any reason (its server exited or was killed, turned
+// unhealthy, or was stopped), every process of its session is killed —
+// everything the Runtime Server started stays in that session, in process
+// groups of its own and as an orphan too — and the supervisor waits until
+// none is left. A pod that is stopped on purpose (scale down, Runtime
+// deleted, shutdown) is first sent SIGTERM so that its Runtime Server
+// drains for its --shutdown-grace.
+//
+// If the supervisor's process dies, each Runtime Server gets SIGTERM from
+// the kernel and drains as above. A supervisor started later on the same
+// data directory kills what is left of the sessions recorded in the old
+// pod directories (and logs it) before it clears them.
 //
 // Status: the supervisor writes status.readyPods and status.pods of each
 // Runtime (with optimistic-concurrency retries, from its own goroutine)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -29,12 +30,26 @@ var healthService = executorv1.Runtime_ServiceDesc.ServiceName
 // pod's goroutine through the write end of its pipe.
 const pumpGrace = time.Second
 
+// sidFile, in a pod's directory, records the session its Runtime Server
+// leads (proc.Session's text), so that a supervisor started after this
+// one died can kill what is left of it.
+const sidFile = "sid"
+
 // runPod runs one pod from start to death: it starts the Runtime Server,
 // calls ready once it answers its health check, checks it every
 // HealthInterval, and returns why the pod ended, only after its processes
 // are dead. pr.stop asks it to stop the pod; pod is its own copy of the
 // pod's description and dir the pod's directory, removed at the end.
+//
+// The Runtime Server leads a session of its own, which fence kills when
+// the pod ends, and gets SIGTERM if the supervisor's process dies, so that
+// it drains and kills its process groups. The kernel sends that signal
+// when the thread that started the server ends, so runPod keeps its
+// goroutine, and with it nothing else, on that thread until the pod is
+// gone (see proc.Start).
 func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) string {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	log := s.log.With("runtime", pod.Namespace+"/"+pod.Runtime, "pod", pod.Name, "pod_uid", pod.UID)
 	defer func() {
 		if err := os.RemoveAll(dir); err != nil {
@@ -69,7 +84,7 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 	if cmd.Stderr == nil {
 		cmd.Stderr = w
 	}
-	p, err := proc.Start(cmd)
+	p, err := proc.Start(cmd, proc.NewSession(), proc.ParentDeathSignal(syscall.SIGTERM))
 	_ = w.Close() // the child has its copy; EOF needs ours closed
 	if err != nil {
 		_ = r.Close()
@@ -78,6 +93,7 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 	}
 	log = log.With("pid", p.Pid())
 	log.Info("pod starting", "server", pod.Server)
+	recordSession(p, dir, log)
 	pumped := make(chan struct{})
 	go func() {
 		defer close(pumped)
@@ -95,6 +111,19 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 		<-pumped
 	}()
 	return s.supervise(pr, p, sock, log, ready)
+}
+
+// recordSession writes the session of the pod's Runtime Server p to the
+// pod's sidFile. Without it a pod still runs, but what it leaves when the
+// supervisor is killed is only reached by its own drain.
+func recordSession(p *proc.Process, dir string, log *slog.Logger) {
+	sess, err := proc.SessionOf(p.Pid())
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, sidFile), []byte(sess.String()+"\n"), 0o600)
+	}
+	if err != nil {
+		log.Warn("cannot record the pod's session", "err", err)
+	}
 }
 
 // supervise waits for the started Runtime Server p to become ready, then
@@ -202,7 +231,7 @@ func (s *Supervisor) supervise(pr *podRun, p *proc.Process, sock string, log *sl
 }
 
 // exited handles a Runtime Server that exited by itself: what is left of
-// its process group is killed.
+// its session is killed.
 func exited(p *proc.Process, log *slog.Logger) string {
 	log.Warn("runtime server exited", "exit_code", p.ExitCode())
 	fence(p, log)
@@ -210,8 +239,9 @@ func exited(p *proc.Process, log *slog.Logger) string {
 }
 
 // terminate stops the pod for pr.stopReason: SIGTERM to its group, so the
-// Runtime Server drains for its --shutdown-grace, then the fence once it
-// has exited or after a bound.
+// Runtime Server drains for its --shutdown-grace and kills the process
+// groups it started, then the fence (for whatever is left of the session)
+// once it has exited or after a bound.
 func (s *Supervisor) terminate(pr *podRun, p *proc.Process, log *slog.Logger) string {
 	select {
 	case <-p.Done():

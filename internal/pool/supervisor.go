@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -60,14 +61,16 @@ type Config struct {
 	Store store.Store
 	// DataDir is where pods live: <DataDir>/pods/<name>/ holds a pod's
 	// socket and private state (the supervisor owns <DataDir>/pods and
-	// clears it on start), and <DataDir>/runs is the one workspace root
-	// shared by all pods, which runtimed fills with a directory per Run.
-	// Required.
+	// clears it on start, after killing what is left of the pods an
+	// earlier supervisor recorded there), and <DataDir>/runs is the one
+	// workspace root shared by all pods, which runtimed fills with a
+	// directory per Run. Required.
 	DataDir string
 	// Command builds the command for a pod's Runtime Server; args start
 	// with "runtime-server". The default runs this executable with args.
-	// The supervisor starts it with proc.Start and sets its stdout and
-	// stderr (when nil) to a pipe that it logs line by line.
+	// The supervisor starts it with proc.Start, in a session of its own,
+	// and sets its stdout and stderr (when nil) to a pipe that it logs
+	// line by line.
 	Command func(pod Pod, args []string) *exec.Cmd
 	// Logger receives the supervisor's logs and the pods' output. Nil
 	// discards them.
@@ -218,7 +221,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return fmt.Errorf("pool: workspace root: %w", err)
 	}
 	// Pod directories left by an earlier supervisor belong to pods that
-	// died with it (their Runtime Servers had a parent-death signal).
+	// died with it: their Runtime Servers got a parent-death signal and
+	// drained. What they could not reach is killed here.
+	s.killLeftovers()
 	if err := os.RemoveAll(s.podsDir); err != nil {
 		return fmt.Errorf("pool: clear pods directory: %w", err)
 	}
@@ -235,6 +240,48 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	l.retry.Stop()
 	return l.run(ctx)
+}
+
+// killLeftovers kills what is left of the sessions of the pods that an
+// earlier supervisor on this data directory recorded (its sidFile) and
+// did not stop: processes in process groups their Runtime Server did not
+// know of (job control), or everything, if the server died before it
+// could drain. A record whose leader's pid now belongs to another process
+// is skipped (proc.Session.Kill).
+func (s *Supervisor) killLeftovers() {
+	entries, err := os.ReadDir(s.podsDir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("cannot list the pods of an earlier supervisor", "err", err)
+		}
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		log := s.log.With("pod", e.Name())
+		b, err := os.ReadFile(filepath.Join(s.podsDir, e.Name(), sidFile))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // it died before it was recorded, taking nothing along
+		}
+		if err != nil {
+			log.Warn("cannot read the session of an earlier pod", "err", err)
+			continue
+		}
+		sess, err := proc.ParseSession(string(b))
+		if err != nil {
+			log.Warn("cannot read the session of an earlier pod", "err", err)
+			continue
+		}
+		killed, err := sess.Kill(fenceWait)
+		if len(killed) > 0 {
+			log.Warn("killed processes left by an earlier pod", "session", sess.ID, "pids", killed)
+		}
+		if err != nil {
+			log.Error("cannot kill what is left of an earlier pod", "session", sess.ID, "err", err)
+		}
+	}
 }
 
 // rtKey names a Runtime object.

@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	executorv1 "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
@@ -34,6 +32,9 @@ import (
 var stokeBin string
 
 func TestMain(m *testing.M) {
+	if data := os.Getenv(helperDataEnv); data != "" {
+		os.Exit(helperSupervisor(data, os.Getenv(helperBinEnv)))
+	}
 	bin, cleanup, err := testbin.Stoke()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -499,49 +500,8 @@ func TestUnhealthyPodIsFenced(t *testing.T) {
 	a := h.expect(PodReady, "").Pod
 	pid := serverPid(t, a)
 
-	// A task that leaves a background child, which reports its pid through
-	// a FIFO.
-	wd := filepath.Join(a.WorkspaceRoot, "task1")
-	if err := os.Mkdir(wd, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fifo := filepath.Join(wd, "pid.fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(fifo, os.O_RDWR, 0) // O_RDWR: opening does not wait for a writer
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(a.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_, err = executorv1.NewRuntimeClient(conn).Execute(t.Context(), &executorv1.ExecuteRequest{
-		Id:         "task1",
-		Args:       []string{bash, "-c", "sleep 300 & echo $! > pid.fifo; wait"},
-		WorkingDir: wd,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.SetReadDeadline(time.Now().Add(eventTimeout)); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(f).ReadString('\n')
-	if err != nil {
-		t.Fatalf("read task's child pid: %v", err)
-	}
-	sleepPid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil || dead(sleepPid) {
-		t.Fatalf("task child %q: %v", line, err)
-	}
+	// A task that leaves a background child.
+	sleepPid := runTask(t, a, "task1", "sleep 300 & echo $! > pid.fifo; wait")[0]
 	if pgid, _ := syscall.Getpgid(sleepPid); pgid == pid {
 		t.Fatalf("task child is in the server's group %d: the test would not show the sweep", pid)
 	}
