@@ -27,6 +27,8 @@ func newRootCommand() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: "+strings.Join([]string{"debug", "info", "warn", "error"}, ", "))
 	root.AddCommand(newRuntimeServerCommand())
+	root.AddCommand(newRunCommand(), newApplyCommand(), newGetCommand(), newDescribeCommand(),
+		newLogsCommand(), newInvokeCommand(), newCancelCommand(), newDeleteCommand())
 	root.AddCommand(newUpCommand())
 	return root
 }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"stoke.dev/stoke/internal/cli"
+	"stoke.dev/stoke/internal/cli/runspec"
+)
+
+func newRunCommand() *cobra.Command {
+	var (
+		cf   clientFlags
+		o    runspec.Options
+		opts cli.RunOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "run --runtime RUNTIME [flags] [--] [ARGS...]",
+		Short: "Run a task and follow it to its exit code, or start a function",
+		Long: `run creates a Run on a warm runtime pool.
+
+A task (no --handler) runs its program once: run streams the program's stdout
+and stderr as they come and exits with the program's exit code, like
+"docker run". A task that fails without an exit code of its own exits 1 with
+a one-line reason; one that times out exits 124. Ctrl-C cancels the Run and
+exits 130. The program is ARGS (the first is the command), or --entrypoint
+(a file of the source) with ARGS as its arguments; a single-file --source
+with no --entrypoint is itself the entrypoint. Outputs the task writes as
+KEY=VALUE lines to $STOKE_OUTPUTS are printed to stderr at the end.
+
+A function (--handler) is loaded once and then serves invocations: run waits
+until it is Ready, prints its invoke URL on stdout and how to call it on
+stderr. Bash handlers are path/file.function (file.sh without ".sh"),
+Python handlers module.function.
+
+--source packs a local file (as inline text) or directory (as a tar.gz of at
+most 1 MiB, regular files, directories and symlinks to files inside it).`,
+		Example: `  # A task: prints hello, exits with its exit code.
+  stoke run --runtime bash -- echo hello
+
+  # A script from a file, with arguments, env, a timeout and two retries.
+  stoke run --runtime bash --source examples/task/task.sh --env GREETING=hi --timeout 30s --retries 2 -- world
+
+  # A Python task from a directory.
+  stoke run --runtime python --source ./job --entrypoint main.py -- --verbose
+
+  # A warm Bash function, then an invocation.
+  stoke run --runtime bash --source examples/bash-echo --handler handler.handle --name echo
+  stoke invoke echo -d '{"name":"world"}'`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Args, o.Namespace, o.LookupEnv = args, cf.namespace, os.LookupEnv
+			if cmd.Flags().Changed("source") && o.Source == "" {
+				return finish(cliError("--source must not be empty"))
+			}
+			run, err := runspec.Build(o)
+			if err != nil {
+				return finish(err)
+			}
+			if opts.Remove && o.IsFunction() {
+				return finish(cliError("--rm applies to tasks only; delete a function with stoke delete"))
+			}
+			c, err := cf.client()
+			if err != nil {
+				return finish(err)
+			}
+			if o.IsFunction() {
+				return finish(cli.RunFunction(cmd.Context(), c, run, opts, streams()))
+			}
+			return finish(cli.RunTask(cmd.Context(), c, run, opts, streams()))
+		},
+	}
+	// Flags stop at the first argument, so that a task's own flags need
+	// no "--": stoke run --runtime bash ls -l.
+	cmd.Flags().SetInterspersed(false)
+	cf.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.Runtime, "runtime", "", "Runtime pool to run on, e.g. bash or python (required)")
+	f.StringVar(&o.Source, "source", "", "local file or directory to ship as the program's source")
+	f.StringVar(&o.Entrypoint, "entrypoint", "", "task: file of the source to run, with ARGS as its arguments")
+	f.StringVar(&o.Handler, "handler", "", "run a function with this handler (Bash path/file.function, Python module.function)")
+	f.DurationVar(&o.IdleTimeout, "idle-timeout", 0, "function: end it after this long without invocations (0: never)")
+	f.StringVar(&o.Name, "name", "", "name of the Run (default: generated, task-XXXXX or fn-XXXXX)")
+	f.StringArrayVarP(&o.Env, "env", "e", nil, "environment variable NAME=VALUE, or NAME to pass this shell's value (repeatable)")
+	f.StringArrayVarP(&o.Labels, "label", "l", nil, "label KEY=VALUE (repeatable)")
+	f.DurationVar(&o.Timeout, "timeout", 0, "task: execution limit; function: how long it stays reserved (0: the Runtime's default)")
+	f.IntVar(&o.Retries, "retries", 0, "retry a failed attempt up to N times (retryPolicy.maxAttempts = N+1)")
+	f.DurationVar(&o.TTL, "ttl", 0, "delete the Run this long after it finished (0: keep it)")
+	f.BoolVarP(&opts.Detach, "detach", "d", false, "print the Run's name and return without waiting")
+	f.BoolVar(&opts.Remove, "rm", false, "task: delete the Run once it finished")
+	f.BoolVarP(&opts.Quiet, "quiet", "q", false, "print no notes (retries, outputs, hints) on stderr")
+	_ = cmd.MarkFlagRequired("runtime")
+	_ = cmd.RegisterFlagCompletionFunc("runtime", func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return completeNames(cmd, &cf, cli.KindRuntime, toComplete)
+	})
+	return cmd
+}

@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"stoke.dev/stoke/internal/cli/printer"
+	"stoke.dev/stoke/internal/client"
+	"stoke.dev/stoke/internal/errdefs"
+)
+
+// Kind is a resource kind a command names.
+type Kind string
+
+// Kinds.
+const (
+	KindRun     Kind = "run"
+	KindRuntime Kind = "runtime"
+)
+
+// ParseKind accepts the spellings kubectl users type: run, runs,
+// runtime, runtimes, rt.
+func ParseKind(s string) (Kind, error) {
+	switch s {
+	case "run", "runs":
+		return KindRun, nil
+	case "runtime", "runtimes", "rt":
+		return KindRuntime, nil
+	}
+	return "", errdefs.InvalidArgument("resource", "%q is not a resource: want runs or runtimes", s)
+}
+
+// GetOptions are `stoke get`'s arguments.
+type GetOptions struct {
+	Kind Kind
+	// Name, when set, selects one object.
+	Name          string
+	Namespace     string
+	AllNamespaces bool
+	LabelSelector string
+	Watch         bool
+	Format        printer.Format
+	// Now is time.Now outside tests.
+	Now func() time.Time
+}
+
+// Get lists or gets Runs or Runtimes and prints them; with Watch it then
+// prints every change until ctx ends (Ctrl-C: ExitInterrupted).
+func Get(ctx context.Context, c *client.Client, o GetOptions, s Streams) error {
+	if o.AllNamespaces && o.Name != "" {
+		return errdefs.InvalidArgument("--all-namespaces", "cannot be used with a name")
+	}
+	if o.AllNamespaces && o.Kind == KindRuntime {
+		return errdefs.InvalidArgument("--all-namespaces", "is not supported for runtimes; use -n")
+	}
+	ns := o.Namespace
+	if o.AllNamespaces {
+		ns = ""
+	}
+	p := printer.New(s.Out, o.Format, o.AllNamespaces, o.Now)
+	if o.Watch {
+		err := watchObjects(ctx, c, o, ns, p)
+		if ctx.Err() != nil {
+			return interrupted()
+		}
+		return err
+	}
+	opts := client.ListOptions{LabelSelector: o.LabelSelector}
+	switch {
+	case o.Kind == KindRun && o.Name != "":
+		run, err := c.GetRun(ctx, ns, o.Name)
+		if err != nil {
+			return err
+		}
+		return p.Run(run)
+	case o.Kind == KindRun:
+		list, err := c.ListRuns(ctx, ns, opts)
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 && (o.Format == printer.Table || o.Format == printer.Wide) {
+			s.note("no runs found%s", inNamespace(ns))
+		}
+		return p.Runs(list)
+	case o.Name != "":
+		rt, err := c.GetRuntime(ctx, ns, o.Name)
+		if err != nil {
+			return err
+		}
+		return p.Runtime(rt)
+	default:
+		list, err := c.ListRuntimes(ctx, ns, opts)
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 && (o.Format == printer.Table || o.Format == printer.Wide) {
+			s.note("no runtimes found%s", inNamespace(ns))
+		}
+		return p.Runtimes(list)
+	}
+}
+
+func inNamespace(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	return " in namespace " + ns
+}
+
+// watchObjects prints the current objects, then every change (a deleted
+// object is printed as it was last seen).
+func watchObjects(ctx context.Context, c *client.Client, o GetOptions, ns string, p *printer.Printer) error {
+	opts := client.ListOptions{LabelSelector: o.LabelSelector}
+	if o.Kind == KindRun {
+		w, err := c.WatchRuns(ctx, ns, opts)
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		for {
+			ev, err := w.Next()
+			if err != nil {
+				return endOfWatch(err)
+			}
+			if o.Name == "" || ev.Object.Name == o.Name {
+				if err := p.RunEvent(ev.Object); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	w, err := c.WatchRuntimes(ctx, ns, opts)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	for {
+		ev, err := w.Next()
+		if err != nil {
+			return endOfWatch(err)
+		}
+		if o.Name == "" || ev.Object.Name == o.Name {
+			if err := p.RuntimeEvent(ev.Object); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func endOfWatch(err error) error {
+	if errors.Is(err, io.EOF) {
+		return errdefs.Errorf(errdefs.ErrUnavailable, "the server closed the watch")
+	}
+	return err
+}
+
+// Describe prints one Run or Runtime for people.
+func Describe(ctx context.Context, c *client.Client, kind Kind, ns, name string, now time.Time, s Streams) error {
+	if kind == KindRuntime {
+		rt, err := c.GetRuntime(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		return printer.DescribeRuntime(s.Out, rt, now)
+	}
+	run, err := c.GetRun(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	if err := printer.DescribeRun(s.Out, run, now); err != nil {
+		return err
+	}
+	if run.Status.Phase == "Ready" && run.Status.Endpoint != "" {
+		fmt.Fprintf(s.Out, "Invoke:  stoke invoke %s%s -d '{}'\n", run.Name, namespaceFlag(run.Namespace))
+	}
+	return nil
+}

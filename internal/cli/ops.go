@@ -1,0 +1,200 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/cli/printer"
+	"stoke.dev/stoke/internal/client"
+	"stoke.dev/stoke/internal/errdefs"
+)
+
+// LogsOptions are `stoke logs`' flags.
+type LogsOptions struct {
+	Follow     bool
+	Timestamps bool
+}
+
+// Logs copies a Run's log to s: stdout records to Out, stderr records to
+// Err. With Follow it keeps copying until the Run is terminal.
+func Logs(ctx context.Context, c *client.Client, ns, name string, o LogsOptions, s Streams) error {
+	logs, err := c.Logs(ctx, ns, name, o.Follow)
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	var attempt int32
+	for {
+		rec, err := logs.Next()
+		if ctx.Err() != nil {
+			return interrupted()
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if rec.Attempt > attempt {
+			if attempt > 0 {
+				s.note("attempt %d", rec.Attempt)
+			}
+			attempt = rec.Attempt
+		}
+		writeRecord(rec, s, o.Timestamps)
+	}
+}
+
+// ReadInput is the input of `stoke invoke -d`: JSON text, @FILE for a
+// file's content, or - for standard input; empty means {}. It must be JSON
+// of at most 1 MiB.
+func ReadInput(data string, stdin io.Reader, readFile func(string) ([]byte, error)) ([]byte, error) {
+	var (
+		b    []byte
+		err  error
+		from = "-d"
+	)
+	switch {
+	case data == "":
+		return []byte("{}"), nil
+	case data == "-":
+		from = "standard input"
+		b, err = io.ReadAll(io.LimitReader(stdin, bounds.InvokeBody+1))
+	case strings.HasPrefix(data, "@"):
+		from = data[1:]
+		b, err = readFile(data[1:])
+	default:
+		b = []byte(data)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the input: %w", err)
+	}
+	if len(b) > bounds.InvokeBody {
+		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "the input from %s exceeds %d bytes", from, bounds.InvokeBody)
+	}
+	if !json.Valid(b) {
+		return nil, errdefs.InvalidArgument("input", "%s is not valid JSON", from)
+	}
+	return b, nil
+}
+
+// InvokeOptions are `stoke invoke`'s flags.
+type InvokeOptions struct {
+	client.InvokeOptions
+	// Verbose notes the invocation ID and the outputs on Err.
+	Verbose bool
+}
+
+// Invoke calls a Ready function Run once and writes its output to Out
+// (with a final newline when it has none). A handler failure is an error
+// "errorType: errorMessage", its stack trace written to Err first.
+func Invoke(ctx context.Context, c *client.Client, ns, name string, input []byte, o InvokeOptions, s Streams) error {
+	run, err := c.GetRun(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case run.Spec.Mode.Function == nil:
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s is a task; only function Runs can be invoked", Ref(run))
+	case terminal(run):
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "cannot invoke: %s", endState(run))
+	}
+	res, err := c.Invoke(ctx, run.Namespace, run.Name, string(run.UID), input, o.InvokeOptions)
+	if ctx.Err() != nil {
+		return interrupted()
+	}
+	var apiErr *client.APIError
+	if errors.As(err, &apiErr) {
+		if o.Verbose && apiErr.InvocationID != "" {
+			s.note("invocation %s: HTTP %d", apiErr.InvocationID, apiErr.StatusCode)
+		}
+		if fe := apiErr.Function(); fe != nil {
+			if fe.StackTrace != "" {
+				fmt.Fprintln(s.Err, strings.TrimRight(fe.StackTrace, "\n"))
+			}
+			return err
+		}
+		if run.Status.Phase != v1alpha1.PhaseReady && (errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrFailedPrecondition)) {
+			return fmt.Errorf("%s is %s, not Ready: %w", Ref(run), printer.PhaseOf(run), err)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("invoking %s: %w", Ref(run), err)
+	}
+	if o.Verbose {
+		s.note("invocation %s: HTTP %d, %s", res.InvocationID, res.StatusCode, res.ContentType)
+		for _, k := range slices.Sorted(maps.Keys(res.Outputs)) {
+			s.note("output %s=%s", k, res.Outputs[k])
+		}
+	}
+	out := res.Body
+	if len(out) > 0 && !bytes.HasSuffix(out, []byte("\n")) {
+		out = append(out, '\n')
+	}
+	_, err = s.Out.Write(out)
+	return err
+}
+
+// Cancel asks the server to cancel a Run; with wait, it returns once the
+// Run is terminal and prints how it ended.
+func Cancel(ctx context.Context, c *client.Client, ns, name string, wait bool, s Streams) error {
+	run, err := c.CancelRun(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	if terminal(run) {
+		fmt.Fprintf(s.Out, "%s already %s\n", Ref(run), run.Status.Phase)
+		return nil
+	}
+	if !wait {
+		fmt.Fprintf(s.Out, "%s cancel requested\n", Ref(run))
+		return nil
+	}
+	final, err := waitRun(ctx, c, run.Namespace, run.Name, string(run.UID), terminal)
+	if ctx.Err() != nil {
+		return interrupted()
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.Out, "%s %s\n", Ref(final), final.Status.Phase)
+	return nil
+}
+
+// Delete deletes a Run or a Runtime; with wait, it returns once a Run is
+// gone (a function drains and unregisters first).
+func Delete(ctx context.Context, c *client.Client, kind Kind, ns, name string, wait bool, s Streams) error {
+	if kind == KindRuntime {
+		if _, err := c.DeleteRuntime(ctx, ns, name); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.Out, "runtime/%s deleted\n", name)
+		return nil
+	}
+	run, err := c.DeleteRun(ctx, ns, name)
+	if err != nil {
+		return err
+	}
+	if wait {
+		_, err := waitRun(ctx, c, run.Namespace, run.Name, string(run.UID), func(*v1alpha1.Run) bool { return false })
+		switch {
+		case ctx.Err() != nil:
+			return interrupted()
+		case errors.Is(err, errdefs.ErrNotFound):
+			// Gone: what waiting for.
+		case err != nil:
+			return err
+		}
+	}
+	fmt.Fprintf(s.Out, "%s deleted\n", Ref(run))
+	return nil
+}
