@@ -141,9 +141,7 @@ wait`, "WEIRD="+weird)
 	if pgid, _ := syscall.Getpgid(job); pgid == p.Pid() {
 		t.Fatalf("job %d is in the leader's group: the test would not show the session kill", job)
 	}
-	if b, _ := os.ReadFile("/proc/" + strconv.Itoa(odd) + "/comm"); !strings.Contains(string(b), ") Z 1") {
-		t.Fatalf("comm of %d is %q", odd, b)
-	}
+	awaitExec(t, odd, ") Z 1")
 	// sh has exited before the script goes on: the orphan's parent is
 	// now outside the session (init, or a subreaper).
 	if ppid := parentOf(t, orphan); ppid == p.Pid() || slices.Contains(pids, ppid) {
@@ -185,6 +183,26 @@ wait`, "WEIRD="+weird)
 		if !running(pid) {
 			t.Errorf("pid %d of another session was killed", pid)
 		}
+	}
+}
+
+// awaitExec waits (bounded) until pid's comm contains name: the shell's
+// fork has exec'd the program.
+func awaitExec(t *testing.T, pid int, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), name) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("comm of %d is %q", pid, b)
+		}
+		time.Sleep(time.Millisecond) // polling the kernel's process table
 	}
 }
 
