@@ -20,13 +20,16 @@ const fenceWait = 5 * time.Second
 // fence kills the session, which reaches all of it whether the server
 // still runs, is stopped, or has already exited (the session outlives its
 // leader). Only a process that calls setsid itself escapes. Then it waits
-// for the server to be reaped.
+// for the server to be reaped. (It does not signal the server's group
+// after a successful session kill: once the session is empty, the group's
+// number may already belong to another process.)
 func fence(p *proc.Process, log *slog.Logger) {
 	killed, err := proc.KillSession(p.Pid(), fenceWait)
-	p.Kill(0) // returns once the server is reaped
 	if err != nil {
 		log.Warn("processes of a killed pod are still running", "err", err)
+		p.Kill(0) // the server at least; returns once it is reaped
 	}
+	<-p.Done()
 	// The server itself is in killed when it still ran; anything else
 	// means the pod had left processes behind.
 	if len(killed) > 1 || (len(killed) == 1 && killed[0] != p.Pid()) {
