@@ -1,0 +1,528 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+)
+
+// cliServer is a `stoke up` the CLI tests drive with the stoke binary.
+type cliServer struct {
+	dataDir, url, token string
+	cmd                 *exec.Cmd
+	exited              chan struct{}
+	waitErr             error
+}
+
+// startCLIServer runs `stoke up --data-dir DIR --listen 127.0.0.1:0` in a
+// process group of its own and learns its URL from its "serving" log line.
+// At the end of the test it gets SIGTERM and must exit 0.
+func startCLIServer(t *testing.T) *cliServer {
+	t.Helper()
+	s := &cliServer{dataDir: t.TempDir(), exited: make(chan struct{})}
+	s.cmd = exec.Command(stokeBin, "up", "--data-dir", s.dataDir, "--listen", "127.0.0.1:0")
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var rec struct {
+				Msg string `json:"msg"`
+				URL string `json:"url"`
+			}
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" {
+				urlc <- rec.URL
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		s.waitErr = s.cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+			if s.waitErr != nil {
+				t.Errorf("stoke up after SIGTERM: %v", s.waitErr)
+			}
+		case <-time.After(60 * time.Second):
+			t.Error("stoke up did not exit within 60s of SIGTERM")
+			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+			<-s.exited
+		}
+	})
+	select {
+	case s.url = <-urlc:
+	case <-s.exited:
+		t.Fatalf("stoke up exited before serving: %v", s.waitErr)
+	case <-time.After(60 * time.Second):
+		t.Fatal("stoke up did not log that it serves")
+	}
+	tok, err := os.ReadFile(filepath.Join(s.dataDir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.token = strings.TrimSpace(string(tok))
+	return s
+}
+
+// env is the environment a user of this server has: STOKE_SERVER and
+// STOKE_TOKEN, and nothing else of Stoke's.
+func (s *cliServer) env() []string {
+	return []string{"STOKE_SERVER=" + s.url, "STOKE_TOKEN=" + s.token}
+}
+
+// cliResult is what one stoke command did.
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r cliResult) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%sstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// cliCommand prepares `stoke args...` run from the repository root (so
+// that examples/ paths are as in the README) with the process's
+// environment minus STOKE_*, plus env.
+func cliCommand(ctx context.Context, env []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, stokeBin, args...)
+	cmd.Dir = ".."
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "STOKE_") && !strings.HasPrefix(kv, "XDG_STATE_HOME=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
+}
+
+// stoke runs one command to its end (at most two minutes) with stdin.
+func stoke(t *testing.T, env []string, stdin string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := cliCommand(ctx, env, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &stdout, &stderr
+	err := cmd.Run()
+	res := cliResult{stdout: stdout.String(), stderr: stderr.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		res.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("stoke %q: %v", args, err)
+	}
+	return res
+}
+
+// ok runs a command that must exit 0 and returns its stdout.
+func (s *cliServer) ok(t *testing.T, args ...string) string {
+	t.Helper()
+	r := stoke(t, s.env(), "", args...)
+	if r.code != 0 {
+		t.Fatalf("stoke %s: %s", strings.Join(args, " "), r)
+	}
+	return r.stdout
+}
+
+// fails runs a command that must exit with code and print one error line
+// containing want on stderr.
+func (s *cliServer) fails(t *testing.T, code int, want string, args ...string) cliResult {
+	t.Helper()
+	r := stoke(t, s.env(), "", args...)
+	if r.code != code || !strings.Contains(r.stderr, want) {
+		t.Fatalf("stoke %s: want exit %d and %q on stderr, got %s", strings.Join(args, " "), code, want, r)
+	}
+	return r
+}
+
+// lastLine is the last line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+// getRun reads a Run with `stoke get run NAME -o json`.
+func (s *cliServer) getRun(t *testing.T, name string) *v1alpha1.Run {
+	t.Helper()
+	var run v1alpha1.Run
+	if err := json.Unmarshal([]byte(s.ok(t, "get", "run", name, "-o", "json")), &run); err != nil {
+		t.Fatal(err)
+	}
+	return &run
+}
+
+// startStoke starts a long-running stoke command and delivers its stdout
+// lines; the caller ends it.
+func startStoke(t *testing.T, env []string, args ...string) (*exec.Cmd, <-chan string, *bytes.Buffer) {
+	t.Helper()
+	cmd := cliCommand(context.Background(), env, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, lines, &stderr
+}
+
+// awaitLine reads lines until one satisfies match.
+func awaitLine(t *testing.T, lines <-chan string, what string, match func(string) bool) {
+	t.Helper()
+	deadline := time.After(90 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("waiting for %s: the output ended", what)
+			}
+			if match(l) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("waiting for %s: not within 90s", what)
+		}
+	}
+}
+
+// exitCode waits for cmd and returns its exit status.
+func exitCode(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%q did not exit", cmd.Args)
+		return -1
+	}
+}
+
+// The stoke CLI, as a user drives it, against a real `stoke up`.
+func TestCLI(t *testing.T) {
+	s := startCLIServer(t)
+
+	t.Run("task streams its output and exits with its code", func(t *testing.T) {
+		r := stoke(t, s.env(), "", "run", "--runtime", "bash", "--source", "examples/task/task.sh", "-e", "GREETING=hi", "--", "world")
+		if r.code != 0 || r.stdout != "hi, world\n" || !strings.Contains(r.stderr, "task: greeted world\n") || !strings.Contains(r.stderr, "stoke: output GREETED=world\n") {
+			t.Errorf("task from a file: %s", r)
+		}
+		r = stoke(t, s.env(), "", "run", "--runtime", "bash", "--source", "examples/task/task.sh", "-e", "EXIT_CODE=3", "--", "three")
+		if r.code != 3 || r.stdout != "hello, three\n" || !strings.HasPrefix(r.stderr, "task: greeted three\n") {
+			t.Errorf("task exiting 3: %s", r)
+		}
+		for l := range strings.Lines(r.stderr) {
+			// Like docker run: a task's own exit code comes without a
+			// message of Stoke's (outputs aside).
+			if strings.HasPrefix(l, "stoke: ") && !strings.HasPrefix(l, "stoke: output ") {
+				t.Errorf("task exiting 3 printed %q", l)
+			}
+		}
+		r = stoke(t, s.env(), "", "run", "--runtime", "bash", "--source", "examples/task", "--entrypoint", "task.sh", "-q", "--", "dir")
+		if r.code != 0 || r.stdout != "hello, dir\n" || r.stderr != "task: greeted dir\n" {
+			t.Errorf("task from a directory, quiet: %s", r)
+		}
+		// No "--" needed: flags end at the first argument.
+		r = stoke(t, s.env(), "", "run", "--runtime", "bash", "bash", "-c", "echo out; echo err >&2; exit 7")
+		if r.code != 7 || r.stdout != "out\n" || r.stderr != "err\n" {
+			t.Errorf("argv task exiting 7: %s", r)
+		}
+		r = stoke(t, s.env(), "", "run", "--runtime", "python", "--", "-c", "import sys; print('py'); sys.exit(5)")
+		if r.code != 5 || r.stdout != "py\n" {
+			t.Errorf("python task exiting 5: %s", r)
+		}
+		r = s.fails(t, 124, "Timeout", "run", "--runtime", "bash", "--timeout", "1s", "--", "sleep", "60")
+		if !strings.HasPrefix(lastLine(r.stderr), "stoke: run/task-") {
+			t.Errorf("timeout message: %q", r.stderr)
+		}
+	})
+
+	t.Run("flags become the Run's spec", func(t *testing.T) {
+		name := strings.TrimSpace(s.ok(t, "run", "--runtime", "bash", "--name", "specced", "--detach", "--retries", "2", "--timeout", "45s",
+			"--ttl", "1h", "-l", "team=cli", "-e", "A=1", "--", "true"))
+		if name != "specced" {
+			t.Fatalf("--detach printed %q", name)
+		}
+		run := s.getRun(t, "specced")
+		sp := run.Spec
+		if sp.RetryPolicy == nil || sp.RetryPolicy.MaxAttempts != 3 || sp.Timeout == nil || sp.Timeout.Duration != 45*time.Second ||
+			sp.TTLSecondsAfterFinished == nil || *sp.TTLSecondsAfterFinished != 3600 || run.Labels["team"] != "cli" ||
+			len(sp.Env) != 1 || sp.Env[0] != (v1alpha1.EnvVar{Name: "A", Value: "1"}) || sp.Mode.Task == nil || sp.Mode.Task.Args[0] != "true" {
+			t.Errorf("spec = %+v, labels %v", sp, run.Labels)
+		}
+		if out := s.ok(t, "get", "runs", "-l", "team=cli", "-o", "name"); out != "run/specced\n" {
+			t.Errorf("get -l team=cli -o name = %q", out)
+		}
+		s.ok(t, "run", "--runtime", "bash", "--name", "removed", "--rm", "-q", "--", "true")
+		s.fails(t, 1, "not found", "get", "run", "removed")
+	})
+
+	t.Run("the token comes from flags, env or the data directory", func(t *testing.T) {
+		for _, tc := range []struct {
+			env  []string
+			args []string
+		}{
+			{[]string{"STOKE_SERVER=" + s.url, "STOKE_DATA_DIR=" + s.dataDir}, nil},
+			{nil, []string{"--server", s.url, "--token", s.token}},
+			{[]string{"STOKE_SERVER=" + s.url}, []string{"--data-dir", s.dataDir}},
+		} {
+			r := stoke(t, tc.env, "", append([]string{"get", "runtimes"}, tc.args...)...)
+			if r.code != 0 || !strings.Contains(r.stdout, "python") {
+				t.Errorf("env %q args %q: %s", tc.env, tc.args, r)
+			}
+		}
+	})
+
+	t.Run("bash function", func(t *testing.T) {
+		endpoint := strings.TrimSpace(s.ok(t, "run", "--runtime", "bash", "--source", "examples/bash-echo", "--handler", "handler.handle", "--name", "echo"))
+		if !strings.HasPrefix(endpoint, s.url+"/v1/namespaces/default/runs/echo/") {
+			t.Fatalf("endpoint %q", endpoint)
+		}
+		r := stoke(t, s.env(), "", "invoke", "echo", "-d", `{"hello":"world"}`, "-v")
+		if r.code != 0 || r.stdout != `{"echo":{"hello":"world"},"bytes":17,"runtime":"bash"}`+"\n" || !strings.Contains(r.stderr, "stoke: output INPUT_BYTES=17") {
+			t.Errorf("invoke: %s", r)
+		}
+		input := filepath.Join(t.TempDir(), "in.json")
+		if err := os.WriteFile(input, []byte(`[1,2]`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if out := s.ok(t, "invoke", "echo", "-d", "@"+input); !strings.Contains(out, `"echo":[1,2]`) {
+			t.Errorf("invoke -d @file: %q", out)
+		}
+		if r := stoke(t, s.env(), `"from stdin"`, "invoke", "echo", "-d", "-", "--invocation-id", "cli-inv-1", "-v"); r.code != 0 ||
+			!strings.Contains(r.stdout, `"echo":"from stdin"`) || !strings.Contains(r.stderr, "invocation cli-inv-1") {
+			t.Errorf("invoke -d -: %s", r)
+		}
+		// What run printed is the URL to call with any HTTP client.
+		req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+s.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"echo":{}`) {
+			t.Errorf("POST to the endpoint: %d %s", resp.StatusCode, body)
+		}
+		r = stoke(t, s.env(), "", "logs", "echo")
+		if r.code != 0 || !strings.Contains(r.stderr, "bash-echo: got 17 bytes") {
+			t.Errorf("logs: %s", r)
+		}
+		s.fails(t, 1, "-d is not valid JSON", "invoke", "echo", "-d", "{nope")
+	})
+
+	t.Run("python function and its errors", func(t *testing.T) {
+		s.ok(t, "run", "--runtime", "python", "--source", "examples/python-hello", "--handler", "hello.handle", "--name", "hello", "-q")
+		r := stoke(t, s.env(), "", "invoke", "hello", "-d", `{"name":"stoke"}`, "-v")
+		var out struct{ Message, InvocationID string }
+		if err := json.Unmarshal([]byte(r.stdout), &out); r.code != 0 || err != nil || out.Message != "hello, stoke" ||
+			!strings.Contains(r.stderr, "stoke: output greeted=stoke") || !strings.Contains(r.stderr, "invocation "+out.InvocationID) {
+			t.Errorf("invoke: %s", r)
+		}
+		r = s.fails(t, 1, "stoke: ValueError: name must be a non-empty string", "invoke", "hello", "-d", `{"name":3}`)
+		if !strings.Contains(r.stderr, "Traceback") || r.stdout != "" {
+			t.Errorf("handler failure: %s", r)
+		}
+		s.fails(t, 1, "RegistrationFailed", "run", "--runtime", "python", "--source", "examples/python-hello", "--handler", "nomodule.handle")
+		s.fails(t, 1, "is a task", "invoke", "specced")
+	})
+
+	t.Run("apply", func(t *testing.T) {
+		files := []string{"-f", "examples/runtime.yaml", "-f", "examples/task.yaml", "-f", "examples/bash-function.yaml", "-f", "examples/python-function.yaml"}
+		want := "runtime/bash-small created\nrun/hello-task created\nrun/bash-echo created\nrun/python-hello created\n"
+		if out := s.ok(t, append([]string{"apply"}, files...)...); out != want {
+			t.Errorf("apply = %q, want %q", out, want)
+		}
+		if out := s.ok(t, append([]string{"apply"}, files...)...); out != strings.ReplaceAll(want, "created", "unchanged") {
+			t.Errorf("apply again = %q", out)
+		}
+		r := stoke(t, s.env(), "", "logs", "-f", "hello-task")
+		if r.code != 0 || r.stdout != "hi, stoke\n" || r.stderr != "task: greeted stoke\n" {
+			t.Errorf("logs -f hello-task: %s", r)
+		}
+		// What get -o yaml prints applies as it is.
+		yaml := s.ok(t, "get", "run", "hello-task", "-o", "yaml")
+		if r := stoke(t, s.env(), yaml, "apply", "-f", "-"); r.code != 0 || r.stdout != "run/hello-task unchanged\n" {
+			t.Errorf("apply of get -o yaml: %s", r)
+		}
+		changed := strings.Replace(yaml, "- stoke", "- someone", 1)
+		if r := stoke(t, s.env(), changed, "apply", "-f", "-"); r.code != 1 || !strings.Contains(r.stderr, "run/hello-task: a run of this name exists with another spec") {
+			t.Errorf("apply of a changed Run: %s", r)
+		}
+		// One bad document: nothing of the file is sent.
+		bad := "apiVersion: stoke.dev/v1alpha1\nkind: Run\nmetadata: {name: not-sent}\nspec: {runtime: bash, mode: {task: {args: [true]}}}\n" +
+			"---\napiVersion: stoke.dev/v1alpha1\nkind: Run\nmetadata: {name: bad}\nspec: {runtime: bash, mode: {task: {}}}\n"
+		r = stoke(t, s.env(), bad, "apply", "-f", "-")
+		if r.code != 1 || !strings.Contains(r.stderr, "standard input: document 2: run/bad: spec.mode.task: entrypoint or args must be set") || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("apply of a bad document: %s", r)
+		}
+		s.fails(t, 1, "not found", "get", "run", "not-sent")
+		if out := s.ok(t, "invoke", "bash-echo", "-d", `{"applied":true}`); !strings.Contains(out, `"echo":{"applied":true}`) {
+			t.Errorf("invoke bash-echo: %q", out)
+		}
+	})
+
+	t.Run("get and describe", func(t *testing.T) {
+		out := s.ok(t, "get", "runs", "-o", "wide")
+		if !strings.HasPrefix(out, "NAME ") || !strings.Contains(out, "ENDPOINT") || !strings.Contains(out, "/runs/echo/") {
+			t.Errorf("get runs -o wide:\n%s", out)
+		}
+		if out := s.ok(t, "get", "runs", "-A"); !strings.HasPrefix(out, "NAMESPACE ") {
+			t.Errorf("get runs -A:\n%s", out)
+		}
+		var list v1alpha1.RunList
+		if err := json.Unmarshal([]byte(s.ok(t, "get", "runs", "-o", "json")), &list); err != nil || list.Kind != "RunList" || len(list.Items) < 5 {
+			t.Errorf("get runs -o json: %v, kind %q, %d items", err, list.Kind, len(list.Items))
+		}
+		if out := s.ok(t, "get", "runtimes"); !strings.Contains(out, "bash-small") || !strings.Contains(out, "READY") {
+			t.Errorf("get runtimes:\n%s", out)
+		}
+		out = s.ok(t, "describe", "run", "hello-task")
+		for _, want := range []string{"Name:", "hello-task", "Phase:", "Succeeded", "Outputs:", "GREETED=stoke", "Exit code:", "Conditions:"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("describe run lacks %q:\n%s", want, out)
+			}
+		}
+		if out := s.ok(t, "describe", "echo"); !strings.Contains(out, "Endpoint:") || !strings.Contains(out, "stoke invoke echo") {
+			t.Errorf("describe of a function:\n%s", out)
+		}
+		if out := s.ok(t, "describe", "runtime/python"); !strings.Contains(out, "Server:") || !strings.Contains(out, "Pods:") {
+			t.Errorf("describe runtime:\n%s", out)
+		}
+	})
+
+	t.Run("get -w prints changes until Ctrl-C", func(t *testing.T) {
+		w, lines, stderr := startStoke(t, s.env(), "get", "runs", "-w", "-o", "json")
+		s.ok(t, "run", "--runtime", "bash", "--name", "watched", "-q", "--", "true")
+		awaitLine(t, lines, "watched to succeed", func(l string) bool {
+			var r v1alpha1.Run
+			return json.Unmarshal([]byte(l), &r) == nil && r.Name == "watched" && r.Status.Phase == v1alpha1.PhaseSucceeded
+		})
+		if err := w.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		if code := exitCode(t, w); code != 130 || stderr.Len() != 0 {
+			t.Errorf("get -w after SIGINT: exit %d, stderr %q", code, stderr)
+		}
+	})
+
+	t.Run("Ctrl-C cancels the task", func(t *testing.T) {
+		run, lines, stderr := startStoke(t, s.env(), "run", "--runtime", "bash", "--name", "interrupted", "--", "bash", "-c", "echo started; sleep 60")
+		awaitLine(t, lines, "the task to start", func(l string) bool { return l == "started" })
+		if err := run.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		if code := exitCode(t, run); code != 130 || !strings.Contains(stderr.String(), "stoke: interrupted; cancelled run/interrupted") {
+			t.Errorf("run after SIGINT: exit %d, stderr %q", code, stderr)
+		}
+		if out := s.ok(t, "cancel", "interrupted", "--wait"); !strings.Contains(out, "Cancelled") {
+			t.Errorf("cancel --wait of the interrupted Run: %q", out)
+		}
+	})
+
+	t.Run("cancel and delete", func(t *testing.T) {
+		s.ok(t, "run", "--runtime", "bash", "--name", "sleeper", "-d", "--", "sleep", "60")
+		if out := s.ok(t, "cancel", "sleeper", "--wait"); out != "run/sleeper Cancelled\n" {
+			t.Errorf("cancel --wait = %q", out)
+		}
+		if out := s.ok(t, "delete", "sleeper", "--wait"); out != "run/sleeper deleted\n" {
+			t.Errorf("delete --wait = %q", out)
+		}
+		s.fails(t, 1, "not found", "get", "run", "sleeper")
+		if out := s.ok(t, "delete", "run/echo", "--wait"); out != "run/echo deleted\n" {
+			t.Errorf("delete of a function = %q", out)
+		}
+		s.fails(t, 1, "not found", "invoke", "echo")
+		if out := s.ok(t, "delete", "runtime", "bash-small"); out != "runtime/bash-small deleted\n" {
+			t.Errorf("delete runtime = %q", out)
+		}
+	})
+
+	t.Run("errors are one line", func(t *testing.T) {
+		for _, tc := range []struct {
+			env  []string
+			args []string
+			want string
+		}{
+			{[]string{"STOKE_SERVER=http://127.0.0.1:1", "STOKE_TOKEN=x"}, []string{"get", "runs"}, `cannot reach the Stoke server at http://127.0.0.1:1`},
+			{[]string{"STOKE_SERVER=http://127.0.0.1:1", "STOKE_TOKEN=x"}, []string{"get", "runs"}, `is "stoke up" running?`},
+			{[]string{"STOKE_SERVER=" + s.url, "STOKE_TOKEN=wrong"}, []string{"get", "runs"}, "the server refused the API token"},
+			{[]string{"STOKE_SERVER=" + s.url, "STOKE_DATA_DIR=" + t.TempDir()}, []string{"get", "runs"}, "no API token"},
+			{s.env(), []string{"get", "pods"}, `"pods" is not a resource`},
+			{s.env(), []string{"run", "--runtime", "nope", "--", "true"}, `no Runtime "nope"`},
+			{s.env(), []string{"run", "--runtime", "bash"}, "give a program"},
+			{s.env(), []string{"describe", "no-such-run"}, "not found"},
+			{s.env(), []string{"get", "runs", "-o", "xml"}, `"xml" is not a format`},
+		} {
+			r := stoke(t, tc.env, "", tc.args...)
+			if r.code != 1 || !strings.Contains(r.stderr, tc.want) || strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(r.stderr, "stoke: ") {
+				t.Errorf("stoke %s: want exit 1 and one line with %q, got %s", strings.Join(tc.args, " "), tc.want, r)
+			}
+		}
+	})
+
+	t.Run("help and completion", func(t *testing.T) {
+		for _, c := range []string{"run", "apply", "get", "describe", "logs", "invoke", "cancel", "delete"} {
+			if out := s.ok(t, c, "--help"); !strings.Contains(out, "Examples:") || !strings.Contains(out, "stoke "+c) {
+				t.Errorf("stoke %s --help has no examples:\n%s", c, out)
+			}
+		}
+		if out := s.ok(t, "completion", "bash"); !strings.Contains(out, "__start_stoke") {
+			t.Errorf("completion bash: %.200q", out)
+		}
+		// Names complete from the server.
+		if out := s.ok(t, "__complete", "describe", "run", "hello-"); !strings.Contains(out, "hello-task\n") {
+			t.Errorf("completion of Run names:\n%s", out)
+		}
+		if out := s.ok(t, "__complete", "get", ""); !strings.Contains(out, "runs\nruntimes\n") {
+			t.Errorf("completion of get:\n%s", out)
+		}
+	})
+}
