@@ -424,6 +424,9 @@ func TestCLI(t *testing.T) {
 		if out := s.ok(t, "get", "runtimes"); !strings.Contains(out, "bash-small") || !strings.Contains(out, "READY") {
 			t.Errorf("get runtimes:\n%s", out)
 		}
+		if out := s.ok(t, "get", "runtimes", "-A"); !strings.HasPrefix(out, "NAMESPACE ") || !strings.Contains(out, "bash-small") {
+			t.Errorf("get runtimes -A:\n%s", out)
+		}
 		out = s.ok(t, "describe", "run", "hello-task")
 		for _, want := range []string{"Name:", "hello-task", "Phase:", "Succeeded", "Outputs:", "GREETED=stoke", "Exit code:", "Conditions:"} {
 			if !strings.Contains(out, want) {

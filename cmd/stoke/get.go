@@ -63,7 +63,7 @@ lines (-o name). -w keeps printing every change until Ctrl-C.`,
 	f := cmd.Flags()
 	f.StringVarP(&format, "output", "o", "", "output format: wide, json, yaml or name")
 	f.BoolVarP(&o.Watch, "watch", "w", false, "after the current objects, print every change")
-	f.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "Runs of every namespace")
+	f.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "objects of every namespace")
 	f.StringVarP(&o.LabelSelector, "selector", "l", "", "label selector, e.g. team=platform,tier!=batch")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]cobra.Completion{"wide", "json", "yaml", "name"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd

@@ -28,7 +28,7 @@ call reaches the function at most once: it is never retried.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRunNames(&cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			input, err := cli.ReadInput(data, os.Stdin, os.ReadFile)
+			input, err := cli.ReadInput(data, os.Stdin)
 			if err != nil {
 				return finish(err)
 			}

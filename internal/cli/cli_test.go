@@ -63,6 +63,10 @@ func TestTaskResult(t *testing.T) {
 }
 
 func TestReadInput(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big.json")
+	if err := os.WriteFile(big, make([]byte, bounds.InvokeBody+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(t.TempDir(), "in.json")
 	if err := os.WriteFile(file, []byte(`{"from":"file"}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -78,8 +82,9 @@ func TestReadInput(t *testing.T) {
 		{data: "-", stdin: "nope", err: "standard input is not valid JSON"},
 		{data: "@/does/not/exist", err: "reading the input"},
 		{data: "-", stdin: `"` + strings.Repeat("x", bounds.InvokeBody) + `"`, err: "exceeds"},
+		{data: "@" + big, err: "exceeds"},
 	} {
-		got, err := cli.ReadInput(tc.data, strings.NewReader(tc.stdin), os.ReadFile)
+		got, err := cli.ReadInput(tc.data, strings.NewReader(tc.stdin))
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("ReadInput(%.20q) = %v, want an error containing %q", tc.data, err, tc.err)

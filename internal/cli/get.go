@@ -53,9 +53,6 @@ func Get(ctx context.Context, c *client.Client, o GetOptions, s Streams) error {
 	if o.AllNamespaces && o.Name != "" {
 		return errdefs.InvalidArgument("--all-namespaces", "cannot be used with a name")
 	}
-	if o.AllNamespaces && o.Kind == KindRuntime {
-		return errdefs.InvalidArgument("--all-namespaces", "is not supported for runtimes; use -n")
-	}
 	ns := o.Namespace
 	if o.AllNamespaces {
 		ns = ""

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 
@@ -57,7 +58,7 @@ func Logs(ctx context.Context, c *client.Client, ns, name string, o LogsOptions,
 // ReadInput is the input of `stoke invoke -d`: JSON text, @FILE for a
 // file's content, or - for standard input; empty means {}. It must be JSON
 // of at most 1 MiB.
-func ReadInput(data string, stdin io.Reader, readFile func(string) ([]byte, error)) ([]byte, error) {
+func ReadInput(data string, stdin io.Reader) ([]byte, error) {
 	var (
 		b    []byte
 		err  error
@@ -71,7 +72,7 @@ func ReadInput(data string, stdin io.Reader, readFile func(string) ([]byte, erro
 		b, err = io.ReadAll(io.LimitReader(stdin, bounds.InvokeBody+1))
 	case strings.HasPrefix(data, "@"):
 		from = data[1:]
-		b, err = readFile(data[1:])
+		b, err = readFileBounded(from, bounds.InvokeBody)
 	default:
 		b = []byte(data)
 	}
@@ -85,6 +86,17 @@ func ReadInput(data string, stdin io.Reader, readFile func(string) ([]byte, erro
 		return nil, errdefs.InvalidArgument("input", "%s is not valid JSON", from)
 	}
 	return b, nil
+}
+
+// readFileBounded reads at most limit+1 bytes of a file, so that a caller
+// can tell the file is over limit without reading all of it.
+func readFileBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit+1))
 }
 
 // InvokeOptions are `stoke invoke`'s flags.

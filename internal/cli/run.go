@@ -32,6 +32,9 @@ type RunOptions struct {
 // asks the server to cancel the Run and returns ExitInterrupted.
 func RunTask(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) error {
 	created, err := c.CreateRun(ctx, run)
+	if ctx.Err() != nil {
+		return interrupted()
+	}
 	if err != nil {
 		return fmt.Errorf("creating the run: %w", err)
 	}
@@ -162,6 +165,9 @@ func cancelAfterInterrupt(ctx context.Context, c *client.Client, run *v1alpha1.R
 // Ready cancels the Run.
 func RunFunction(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) error {
 	created, err := c.CreateRun(ctx, run)
+	if ctx.Err() != nil {
+		return interrupted()
+	}
 	if err != nil {
 		return fmt.Errorf("creating the run: %w", err)
 	}

@@ -52,13 +52,13 @@ func namespaceOf(ns string) string {
 	return ns
 }
 
-// runsPath is the collection of Runs in ns, or of every namespace when ns
-// is empty.
-func runsPath(ns string) []string {
+// collection is the path of the objects of a kind ("runs", "runtimes")
+// in ns, or in every namespace when ns is empty.
+func collection(ns, kind string) []string {
 	if ns == "" {
-		return []string{"v1", "runs"}
+		return []string{"v1", kind}
 	}
-	return []string{"v1", "namespaces", ns, "runs"}
+	return []string{"v1", "namespaces", ns, kind}
 }
 
 func runPath(ns, name string, rest ...string) []string {
@@ -81,7 +81,7 @@ func (c *Client) CreateRun(ctx context.Context, run *v1alpha1.Run) (*v1alpha1.Ru
 		return nil, err
 	}
 	out := new(v1alpha1.Run)
-	err = c.do(ctx, request{method: http.MethodPost, url: c.url(nil, runsPath(namespaceOf(run.Namespace))...), body: b}, MaxObject, out)
+	err = c.do(ctx, request{method: http.MethodPost, url: c.url(nil, collection(namespaceOf(run.Namespace), "runs")...), body: b}, MaxObject, out)
 	return out, err
 }
 
@@ -95,14 +95,14 @@ func (c *Client) GetRun(ctx context.Context, ns, name string) (*v1alpha1.Run, er
 // ListRuns lists the Runs in ns, or in every namespace when ns is empty.
 func (c *Client) ListRuns(ctx context.Context, ns string, opts ListOptions) (*v1alpha1.RunList, error) {
 	out := new(v1alpha1.RunList)
-	err := c.do(ctx, request{method: http.MethodGet, url: c.url(opts.query(false), runsPath(ns)...)}, MaxList, out)
+	err := c.do(ctx, request{method: http.MethodGet, url: c.url(opts.query(false), collection(ns, "runs")...)}, MaxList, out)
 	return out, err
 }
 
 // WatchRuns watches the Runs in ns, or in every namespace when ns is empty.
 // The caller closes the watch.
 func (c *Client) WatchRuns(ctx context.Context, ns string, opts ListOptions) (*Watch[v1alpha1.Run], error) {
-	return watch[v1alpha1.Run](ctx, c, c.url(opts.query(true), runsPath(ns)...))
+	return watch[v1alpha1.Run](ctx, c, c.url(opts.query(true), collection(ns, "runs")...))
 }
 
 // CancelRun sets the Run's spec.cancelRequested and returns the Run.
@@ -145,17 +145,18 @@ func (c *Client) GetRuntime(ctx context.Context, ns, name string) (*v1alpha1.Run
 	return out, err
 }
 
-// ListRuntimes lists the Runtimes in ns (default when empty).
+// ListRuntimes lists the Runtimes in ns, or in every namespace when ns is
+// empty.
 func (c *Client) ListRuntimes(ctx context.Context, ns string, opts ListOptions) (*v1alpha1.RuntimeList, error) {
 	out := new(v1alpha1.RuntimeList)
-	err := c.do(ctx, request{method: http.MethodGet, url: c.url(opts.query(false), "v1", "namespaces", namespaceOf(ns), "runtimes")}, MaxList, out)
+	err := c.do(ctx, request{method: http.MethodGet, url: c.url(opts.query(false), collection(ns, "runtimes")...)}, MaxList, out)
 	return out, err
 }
 
-// WatchRuntimes watches the Runtimes in ns (default when empty). The caller
-// closes the watch.
+// WatchRuntimes watches the Runtimes in ns, or in every namespace when ns
+// is empty. The caller closes the watch.
 func (c *Client) WatchRuntimes(ctx context.Context, ns string, opts ListOptions) (*Watch[v1alpha1.Runtime], error) {
-	return watch[v1alpha1.Runtime](ctx, c, c.url(opts.query(true), "v1", "namespaces", namespaceOf(ns), "runtimes"))
+	return watch[v1alpha1.Runtime](ctx, c, c.url(opts.query(true), collection(ns, "runtimes")...))
 }
 
 // DeleteRuntime deletes a Runtime (its pods stop) and returns it as it was.
