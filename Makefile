@@ -35,7 +35,8 @@ bench:
 	$(BENCH) 'CreateToSucceeded' -benchtime 1000x ./internal/standalone/
 	$(BENCH) 'Throughput' -benchtime 3x ./internal/standalone/
 	$(BENCH) 'CreateToReady' -benchtime 50x ./internal/standalone/
-	$(BENCH) 'GatewayInvoke' -benchtime 3000x ./internal/standalone/
+	$(BENCH) 'UpInvoke' -benchtime 3000x ./internal/up/
+	$(BENCH) 'UpTasks300' -benchtime 5x ./internal/up/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
 
 lint:

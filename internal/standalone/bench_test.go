@@ -3,20 +3,13 @@ package standalone_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"stoke.dev/stoke/api/stoke/v1alpha1"
-	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -171,58 +164,4 @@ func BenchmarkFunctionCreateToReadyPython(b *testing.B) {
 	}
 	b.StopTimer()
 	report(b, lat)
-}
-
-// BenchmarkGatewayInvoke measures a sequential invoke through the HTTP
-// gateway (client → gateway → runtimed proxy hop, in process → Runtime
-// Server over its Unix socket → warm handler), the figure issue 4 asks for.
-func benchGatewayInvoke(b *testing.B, runtime string, run *v1alpha1.Run) {
-	p := start(b, runtimeOf(runtime, 1, 4))
-	ctx := context.Background()
-	created, err := p.CreateRun(ctx, run)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.waitRun(b, run.Name, "Ready", phaseIs(v1alpha1.PhaseReady))
-	srv := httptest.NewServer(gateway.New(gateway.Config{Router: p, Token: "t"}))
-	defer srv.Close()
-	url := srv.URL + "/v1/namespaces/default/runs/" + run.Name + "/" + string(created.UID) + "/invoke"
-	client := &http.Client{}
-	call := func() {
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"command":"status"}`))
-		req.Header.Set("Authorization", "Bearer t")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
-	}
-	for i := 0; i < 50; i++ {
-		call()
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		call()
-		lat = append(lat, time.Since(start))
-	}
-	b.StopTimer()
-	report(b, lat)
-}
-
-func BenchmarkGatewayInvokePython(b *testing.B) {
-	benchGatewayInvoke(b, "python", pyFunction("gw-py", "def handle(event):\n    return event\n"))
-}
-
-func BenchmarkGatewayInvokeBash(b *testing.B) {
-	benchGatewayInvoke(b, "bash", &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: "gw-bash"},
-		Spec: v1alpha1.RunSpec{Runtime: "bash",
-			Mode:   v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "handler.handle"}},
-			Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "handler.sh", Text: `handle() { printf '%s' "$1"; }`}}}})
 }
