@@ -47,20 +47,18 @@ func streams() cli.Streams {
 	return cli.Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}
 }
 
-// finish turns a client command's result into what the process reports:
-// a one-line error for main to print, or, for an *cli.ExitError, its
-// message (if any) and its exit status — a task's own exit code, 130
-// after Ctrl-C — which main's exit status 1 cannot carry.
+// finish turns a client command's result into what main reports: a
+// one-line error with a hint, and for an *cli.ExitError its exit status.
 func finish(err error) error {
-	if err == nil {
-		return nil
-	}
 	var ee *cli.ExitError
 	if errors.As(err, &ee) {
 		if ee.Err != nil {
-			fmt.Fprintln(os.Stderr, "stoke:", cli.Hint(ee.Err))
+			ee.Err = cli.Hint(ee.Err)
 		}
-		os.Exit(ee.Code)
+		return ee
+	}
+	if err == nil {
+		return nil
 	}
 	return cli.Hint(err)
 }

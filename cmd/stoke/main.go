@@ -1,21 +1,40 @@
-// Command stoke is Stoke's single binary: every role (runtime server, and
-// later the control plane, gateway and CLI) is a subcommand.
+// Command stoke is Stoke's single binary: every role (runtime server,
+// standalone control plane with its HTTP API, and the CLI client) is a
+// subcommand.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
+// exitCoder is an error that sets the process's exit status (a task's own
+// exit code, 130 after Ctrl-C); it is printed only when it wraps a cause.
+type exitCoder interface {
+	error
+	ExitCode() int
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := newRootCommand().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "stoke:", err)
-		stop()
-		os.Exit(1)
+	err := newRootCommand().ExecuteContext(ctx)
+	stop()
+	if err == nil {
+		return
 	}
+	code := 1
+	var ec exitCoder
+	if errors.As(err, &ec) {
+		code = ec.ExitCode()
+		if errors.Unwrap(ec) == nil {
+			os.Exit(code)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "stoke:", err)
+	os.Exit(code)
 }

@@ -27,7 +27,8 @@ type Settings struct {
 
 // Resolve decides where a client command connects and with which token:
 // each setting comes from its flag, else its environment variable, else
-// the default — http://127.0.0.1:7070 (datadir.DefaultListen) and the
+// the default — the URL the running `stoke up` recorded in the data
+// directory, else http://127.0.0.1:7070 (datadir.DefaultListen), and the
 // token file of the data directory (--data-dir, else STOKE_DATA_DIR, else
 // datadir.Default()) — so that on the machine running `stoke up` no flag
 // is needed. getenv is os.Getenv outside tests.
@@ -41,10 +42,26 @@ func Resolve(s Settings, getenv func(string) string) (Config, error) {
 		}
 		return def
 	}
+	// The data directory is only needed for what flags and environment
+	// leave open: the server URL `stoke up` recorded, and the token.
+	dataDir := func() (string, error) {
+		if dir := pick(s.DataDir, EnvDataDir, ""); dir != "" {
+			return dir, nil
+		}
+		return datadir.Default()
+	}
 	cfg := Config{
-		Server:     pick(s.Server, EnvServer, "http://"+datadir.DefaultListen),
+		Server:     pick(s.Server, EnvServer, ""),
 		Token:      pick(s.Token, EnvToken, ""),
 		CACertFile: pick(s.CACert, EnvCACert, ""),
+	}
+	if cfg.Server == "" {
+		cfg.Server = "http://" + datadir.DefaultListen
+		if dir, err := dataDir(); err == nil {
+			if u, err := datadir.ReadURL(dir); err == nil && u != "" {
+				cfg.Server = u
+			}
+		}
 	}
 	if _, err := ParseServerURL(cfg.Server); err != nil {
 		return Config{}, err
@@ -52,13 +69,9 @@ func Resolve(s Settings, getenv func(string) string) (Config, error) {
 	if cfg.Token != "" {
 		return cfg, nil
 	}
-	dir := pick(s.DataDir, EnvDataDir, "")
-	if dir == "" {
-		d, err := datadir.Default()
-		if err != nil {
-			return Config{}, fmt.Errorf("no API token: pass --token or set %s: %w", EnvToken, err)
-		}
-		dir = d
+	dir, err := dataDir()
+	if err != nil {
+		return Config{}, fmt.Errorf("no API token: pass --token or set %s: %w", EnvToken, err)
 	}
 	tok, err := datadir.ReadToken(dir)
 	switch {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"stoke.dev/stoke/internal/client"
+	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/errdefs"
 )
 
@@ -28,6 +29,13 @@ func TestResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("XDG_STATE_HOME", stateHome) // what datadir.Default reads
+	urlDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(urlDir, "token"), []byte("url-dir-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := datadir.WriteURL(urlDir, "https://127.0.0.1:9443"); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct {
 		name             string
@@ -46,6 +54,8 @@ func TestResolve(t *testing.T) {
 		{name: "data dir flag", flags: client.Settings{DataDir: dataDir}, env: map[string]string{"STOKE_DATA_DIR": envDir},
 			server: "http://127.0.0.1:7070", token: "file-token"},
 		{name: "data dir environment", env: map[string]string{"STOKE_DATA_DIR": envDir}, server: "http://127.0.0.1:7070", token: "env-dir-token"},
+		{name: "URL recorded by stoke up", flags: client.Settings{DataDir: urlDir}, server: "https://127.0.0.1:9443", token: "url-dir-token"},
+		{name: "flag beats the recorded URL", flags: client.Settings{DataDir: urlDir, Server: "http://c:3"}, server: "http://c:3", token: "url-dir-token"},
 		{name: "no token file", flags: client.Settings{DataDir: filepath.Join(dataDir, "missing")},
 			wantErrSubstring: filepath.Join(dataDir, "missing", "token")},
 		{name: "bad server", flags: client.Settings{Server: "ftp://x", Token: "t"}, wantErrSubstring: "http or https"},

@@ -88,3 +88,29 @@ func EnsureToken(dir string) (string, error) {
 	}
 	return tok, nil
 }
+
+// urlFile holds the base URL the running `stoke up` serves on, so that
+// clients on this machine find it when --listen was not the default.
+const urlFile = "url"
+
+// WriteURL records the API's base URL in the data directory dir.
+func WriteURL(dir, url string) error {
+	tmp := filepath.Join(dir, urlFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(url+"\n"), 0o600); err != nil {
+		return fmt.Errorf("recording the API URL: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, urlFile)); err != nil {
+		return fmt.Errorf("recording the API URL: %w", err)
+	}
+	return nil
+}
+
+// ReadURL reads the API's base URL recorded in dir; it wraps
+// fs.ErrNotExist when none is.
+func ReadURL(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, urlFile))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "stoke.dev/stoke/api/executor/v1"
@@ -75,8 +76,15 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 	})
 	log := g.log.With("run_uid", uid, "invocation_id", invID)
 	if err != nil {
-		if _, ok := status.FromError(err); ok {
-			err = errdefs.FromGRPC(err)
+		if st, ok := status.FromError(err); ok {
+			if st.Code() == codes.Unavailable {
+				// The transport's own words ("error reading from server:
+				// EOF") mean nothing to a caller; the pod went away.
+				err = errdefs.Errorf(errdefs.ErrUnavailable,
+					"run %s/%s: its runtime pod stopped answering (the invocation may have run): %s", ns, name, st.Message())
+			} else {
+				err = errdefs.FromGRPC(err)
+			}
 		}
 		log.Info("invoke", "status", errdefs.HTTPStatus(err), "duration", time.Since(start), "error", err)
 		writeError(w, err, invID)

@@ -190,6 +190,11 @@ func listOptions(r *http.Request, ns string) (store.ListOptions, error) {
 	if p := q.Get("phase"); p != "" {
 		for _, ph := range strings.Split(p, ",") {
 			opts.Phases = append(opts.Phases, v1alpha1.Phase(ph))
+			if v1alpha1.Phase(ph) == v1alpha1.PhasePending {
+				// A Run the scheduler has not looked at yet has no phase
+				// written; it is Pending all the same.
+				opts.Phases = append(opts.Phases, "")
+			}
 		}
 	}
 	return opts, nil

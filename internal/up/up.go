@@ -107,6 +107,9 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { planeDone <- s.Run(ctx) }()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(lis) }()
+	if err := datadir.WriteURL(dataDir, url); err != nil {
+		cfg.Logger.Warn("clients on this machine will need --server", "error", err)
+	}
 	cfg.Logger.Info("serving", "url", url, "data_dir", dataDir, "token_file", datadir.TokenPath(dataDir))
 	if cfg.Ready != nil {
 		cfg.Ready(url)
