@@ -14,9 +14,11 @@
 #   ready | init source STATUS | init nofunc
 #   pid PID                   a child was forked and waits for a request
 #                             (written by the child itself)
-#   exit PID STATUS PENDING   that child ended and its process group has been
-#                             killed; PENDING is 1 if a control line is still
-#                             unread (the child died before taking a request)
+#   exit PID STATUS PENDING   that child ended (Stoke then kills what is left
+#                             of its process group: bash's kill of a group it
+#                             just reaped costs ~0.2 ms of CPU per call);
+#                             PENDING is 1 if a control line is still unread
+#                             (the child died before taking a request)
 # On the FIFO, right after the function's output, once the function has
 # returned (through fd 6, which no redirection inside the function
 # outlives), the trailer
@@ -77,7 +79,6 @@ __stoke_serve() {
 		# stderr to /dev/null: bash reports a child killed by a signal there.
 		builtin wait "$__stoke_pid" 2>&5
 		__stoke_rc=$?
-		builtin kill -KILL -- "-$__stoke_pid" 2>&5
 		builtin read -t 0 -u 4 && __stoke_pending=1 || __stoke_pending=0
 		builtin echo "exit $__stoke_pid $__stoke_rc $__stoke_pending"
 	done

@@ -229,6 +229,9 @@ func (in *instance) handleStatus(line string) {
 		in.cur = &child{pid: n, done: make(chan struct{})}
 	case f[0] == "exit" && len(f) == 4:
 		rc, _ := strconv.Atoi(f[2])
+		// Whatever the child left running in its group goes with it,
+		// before its invocation's end is reported.
+		proc.KillGroup(n, 0, nil)
 		if c := in.cur; c != nil && c.pid == n {
 			in.cur = nil
 			close(c.done)
