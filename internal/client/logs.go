@@ -9,30 +9,24 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"time"
 
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/runlog"
 )
 
-// Log record streams.
+// Log record streams, as the server writes them.
 const (
-	StreamStdout = "stdout"
-	StreamStderr = "stderr"
+	StreamStdout = runlog.StreamStdout
+	StreamStderr = runlog.StreamStderr
 	// StreamExit is the last record of a task attempt; it carries ExitCode.
-	StreamExit = "exit"
+	StreamExit = runlog.StreamExit
 	// StreamTruncated is written once when the Run's log reached its bound.
-	StreamTruncated = "truncated"
+	StreamTruncated = runlog.StreamTruncated
 )
 
-// LogRecord is one record of a Run's output (docs/http-api.md, "Logs").
-type LogRecord struct {
-	Time         time.Time `json:"time,omitzero"`
-	Attempt      int32     `json:"attempt"`
-	Stream       string    `json:"stream"`
-	Line         string    `json:"line,omitempty"`
-	InvocationID string    `json:"invocationId,omitempty"`
-	ExitCode     *int32    `json:"exitCode,omitempty"`
-}
+// LogRecord is one record of a Run's output (docs/http-api.md, "Logs"):
+// the server's own record type, the wire type of GET .../logs.
+type LogRecord = runlog.Record
 
 // LogStream is an open log response. Next reads it in the caller's
 // goroutine; Close ends it.
