@@ -1,6 +1,9 @@
 // Package testbin builds Stoke's own binaries for tests that run them as
 // real processes — the e2e tests, the pool supervisor's pods, the
-// standalone control plane — once per test binary, from TestMain.
+// standalone control plane — once per test binary, from TestMain, and
+// runs `stoke up` as a child process for tests that need a real server
+// (StartUp). It does not use package testing: it returns errors, so that
+// TestMain can use it too.
 package testbin
 
 import (
