@@ -10,9 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,140 +18,50 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/testbin"
 )
 
-// stokeUp is a running `stoke up` process: the real binary, serving its
-// HTTP API on a free loopback port, with its data in dataDir.
+// stokeUp is a running `stoke up` (see testbin.StartUp) with the helpers
+// the tests here use to drive its HTTP API.
 type stokeUp struct {
-	dataDir string
-	url     string
-	token   string
-	cmd     *exec.Cmd
-
-	exited  chan struct{} // closed once the process is reaped
-	waitErr error         // cmd.Wait's result, read after exited
-
-	logMu sync.Mutex
-	logs  []string // the last maxLogLines lines of its stderr
+	*testbin.Up
+	url, token string // Up.URL and Up.Token, by the names up_test.go reads
 }
 
-// maxLogLines is how much of stoke up's log is kept, to be printed if the
-// test fails.
-const maxLogLines = 50
-
-// startUp runs `stoke up --data-dir dataDir --listen 127.0.0.1:0` in its own
-// process group, learns its URL from the "serving" log line and its token
-// from dataDir/token. If the test fails, the end of its log is printed; at
-// the end of the test it is killed if still running, and so is any process
-// left behind that refers to dataDir.
+// startUp runs `stoke up --data-dir dataDir --listen 127.0.0.1:0`. If the
+// test fails, the end of its log is printed; at the end of the test it is
+// killed if still running, and so is any process left behind that refers
+// to dataDir.
 func startUp(t *testing.T, dataDir string) *stokeUp {
 	t.Helper()
-	cmd := exec.Command(stokeBin, "up", "--data-dir", dataDir, "--listen", "127.0.0.1:0")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Our own pipe rather than StderrPipe: cmd.Wait must not depend on
-	// everything that might hold the write end having closed it.
-	r, w, err := os.Pipe()
+	up, err := testbin.StartUp(stokeBin, dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = w
-	if err := cmd.Start(); err != nil {
-		w.Close()
-		r.Close()
-		t.Fatal(err)
-	}
-	w.Close()
-	u := &stokeUp{dataDir: dataDir, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		u.waitErr = cmd.Wait()
-		close(u.exited)
-	}()
-	urlc := make(chan string, 1)
-	pumped := make(chan struct{})
-	go func() {
-		defer close(pumped)
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			u.logLine(sc.Text())
-			var rec struct {
-				Msg string `json:"msg"`
-				URL string `json:"url"`
-			}
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" {
-				select {
-				case urlc <- rec.URL:
-				default:
-				}
-			}
-		}
-	}()
 	t.Cleanup(func() {
 		if t.Failed() {
-			u.logMu.Lock()
-			t.Logf("stoke up (%s) log, last %d lines:\n%s", dataDir, len(u.logs), strings.Join(u.logs, "\n"))
-			u.logMu.Unlock()
+			log := up.Log()
+			t.Logf("stoke up (%s) log, last %d lines:\n%s", dataDir, len(log), strings.Join(log, "\n"))
 		}
-		select {
-		case <-u.exited:
-		default:
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-u.exited
+		if err := up.Close(); err != nil {
+			t.Error(err)
 		}
 		// Whatever the test left behind (a failed test) goes too, by pid.
 		for _, p := range processesUnder(dataDir) {
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
-		select {
-		case <-pumped:
-		case <-time.After(time.Second):
-		}
-		r.Close()
-		<-pumped
 	})
-	select {
-	case u.url = <-urlc:
-	case <-u.exited:
-		t.Fatalf("stoke up exited before serving: %v", u.waitErr)
-	case <-time.After(60 * time.Second):
-		t.Fatal("stoke up did not log that it serves")
-	}
-	tok, err := os.ReadFile(filepath.Join(dataDir, "token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.token = strings.TrimSpace(string(tok))
-	if u.token == "" {
-		t.Fatal("empty token file")
-	}
-	return u
-}
-
-func (u *stokeUp) logLine(line string) {
-	u.logMu.Lock()
-	defer u.logMu.Unlock()
-	if len(u.logs) == maxLogLines {
-		u.logs = slices.Delete(u.logs, 0, 1)
-	}
-	u.logs = append(u.logs, line)
+	return &stokeUp{Up: up, url: up.URL, token: up.Token}
 }
 
 // stop sends SIGTERM and asserts that stoke up exits 0 and leaves no
 // process behind that refers to its data directory.
 func (u *stokeUp) stop(t *testing.T) {
 	t.Helper()
-	if err := u.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	if err := u.Stop(); err != nil {
+		t.Error(err)
 	}
-	select {
-	case <-u.exited:
-	case <-time.After(60 * time.Second):
-		t.Fatal("stoke up did not exit within 60s of SIGTERM")
-	}
-	if u.waitErr != nil {
-		t.Errorf("stoke up after SIGTERM: %v, want exit status 0", u.waitErr)
-	}
-	if left := awaitNoProcessesUnder(u.dataDir, 5*time.Second); len(left) > 0 {
+	if left := awaitNoProcessesUnder(u.DataDir, 5*time.Second); len(left) > 0 {
 		t.Errorf("processes left after stoke up stopped:\n%s", describeProcesses(left))
 	}
 }
@@ -163,13 +70,8 @@ func (u *stokeUp) stop(t *testing.T) {
 // returns once it is reaped.
 func (u *stokeUp) kill9(t *testing.T) {
 	t.Helper()
-	if err := syscall.Kill(u.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := u.Kill9(); err != nil {
 		t.Fatal(err)
-	}
-	select {
-	case <-u.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("stoke up not reaped within 10s of SIGKILL")
 	}
 }
 
@@ -194,11 +96,11 @@ func (u *stokeUp) request(method, path string, body any) (int, []byte, error) {
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, u.url+path, rd)
+	req, err := http.NewRequest(method, u.URL+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+u.token)
+	req.Header.Set("Authorization", "Bearer "+u.Token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := apiClient.Do(req)
 	if err != nil {
@@ -276,12 +178,12 @@ type runWatch struct {
 func (u *stokeUp) watchRuns(t *testing.T) *runWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.url+"/v1/namespaces/default/runs?watch=true", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL+"/v1/namespaces/default/runs?watch=true", nil)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+u.token)
+	req.Header.Set("Authorization", "Bearer "+u.Token)
 	resp, err := http.DefaultClient.Do(req) // a stream: no client timeout
 	if err != nil {
 		cancel()
