@@ -17,80 +17,29 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/testbin"
 )
 
 // cliServer is a `stoke up` the CLI tests drive with the stoke binary.
-type cliServer struct {
-	dataDir, url, token string
-	cmd                 *exec.Cmd
-	exited              chan struct{}
-	waitErr             error
-}
+type cliServer struct{ *testbin.Up }
 
-// startCLIServer runs `stoke up --data-dir DIR --listen 127.0.0.1:0` in a
-// process group of its own and learns its URL from its "serving" log line.
-// At the end of the test it gets SIGTERM and must exit 0.
+// startCLIServer runs `stoke up` (startUp) on a new data directory. At the
+// end of the test it gets SIGTERM and must exit 0.
 func startCLIServer(t *testing.T) *cliServer {
 	t.Helper()
-	s := &cliServer{dataDir: t.TempDir(), exited: make(chan struct{})}
-	s.cmd = exec.Command(stokeBin, "up", "--data-dir", s.dataDir, "--listen", "127.0.0.1:0")
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stderr, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	urlc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var rec struct {
-				Msg string `json:"msg"`
-				URL string `json:"url"`
-			}
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" {
-				urlc <- rec.URL
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		s.waitErr = s.cmd.Wait()
-		close(s.exited)
-	}()
+	u := startUp(t, t.TempDir())
 	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-			if s.waitErr != nil {
-				t.Errorf("stoke up after SIGTERM: %v", s.waitErr)
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("stoke up did not exit within 60s of SIGTERM")
-			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-			<-s.exited
+		if err := u.Stop(); err != nil {
+			t.Error(err)
 		}
 	})
-	select {
-	case s.url = <-urlc:
-	case <-s.exited:
-		t.Fatalf("stoke up exited before serving: %v", s.waitErr)
-	case <-time.After(60 * time.Second):
-		t.Fatal("stoke up did not log that it serves")
-	}
-	tok, err := os.ReadFile(filepath.Join(s.dataDir, "token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.token = strings.TrimSpace(string(tok))
-	return s
+	return &cliServer{u.Up}
 }
 
 // env is the environment a user of this server has: STOKE_SERVER and
 // STOKE_TOKEN, and nothing else of Stoke's.
 func (s *cliServer) env() []string {
-	return []string{"STOKE_SERVER=" + s.url, "STOKE_TOKEN=" + s.token}
+	return []string{"STOKE_SERVER=" + s.URL, "STOKE_TOKEN=" + s.Token}
 }
 
 // cliResult is what one stoke command did.
@@ -308,9 +257,9 @@ func TestCLI(t *testing.T) {
 			env  []string
 			args []string
 		}{
-			{[]string{"STOKE_SERVER=" + s.url, "STOKE_DATA_DIR=" + s.dataDir}, nil},
-			{nil, []string{"--server", s.url, "--token", s.token}},
-			{[]string{"STOKE_SERVER=" + s.url}, []string{"--data-dir", s.dataDir}},
+			{[]string{"STOKE_SERVER=" + s.URL, "STOKE_DATA_DIR=" + s.DataDir}, nil},
+			{nil, []string{"--server", s.URL, "--token", s.Token}},
+			{[]string{"STOKE_SERVER=" + s.URL}, []string{"--data-dir", s.DataDir}},
 		} {
 			r := stoke(t, tc.env, "", append([]string{"get", "runtimes"}, tc.args...)...)
 			if r.code != 0 || !strings.Contains(r.stdout, "python") {
@@ -321,7 +270,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("bash function", func(t *testing.T) {
 		endpoint := strings.TrimSpace(s.ok(t, "run", "--runtime", "bash", "--source", "examples/bash-echo", "--handler", "handler.handle", "--name", "echo"))
-		if !strings.HasPrefix(endpoint, s.url+"/v1/namespaces/default/runs/echo/") {
+		if !strings.HasPrefix(endpoint, s.URL+"/v1/namespaces/default/runs/echo/") {
 			t.Fatalf("endpoint %q", endpoint)
 		}
 		r := stoke(t, s.env(), "", "invoke", "echo", "-d", `{"hello":"world"}`, "-v")
@@ -341,7 +290,7 @@ func TestCLI(t *testing.T) {
 		}
 		// What run printed is the URL to call with any HTTP client.
 		req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(`{}`))
-		req.Header.Set("Authorization", "Bearer "+s.token)
+		req.Header.Set("Authorization", "Bearer "+s.Token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -496,8 +445,8 @@ func TestCLI(t *testing.T) {
 		}{
 			{[]string{"STOKE_SERVER=http://127.0.0.1:1", "STOKE_TOKEN=x"}, []string{"get", "runs"}, `cannot reach the Stoke server at http://127.0.0.1:1`},
 			{[]string{"STOKE_SERVER=http://127.0.0.1:1", "STOKE_TOKEN=x"}, []string{"get", "runs"}, `is "stoke up" running?`},
-			{[]string{"STOKE_SERVER=" + s.url, "STOKE_TOKEN=wrong"}, []string{"get", "runs"}, "the server refused the API token"},
-			{[]string{"STOKE_SERVER=" + s.url, "STOKE_DATA_DIR=" + t.TempDir()}, []string{"get", "runs"}, "no API token"},
+			{[]string{"STOKE_SERVER=" + s.URL, "STOKE_TOKEN=wrong"}, []string{"get", "runs"}, "the server refused the API token"},
+			{[]string{"STOKE_SERVER=" + s.URL, "STOKE_DATA_DIR=" + t.TempDir()}, []string{"get", "runs"}, "no API token"},
 			{s.env(), []string{"get", "pods"}, `"pods" is not a resource`},
 			{s.env(), []string{"run", "--runtime", "nope", "--", "true"}, `no Runtime "nope"`},
 			{s.env(), []string{"run", "--runtime", "bash"}, "give a program"},
