@@ -1,7 +1,6 @@
 package testbin_test
 
 import (
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,21 +12,21 @@ import (
 	"stoke.dev/stoke/internal/testbin"
 )
 
-var stokeBin string
-
-func TestMain(m *testing.M) {
+func TestStartUp(t *testing.T) {
+	defer goleak.VerifyNone(t)
 	bin, cleanup, err := testbin.Stoke()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		t.Fatal(err)
 	}
-	stokeBin = bin
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { cleanup() }))
+	t.Cleanup(cleanup)
+	t.Run("serves until stopped", func(t *testing.T) { servesUntilStopped(t, bin) })
+	t.Run("Kill9 then Close", func(t *testing.T) { kill9ThenClose(t, bin) })
+	t.Run("an early exit comes with its log", func(t *testing.T) { earlyExit(t, bin) })
 }
 
-func TestStartUpServesUntilStopped(t *testing.T) {
+func servesUntilStopped(t *testing.T, bin string) {
 	dir := t.TempDir()
-	u, err := testbin.StartUp(stokeBin, dir)
+	u, err := testbin.StartUp(bin, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +64,8 @@ func TestStartUpServesUntilStopped(t *testing.T) {
 	}
 }
 
-func TestKill9ThenClose(t *testing.T) {
-	u, err := testbin.StartUp(stokeBin, t.TempDir())
+func kill9ThenClose(t *testing.T, bin string) {
+	u, err := testbin.StartUp(bin, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +82,8 @@ func TestKill9ThenClose(t *testing.T) {
 	}
 }
 
-func TestStartUpReportsAnEarlyExitWithItsLog(t *testing.T) {
-	u, err := testbin.StartUp(stokeBin, t.TempDir(), "--no-such-flag")
+func earlyExit(t *testing.T, bin string) {
+	u, err := testbin.StartUp(bin, t.TempDir(), "--no-such-flag")
 	if err == nil {
 		u.Close()
 		t.Fatal("StartUp with a bad flag succeeded")
