@@ -40,6 +40,7 @@ bench:
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
 
 lint:
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(TOOL) staticcheck $(PKGS)
 	$(TOOL) buf lint

@@ -25,7 +25,6 @@ import (
 // the tests here use to drive its HTTP API.
 type stokeUp struct {
 	*testbin.Up
-	url, token string // Up.URL and Up.Token, by the names up_test.go reads
 }
 
 // startUp runs `stoke up --data-dir dataDir --listen 127.0.0.1:0`. If the
@@ -51,7 +50,7 @@ func startUp(t *testing.T, dataDir string) *stokeUp {
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		}
 	})
-	return &stokeUp{Up: up, url: up.URL, token: up.Token}
+	return &stokeUp{Up: up}
 }
 
 // stop sends SIGTERM and asserts that stoke up exits 0 and leaves no

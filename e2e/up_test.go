@@ -65,7 +65,7 @@ def handle(event):
 		t.Fatalf("fn: phase %s attempt %d (%s: %s), want Ready attempt 1", ready.Status.Phase, ready.Status.Attempt, ready.Status.Reason, ready.Status.Message)
 	}
 	endpoint := ready.Status.Endpoint
-	if want := u.url + "/v1/namespaces/default/runs/fn/" + string(created.UID) + "/invoke"; endpoint != want {
+	if want := u.URL + "/v1/namespaces/default/runs/fn/" + string(created.UID) + "/invoke"; endpoint != want {
 		t.Fatalf("endpoint %q, want %q", endpoint, want)
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -78,7 +78,7 @@ def handle(event):
 			t.Fatalf("invocation %d answered %s (%v)", i, r.body, err)
 		}
 	}
-	if r := invokeEndpoint(client, u.token, endpoint, `{"i":0}`); r.err != nil || r.status != http.StatusOK {
+	if r := invokeEndpoint(client, u.Token, endpoint, `{"i":0}`); r.err != nil || r.status != http.StatusOK {
 		t.Fatalf("invoke before the kill: %d %s %v", r.status, r.body, r.err)
 	} else {
 		checkEcho(0, r)
@@ -106,7 +106,7 @@ def handle(event):
 	}
 	// One invocation is in flight when the server dies.
 	slow := make(chan invokeResult, 1)
-	go func() { slow <- invokeEndpoint(client, u.token, endpoint, `{"slow":true}`) }()
+	go func() { slow <- invokeEndpoint(client, u.Token, endpoint, `{"slow":true}`) }()
 	awaitFIFO(t, fifo, 30*time.Second)
 
 	if err := syscall.Kill(server.pid, syscall.SIGKILL); err != nil {
@@ -134,7 +134,7 @@ def handle(event):
 		if time.Now().After(deadline) {
 			t.Fatalf("fn did not answer 200 within 60s of the kill (%d answers 503: %v)", n503, errorTypes)
 		}
-		r := invokeEndpoint(client, u.token, endpoint, fmt.Sprintf(`{"i":%d}`, i))
+		r := invokeEndpoint(client, u.Token, endpoint, fmt.Sprintf(`{"i":%d}`, i))
 		if r.err != nil {
 			t.Fatalf("invocation %d after the kill: %v (client timeout: %v)", i, r.err, isTimeout(r.err))
 		}
@@ -343,7 +343,7 @@ func TestUpKillAndRestartMidLoad(t *testing.T) {
 
 	// Restart on the same data directory.
 	u2 := startUp(t, dir)
-	if u2.token != u.token {
+	if u2.Token != u.Token {
 		t.Errorf("the token changed across the restart")
 	}
 	status, body := u2.do(t, http.MethodGet, "/v1/namespaces/default/runs", nil)

@@ -13,6 +13,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/client"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/runlog"
 )
 
 // RunOptions tune `stoke run`.
@@ -95,17 +96,17 @@ func followTask(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts R
 
 // writeRecord copies one log record to s: stdout to Out, stderr to Err,
 // a truncation note to Err. An exit record prints nothing.
-func writeRecord(rec client.LogRecord, s Streams, timestamps bool) {
+func writeRecord(rec runlog.Record, s Streams, timestamps bool) {
 	prefix := ""
 	if timestamps && !rec.Time.IsZero() {
 		prefix = rec.Time.UTC().Format("2006-01-02T15:04:05.000Z07:00") + " "
 	}
 	switch rec.Stream {
-	case client.StreamStdout:
+	case runlog.StreamStdout:
 		fmt.Fprintf(s.Out, "%s%s\n", prefix, rec.Line)
-	case client.StreamStderr:
+	case runlog.StreamStderr:
 		fmt.Fprintf(s.Err, "%s%s\n", prefix, rec.Line)
-	case client.StreamTruncated:
+	case runlog.StreamTruncated:
 		s.note("the log reached its size limit; later output is only in the server's log")
 	}
 }

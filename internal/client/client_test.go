@@ -17,12 +17,13 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/client"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/runlog"
 )
 
 func taskRun(name string, args ...string) *v1alpha1.Run {
 	run := &v1alpha1.Run{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"suite": "client"}},
-		Spec: v1alpha1.RunSpec{Runtime: "bash", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: args}}},
+		Spec:       v1alpha1.RunSpec{Runtime: "bash", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: args}}},
 	}
 	if name == "" {
 		run.GenerateName = "task-"
@@ -80,7 +81,7 @@ func TestTaskRunLifecycle(t *testing.T) {
 		if rec.Attempt != 1 {
 			t.Errorf("record of attempt %d", rec.Attempt)
 		}
-		if rec.Stream == client.StreamExit {
+		if rec.Stream == runlog.StreamExit {
 			exit = rec.ExitCode
 			continue
 		}
@@ -378,7 +379,7 @@ func TestRuntimes(t *testing.T) {
 
 func TestAuthenticationAndReachability(t *testing.T) {
 	ctx := t.Context()
-	bad, err := client.New(client.Config{Server: shared.url, Token: "wrong"})
+	bad, err := client.New(client.Config{Server: shared.URL, Token: "wrong"})
 	if err != nil {
 		t.Fatal(err)
 	}

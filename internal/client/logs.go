@@ -14,20 +14,6 @@ import (
 	"stoke.dev/stoke/internal/runlog"
 )
 
-// Log record streams, as the server writes them.
-const (
-	StreamStdout = runlog.StreamStdout
-	StreamStderr = runlog.StreamStderr
-	// StreamExit is the last record of a task attempt; it carries ExitCode.
-	StreamExit = runlog.StreamExit
-	// StreamTruncated is written once when the Run's log reached its bound.
-	StreamTruncated = runlog.StreamTruncated
-)
-
-// LogRecord is one record of a Run's output (docs/http-api.md, "Logs"):
-// the server's own record type, the wire type of GET .../logs.
-type LogRecord = runlog.Record
-
 // LogStream is an open log response. Next reads it in the caller's
 // goroutine; Close ends it.
 type LogStream struct {
@@ -55,25 +41,25 @@ func (c *Client) Logs(ctx context.Context, ns, name string, follow bool) (*LogSt
 }
 
 // Next returns the next record, or io.EOF at the end of the log.
-func (s *LogStream) Next() (LogRecord, error) {
+func (s *LogStream) Next() (runlog.Record, error) {
 	for s.sc.Scan() {
 		line := s.sc.Bytes()
 		if len(line) == 0 {
 			continue
 		}
-		var rec LogRecord
+		var rec runlog.Record
 		if err := json.Unmarshal(line, &rec); err != nil {
-			return LogRecord{}, fmt.Errorf("logs %s: decoding a record: %w", s.path, err)
+			return runlog.Record{}, fmt.Errorf("logs %s: decoding a record: %w", s.path, err)
 		}
 		return rec, nil
 	}
 	if err := s.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return LogRecord{}, errdefs.Errorf(errdefs.ErrTooLarge, "logs %s: a record exceeds %d bytes", s.path, MaxLogRecord)
+			return runlog.Record{}, errdefs.Errorf(errdefs.ErrTooLarge, "logs %s: a record exceeds %d bytes", s.path, MaxLogRecord)
 		}
-		return LogRecord{}, fmt.Errorf("logs %s: %w", s.path, err)
+		return runlog.Record{}, fmt.Errorf("logs %s: %w", s.path, err)
 	}
-	return LogRecord{}, io.EOF
+	return runlog.Record{}, io.EOF
 }
 
 // Close ends the stream.

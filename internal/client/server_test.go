@@ -47,7 +47,6 @@ func TestMain(m *testing.M) {
 // server is a `stoke up` child process the tests talk to.
 type server struct {
 	*testbin.Up
-	url string // Up.URL, by the name client_test.go reads
 }
 
 // startServer runs `stoke up` on a free loopback port with its data in
@@ -57,7 +56,7 @@ func startServer(dataDir string, extra ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &server{Up: u, url: u.URL}, nil
+	return &server{Up: u}, nil
 }
 
 // newClient returns a client of s.

@@ -234,5 +234,3 @@ func listOrWatch[T store.Object](g *Gateway, w http.ResponseWriter, r *http.Requ
 	body.Metadata.ResourceVersion = rv
 	g.reply(w, r, http.StatusOK, body, nil)
 }
-
-

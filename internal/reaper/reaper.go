@@ -116,7 +116,7 @@ type Reaper struct {
 	orphans   map[types.UID]time.Time // Run UID → first found on an unknown pod
 	ttl       ttlHeap
 	ttlAt     map[types.UID]time.Time // Run UID → its entry in ttl
-	timers    informer.Timers               // keys to look at again
+	timers    informer.Timers         // keys to look at again
 	nextSweep time.Time
 }
 
@@ -541,4 +541,3 @@ func (h *ttlHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return e
 }
-

@@ -49,8 +49,8 @@ func TestBuild(t *testing.T) {
 			Timeout: 30 * time.Second, Retries: 2, TTL: 90 * time.Second},
 			v1alpha1.Run{TypeMeta: typeMeta, ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "ci", Labels: map[string]string{"team": "a"}}, Spec: v1alpha1.RunSpec{
 				Runtime: "bash", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Entrypoint: "job.sh", Args: []string{"world"}}},
-				Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "job.sh", Text: "echo $1\n"}},
-				Env:    []v1alpha1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "x=y"}, {Name: "HOME_VAR", Value: "from-here"}},
+				Source:  &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "job.sh", Text: "echo $1\n"}},
+				Env:     []v1alpha1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "x=y"}, {Name: "HOME_VAR", Value: "from-here"}},
 				Timeout: &metav1.Duration{Duration: 30 * time.Second}, RetryPolicy: &v1alpha1.RetryPolicy{MaxAttempts: 3},
 				TTLSecondsAfterFinished: ptr(int32(90))}}},
 		{"an explicit entrypoint wins over the file", runspec.Options{Runtime: "python", Source: script, Entrypoint: "other.py"},
