@@ -42,6 +42,9 @@ const (
 
 	// Source bounds a Run's inline source text and its source archive.
 	Source = 1 << 20
+	// APIStreams bounds the watch and followed-log responses the HTTP API
+	// keeps open at once; each holds a store watcher or a log reader.
+	APIStreams = 512
 	// ObjectBody bounds a Run or Runtime sent to the HTTP API: a Source in
 	// base64 plus every argument at its bound fits.
 	ObjectBody = 4 << 20

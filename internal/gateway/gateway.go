@@ -16,6 +16,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/store"
@@ -65,6 +66,9 @@ type Config struct {
 	// LogFollowPoll bounds how long a log follower goes without looking
 	// at its Run's phase (default 250 ms).
 	LogFollowPoll time.Duration
+	// MaxStreams bounds the open watches and followed logs (default
+	// bounds.APIStreams).
+	MaxStreams int
 }
 
 // Gateway serves the HTTP API.
@@ -72,6 +76,8 @@ type Gateway struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// streams holds a token per open watch or followed log.
+	streams chan struct{}
 }
 
 // New returns the gateway's HTTP handler.
@@ -82,10 +88,13 @@ func New(cfg Config) *Gateway {
 	if cfg.Router == nil && cfg.API != nil {
 		cfg.Router = cfg.API
 	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = bounds.APIStreams
+	}
 	if cfg.LogFollowPoll <= 0 {
 		cfg.LogFollowPoll = 250 * time.Millisecond
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), streams: make(chan struct{}, cfg.MaxStreams)}
 	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/{uid}/invoke", g.invoke)
 	if cfg.API != nil {
 		g.routeObjects()
@@ -110,6 +119,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.mux.ServeHTTP(w, r)
+}
+
+// openStream takes one of the bounded stream slots; the caller releases
+// it with the returned function. When all are taken it answers 429.
+func (g *Gateway) openStream(w http.ResponseWriter) (release func(), ok bool) {
+	select {
+	case g.streams <- struct{}{}:
+		return func() { <-g.streams }, true
+	default:
+		writeError(w, errdefs.Errorf(errdefs.ErrResourceExhausted,
+			"%d watch and log streams are open, the most this server keeps; close one and retry", cap(g.streams)), "")
+		return nil, false
+	}
 }
 
 func (g *Gateway) authorized(r *http.Request) bool {

@@ -25,6 +25,13 @@ func (g *Gateway) logs(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	ns, name := r.PathValue("ns"), r.PathValue("name")
 	follow := r.URL.Query().Get("follow") == "true"
+	if follow {
+		release, ok := g.openStream(w)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	run, err := g.cfg.API.GetRun(ctx, ns, name)
 	if err != nil {
 		g.reply(w, r, 0, nil, err)

@@ -26,6 +26,11 @@ type watchEvent struct {
 func watch[T store.Object](g *Gateway, w http.ResponseWriter, r *http.Request, opts store.ListOptions,
 	listFn func(ctx context.Context, opts store.ListOptions) ([]T, string, error),
 	watchFn func(ctx context.Context, opts store.WatchOptions) (store.Watcher[T], error)) {
+	release, ok := g.openStream(w)
+	if !ok {
+		return
+	}
+	defer release()
 	ctx := r.Context()
 	rv := r.URL.Query().Get("resourceVersion")
 	var initial []T

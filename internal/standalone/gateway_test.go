@@ -188,3 +188,61 @@ func waitInFlight(t *testing.T, p *plane, uid types.UID) {
 		time.Sleep(2 * time.Millisecond) // polling an observable state
 	}
 }
+
+// Open watches and followed logs are bounded: past the bound a new one is
+// refused with 429 at once, and a closed one frees its slot.
+func TestGatewayBoundsOpenStreams(t *testing.T) {
+	p := start(t, runtimeOf("bash", 1, 2))
+	srv := httptest.NewServer(gateway.New(gateway.Config{API: p.Standalone, Token: testToken, MaxStreams: 2}))
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	open := func() (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/namespaces/default/runs?watch=true", nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		return resp, cancel
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := range 2 {
+		resp, cancel := open()
+		cancels = append(cancels, cancel)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("watch %d: %d", i, resp.StatusCode)
+		}
+		defer resp.Body.Close()
+	}
+	resp, cancel := open()
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	cancel()
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(b), "Stoke.ResourceExhausted") {
+		t.Fatalf("third watch: %d %s; want 429", resp.StatusCode, b)
+	}
+	// Closing one frees its slot once the server has seen it go; the next
+	// watch waits for that rather than racing it.
+	cancels[0]()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, cancel := open()
+		status := resp.StatusCode
+		resp.Body.Close()
+		cancel()
+		if status == http.StatusOK {
+			break
+		}
+		if status != http.StatusTooManyRequests || time.Now().After(deadline) {
+			t.Fatalf("watch after one closed: %d", status)
+		}
+	}
+}
