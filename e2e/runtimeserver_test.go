@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,11 +32,14 @@ type runtimeServer struct {
 
 // startRuntimeServer runs the binary on a free loopback port and waits for
 // its "listening" log line.
-func startRuntimeServer(t *testing.T, runtime string) *runtimeServer {
+func startRuntimeServer(t *testing.T, runtime string, adjust ...func(*exec.Cmd)) *runtimeServer {
 	t.Helper()
 	ws := t.TempDir()
 	cmd := exec.Command(stokeBin, "runtime-server", "--runtime", runtime,
 		"--listen", "127.0.0.1:0", "--workspace-root", ws, "--shutdown-grace", "5s")
+	for _, f := range adjust {
+		f(cmd)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -262,5 +266,56 @@ func TestSIGTERMDrainsInFlightInvocation(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("no exit after SIGTERM")
+	}
+}
+
+// A Runtime Server that leads its session, as a pod does, leaves nothing of
+// it behind when it stops: not even a job a task put in a process group of
+// its own, which the task's group kill cannot reach.
+func TestStoppedServerLeavesNothingOfItsSession(t *testing.T) {
+	s := startRuntimeServer(t, "bash", func(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} })
+	dir := filepath.Join(s.workspace, "runs", "leftover")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(dir, "sleep.pid")
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// set -m gives the background sleep a process group of its own.
+	if _, err := pb.NewRuntimeClient(conn).Execute(ctx, &pb.ExecuteRequest{Id: "leftover", WorkingDir: dir,
+		Args: []string{"bash", "-c", "set -m; sleep 1000 & echo $! > sleep.pid.tmp && mv sleep.pid.tmp sleep.pid; wait"}}); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the task never wrote its background job's pid")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for a file the task writes
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-s.exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+	// The server has exited, so its kill is done: the job must be dead
+	// (a zombie waiting for init counts as dead).
+	if p, alive := readProcess(pid); alive {
+		t.Errorf("the task's background job outlived the server: %+v", p)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,6 +96,28 @@ func KillSession(sid int, bound time.Duration) ([]int, error) {
 	if own == sid {
 		return nil, fmt.Errorf("kill session %d: refused: it is our own", sid)
 	}
+	return killSession(sid, 0, bound)
+}
+
+// KillRestOfOwnSession kills every other process of the caller's session,
+// as KillSession does, but only when the caller leads that session (a
+// runtime pod started with NewSession): a process started from a terminal
+// shares its user's session and must never kill it. Otherwise it does
+// nothing.
+func KillRestOfOwnSession(bound time.Duration) ([]int, error) {
+	self := os.Getpid()
+	own, err := unix.Getsid(0)
+	if err != nil {
+		return nil, fmt.Errorf("kill the rest of our session: %w", err)
+	}
+	if own != self {
+		return nil, nil
+	}
+	return killSession(own, self, bound)
+}
+
+// killSession is KillSession's loop; except, when not 0, is spared.
+func killSession(sid, except int, bound time.Duration) ([]int, error) {
 	deadline := time.Now().Add(bound)
 	delay := time.Millisecond
 	var killed []int
@@ -104,6 +127,7 @@ func KillSession(sid int, bound time.Duration) ([]int, error) {
 		if err != nil {
 			return killed, fmt.Errorf("kill session %d: %w", sid, err)
 		}
+		live = slices.DeleteFunc(live, func(pid int) bool { return pid == except })
 		if len(live) == 0 {
 			return killed, nil
 		}

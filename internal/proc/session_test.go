@@ -371,3 +371,19 @@ func TestParseSession(t *testing.T) {
 		}
 	}
 }
+
+// A process that does not lead its session (this test, started from a
+// shell or go test) must never kill the session it shares.
+func TestKillRestOfOwnSessionSparesASessionItDoesNotLead(t *testing.T) {
+	own, err := unix.Getsid(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own == os.Getpid() {
+		t.Fatal("the test process leads its session; this test needs one that does not")
+	}
+	killed, err := KillRestOfOwnSession(time.Second)
+	if err != nil || len(killed) != 0 {
+		t.Fatalf("KillRestOfOwnSession = %v, %v; want nothing done", killed, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/bash"
 	"stoke.dev/stoke/internal/runtime/python"
@@ -169,6 +170,11 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	if errors.Is(err, context.Canceled) {
 		err = nil
+	}
+	// What the drain could not reach — a handler's job that took a process
+	// group of its own, an orphan — is still in this pod's session.
+	if killed, kerr := proc.KillRestOfOwnSession(2 * time.Second); len(killed) > 0 || kerr != nil {
+		log.Info("killed what was left of the pod's session", "pids", killed, "error", kerr)
 	}
 	log.Info("runtime server stopped")
 	return err
