@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/runtime/runtimetest"
@@ -214,4 +218,69 @@ func descendantsPSS(b *testing.B) int64 {
 		}
 	}
 	return total
+}
+
+// forkPerCall is the naive Runtime Server the warm runtime is measured
+// against at the gRPC boundary: every InvokeFunction starts a new bash that
+// sources the file and runs the function.
+type forkPerCall struct {
+	pb.UnimplementedFunctionRuntimeServer
+	bash, dir string
+}
+
+func (f *forkPerCall) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, error) {
+	cmd := exec.CommandContext(ctx, f.bash, "-c", `source f.sh; handle "$1"`, "bash", string(req.GetInput()))
+	cmd.Dir = f.dir
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, err
+	}
+	return &pb.InvokeFunctionResponse{Output: out, ContentType: "application/json"}, nil
+}
+
+// BenchmarkForkPerCallBashGRPC is that baseline through a real gRPC server
+// on loopback, as the warm figures are measured.
+func BenchmarkForkPerCallBashGRPC(b *testing.B) {
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f.sh"), []byte(`handle() { printf '%s' "$1"; }`), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		b.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterFunctionRuntimeServer(srv, &forkPerCall{bash: bash, dir: dir})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	client := pb.NewFunctionRuntimeClient(conn)
+	ctx := context.Background()
+	req := &pb.InvokeFunctionRequest{Input: []byte(`{"command":"status"}`), ContentType: "application/json"}
+	call := func() {
+		resp, err := client.InvokeFunction(ctx, req)
+		if err != nil || string(resp.GetOutput()) != `{"command":"status"}` {
+			b.Fatalf("%v %v", resp, err)
+		}
+	}
+	for range 50 {
+		call()
+	}
+	lat := make(latencies, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		call()
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	lat.report(b)
 }
