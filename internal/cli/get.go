@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cli/printer"
 	"stoke.dev/stoke/internal/client"
 	"stoke.dev/stoke/internal/errdefs"
@@ -116,31 +117,26 @@ func watchObjects(ctx context.Context, c *client.Client, o GetOptions, ns string
 		if err != nil {
 			return err
 		}
-		defer w.Close()
-		for {
-			ev, err := w.Next()
-			if err != nil {
-				return endOfWatch(err)
-			}
-			if o.Name == "" || ev.Object.Name == o.Name {
-				if err := p.RunEvent(ev.Object); err != nil {
-					return err
-				}
-			}
-		}
+		return printEvents(w, o.Name, func(run *v1alpha1.Run) string { return run.Name }, p.RunEvent)
 	}
 	w, err := c.WatchRuntimes(ctx, ns, opts)
 	if err != nil {
 		return err
 	}
+	return printEvents(w, o.Name, func(rt *v1alpha1.Runtime) string { return rt.Name }, p.RuntimeEvent)
+}
+
+// printEvents prints each watched object named name ("" for all) until the
+// watch ends, and closes it.
+func printEvents[T any](w *client.Watch[T], name string, nameOf func(*T) string, show func(*T) error) error {
 	defer w.Close()
 	for {
 		ev, err := w.Next()
 		if err != nil {
 			return endOfWatch(err)
 		}
-		if o.Name == "" || ev.Object.Name == o.Name {
-			if err := p.RuntimeEvent(ev.Object); err != nil {
+		if name == "" || nameOf(ev.Object) == name {
+			if err := show(ev.Object); err != nil {
 				return err
 			}
 		}
