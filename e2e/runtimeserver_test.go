@@ -77,6 +77,27 @@ func startRuntimeServer(t *testing.T, runtime string, adjust ...func(*exec.Cmd))
 	return s
 }
 
+// terminate sends the server SIGTERM.
+func (s *runtimeServer) terminate(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// awaitCleanExit waits for the server to exit with status 0.
+func (s *runtimeServer) awaitCleanExit(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-s.exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+}
+
 // grpcurl runs the pinned grpcurl with a JSON body, returning its output.
 func (s *runtimeServer) grpcurl(t *testing.T, body, method string) (string, error) {
 	t.Helper()
@@ -195,17 +216,8 @@ func TestSeedExamplesWithGrpcurl(t *testing.T) {
 			}
 
 			// SIGTERM: graceful stop, exit status 0.
-			if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-s.exited:
-				if err != nil {
-					t.Fatalf("exit after SIGTERM: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("no exit after SIGTERM")
-			}
+			s.terminate(t)
+			s.awaitCleanExit(t)
 		})
 	}
 }
@@ -253,20 +265,11 @@ func TestSIGTERMDrainsInFlightInvocation(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond) // polling an observable state
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	s.terminate(t)
 	if r := <-invoked; r.err != nil || string(r.out.GetOutput()) != `"done"` {
 		t.Fatalf("in-flight invocation across SIGTERM: %v %v", r.out, r.err)
 	}
-	select {
-	case err := <-s.exited:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	s.awaitCleanExit(t)
 }
 
 // A Runtime Server that leads its session, as a pod does, leaves nothing of
@@ -302,17 +305,8 @@ func TestStoppedServerLeavesNothingOfItsSession(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling for a file the task writes
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-s.exited:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	s.terminate(t)
+	s.awaitCleanExit(t)
 	// The server has exited, so its kill is done: the job must be dead
 	// (a zombie waiting for init counts as dead).
 	if p, alive := readProcess(pid); alive {
