@@ -5,7 +5,6 @@ import (
 	"encoding/base32"
 	"encoding/json"
 	"errors"
-	"io"
 	"mime"
 	"net/http"
 	"strings"
@@ -53,14 +52,9 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 		}
 		timeoutMs = d.Milliseconds()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, bounds.InvokeBody))
+	body, err := readBody(w, r, bounds.InvokeBody)
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeError(w, errdefs.Errorf(errdefs.ErrTooLarge, "request body exceeds %d bytes", bounds.InvokeBody), invID)
-			return
-		}
-		writeError(w, errdefs.InvalidArgument("body", "%v", err), invID)
+		writeError(w, err, invID)
 		return
 	}
 	ns, name, uid := r.PathValue("ns"), r.PathValue("name"), r.PathValue("uid")
@@ -128,9 +122,7 @@ func writeError(w http.ResponseWriter, err error, invID string) {
 	if body.InvocationID != "" {
 		w.Header().Set(HeaderInvocationID, body.InvocationID)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(errdefs.HTTPStatus(err))
-	_ = json.NewEncoder(w).Encode(body)
+	writeJSON(w, errdefs.HTTPStatus(err), body)
 }
 
 // newInvocationID returns "inv_" and 26 lowercase base32 characters of

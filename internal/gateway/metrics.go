@@ -3,7 +3,6 @@ package gateway
 import (
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,20 +21,12 @@ type Metrics struct {
 	invokeLatency *prometheus.HistogramVec
 	apiRequests   *prometheus.CounterVec
 	schedLatency  prometheus.Histogram
-
-	mu     sync.Mutex
-	byCode map[int]invokeObservers // curried per status code, off the hot path's map lookups
-}
-
-type invokeObservers struct {
-	count   prometheus.Counter
-	latency prometheus.Observer
 }
 
 // NewMetrics builds the registry; runPhases counts the Runs by phase at
 // each scrape.
 func NewMetrics(runPhases func() map[v1alpha1.Phase]int) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), byCode: map[int]invokeObservers{}}
+	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.invocations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stoke_invocations_total",
 		Help: "Function invocations through the gateway, by HTTP status code.",
@@ -71,16 +62,9 @@ func (m *Metrics) observeInvoke(status int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.mu.Lock()
-	o, ok := m.byCode[status]
-	if !ok {
-		code := strconv.Itoa(status)
-		o = invokeObservers{m.invocations.WithLabelValues(code), m.invokeLatency.WithLabelValues(code)}
-		m.byCode[status] = o
-	}
-	m.mu.Unlock()
-	o.count.Inc()
-	o.latency.Observe(d.Seconds())
+	code := strconv.Itoa(status)
+	m.invocations.WithLabelValues(code).Inc()
+	m.invokeLatency.WithLabelValues(code).Observe(d.Seconds())
 }
 
 func (m *Metrics) observeAPI(method string, status int) {

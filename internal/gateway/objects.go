@@ -75,6 +75,20 @@ func (g *Gateway) reply(w http.ResponseWriter, r *http.Request, status int, obj 
 	writeJSON(w, status, obj)
 }
 
+// readBody reads a request body of at most limit bytes; past it the error
+// is ErrTooLarge (413).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "request body exceeds %d bytes", limit)
+		}
+		return nil, errdefs.InvalidArgument("body", "%v", err)
+	}
+	return body, nil
+}
+
 func writeJSON(w http.ResponseWriter, status int, obj any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -85,13 +99,9 @@ func writeJSON(w http.ResponseWriter, status int, obj any) {
 // bytes into obj; unknown fields are refused, so that a misspelt field is
 // an error rather than silently ignored.
 func decodeObject(w http.ResponseWriter, r *http.Request, obj any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, bounds.ObjectBody))
+	body, err := readBody(w, r, bounds.ObjectBody)
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return errdefs.Errorf(errdefs.ErrTooLarge, "request body exceeds %d bytes", bounds.ObjectBody)
-		}
-		return errdefs.InvalidArgument("body", "%v", err)
+		return err
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch mt {
