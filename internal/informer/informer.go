@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -114,9 +115,11 @@ type Informer[T store.Object] struct {
 	synced   atomic.Bool
 	syncedCh chan struct{}
 
-	mu    sync.RWMutex // guards items and rv
+	mu    sync.RWMutex // guards items, rv and advanced
 	items map[Key]T
 	rv    string // the version the cache reflects
+	// advanced is closed and replaced whenever rv moves.
+	advanced chan struct{}
 
 	// dispatchMu serialises changes to the cache together with the
 	// handler calls for them, and registration (which replays the cache
@@ -147,6 +150,7 @@ func New[T store.Object](res store.Resource[T], opts Options) *Informer[T] {
 		clock:    clk,
 		syncedCh: make(chan struct{}),
 		items:    map[Key]T{},
+		advanced: make(chan struct{}),
 	}
 }
 
@@ -235,6 +239,40 @@ func (i *Informer[T]) ResourceVersion() string {
 	return i.rv
 }
 
+// setRVLocked moves the cache's version and wakes WaitForResourceVersion;
+// i.mu is held.
+func (i *Informer[T]) setRVLocked(rv string) {
+	i.rv = rv
+	close(i.advanced)
+	i.advanced = make(chan struct{})
+}
+
+// WaitForResourceVersion returns once the cache reflects version rv or a
+// later one, or when ctx ends (with its error). Readers of the store use it
+// to not get ahead of code that acts on the cache: a client shown a Run at
+// rv finds the cache at least there. A version that is not a number (not a
+// store's) is not waited for.
+func (i *Informer[T]) WaitForResourceVersion(ctx context.Context, rv string) error {
+	want, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return nil
+	}
+	for {
+		i.mu.RLock()
+		have, _ := strconv.ParseUint(i.rv, 10, 64)
+		advanced := i.advanced
+		i.mu.RUnlock()
+		if have >= want {
+			return nil
+		}
+		select {
+		case <-advanced:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Run lists, then watches and keeps the cache up to date until ctx ends;
 // then it returns nil. Failed lists and watches are logged and retried with
 // backoff. Run may be called once.
@@ -319,7 +357,7 @@ func (i *Informer[T]) list(ctx context.Context) error {
 	i.mu.Lock()
 	old := i.items
 	i.items = fresh
-	i.rv = rv
+	i.setRVLocked(rv)
 	i.mu.Unlock()
 
 	for k, o := range old {
@@ -382,7 +420,7 @@ func (i *Informer[T]) apply(ev store.Event[T]) {
 	} else {
 		i.items[k] = obj
 	}
-	i.rv = obj.GetResourceVersion()
+	i.setRVLocked(obj.GetResourceVersion())
 	i.mu.Unlock()
 
 	switch {

@@ -2,8 +2,10 @@ package informer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -441,4 +443,42 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A reader of the store waits for the cache to reach what it read; a
+// version the store has not reached yet is waited for until the context
+// ends.
+func TestWaitForResourceVersion(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t)
+	runs := s.Runs()
+	inf := informer.New(runs, informer.Options{})
+	start(t, inf)
+	for i := range 20 {
+		created, err := runs.Create(ctx, newRun(fmt.Sprintf("r%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, waitTimeout)
+		err = inf.WaitForResourceVersion(wctx, created.ResourceVersion)
+		cancel()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", created.ResourceVersion, err)
+		}
+		if got, ok := inf.Get("", created.Name); !ok || got.UID != created.UID {
+			t.Fatalf("after the wait the cache lacks %s", created.Name)
+		}
+	}
+	next, err := strconv.ParseUint(inf.ResourceVersion(), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := inf.WaitForResourceVersion(wctx, strconv.FormatUint(next+1, 10)); !errors.Is(err, context.Canceled) {
+		t.Errorf("waiting for a version not reached: %v, want the context's error", err)
+	}
+	if err := inf.WaitForResourceVersion(wctx, "not-a-number"); err != nil {
+		t.Errorf("an opaque version: %v, want no wait", err)
+	}
 }
