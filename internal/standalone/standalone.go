@@ -367,9 +367,28 @@ func (s *Standalone) CreateRun(ctx context.Context, run *v1alpha1.Run) (*v1alpha
 	return s.store.Runs().Create(ctx, run)
 }
 
-// GetRun reads one Run.
+// cacheCatchUp bounds how long a read of the store waits for the Runs
+// cache to reach what it read (see awaitCache).
+const cacheCatchUp = 5 * time.Second
+
+// awaitCache waits, up to cacheCatchUp, until the Runs informer reflects
+// version rv. The invoke path routes from that cache, so a client shown a
+// Run Ready (by GetRun or WatchRuns) and invoking it at once must not
+// find the cache still a version behind.
+func (s *Standalone) awaitCache(ctx context.Context, rv string) {
+	ctx, cancel := context.WithTimeout(ctx, cacheCatchUp)
+	defer cancel()
+	_ = s.runInf.WaitForResourceVersion(ctx, rv)
+}
+
+// GetRun reads one Run, once the cache has caught up with it.
 func (s *Standalone) GetRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
-	return s.store.Runs().Get(ctx, namespace, name)
+	run, err := s.store.Runs().Get(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	s.awaitCache(ctx, run.ResourceVersion)
+	return run, nil
 }
 
 // CachedRun reads a Run from the informer's memory, which may lag the
@@ -383,9 +402,50 @@ func (s *Standalone) ListRuns(ctx context.Context, opts store.ListOptions) ([]*v
 	return s.store.Runs().List(ctx, opts)
 }
 
-// WatchRuns watches Runs from a resource version.
+// WatchRuns watches Runs from a resource version. Each event is delivered
+// once the cache has caught up with it, as GetRun does.
 func (s *Standalone) WatchRuns(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Run], error) {
-	return s.store.Runs().Watch(ctx, opts)
+	inner, err := s.store.Runs().Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &cachedWatch{inner: inner, cancel: cancel, events: make(chan store.Event[*v1alpha1.Run]), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer close(w.events)
+		for ev := range inner.Events() {
+			if ev.Object != nil {
+				s.awaitCache(ctx, ev.Object.ResourceVersion)
+			}
+			select {
+			case w.events <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return w, nil
+}
+
+// cachedWatch is a store watch whose events wait for the Runs cache. Its
+// channel is unbuffered, so a slow reader still fills the store watch's
+// bounded buffer and gets its expiry error.
+type cachedWatch struct {
+	inner  store.Watcher[*v1alpha1.Run]
+	cancel context.CancelFunc
+	events chan store.Event[*v1alpha1.Run]
+	done   chan struct{}
+}
+
+func (w *cachedWatch) Events() <-chan store.Event[*v1alpha1.Run] { return w.events }
+
+// Stop ends the watch and waits until its channel is closed; it is safe
+// to call more than once.
+func (w *cachedWatch) Stop() {
+	w.cancel()
+	w.inner.Stop()
+	<-w.done
 }
 
 // CancelRun sets spec.cancelRequested; runtimed (or, for a Pending Run,

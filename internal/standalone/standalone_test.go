@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -279,4 +280,57 @@ func TestTaskOnDyingPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.waitRun(t, "twice", "Cancelled", phaseIs(v1alpha1.PhaseCancelled))
+}
+
+// What the API shows — a Get, a watch event — never runs ahead of the
+// cache the invoke path routes from: a client that sees a function Ready
+// and invokes it at once finds it routable.
+func TestReadsNeverGetAheadOfTheCache(t *testing.T) {
+	p := start(t, runtimeOf("bash", 1, 8), runtimeOf("python", 1, 4))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, err := p.WatchRuns(ctx, store.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	rvOf := func(r *v1alpha1.Run) uint64 { n, _ := strconv.ParseUint(r.ResourceVersion, 10, 64); return n }
+	behind := func(what string, r *v1alpha1.Run) {
+		t.Helper()
+		cached, ok := p.CachedRun(r.Namespace, r.Name)
+		if !ok || rvOf(cached) < rvOf(r) {
+			t.Errorf("%s shows %s at version %s; the cache has %v", what, r.Name, r.ResourceVersion, cached)
+		}
+	}
+	fn, err := p.CreateRun(ctx, pyFunction("fn", "def handle(event):\n    return event\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		created, err := p.CreateRun(ctx, task(fmt.Sprintf("t%d", i), "true"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := p.GetRun(ctx, "default", created.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		behind("GetRun", got)
+	}
+	for ev := range w.Events() {
+		if ev.Type == store.Error {
+			t.Fatal(ev.Err)
+		}
+		if ev.Type == store.Deleted {
+			continue
+		}
+		behind("the watch", ev.Object)
+		if ev.Object.Name == fn.Name && ev.Object.Status.Phase == v1alpha1.PhaseReady {
+			if _, err := p.Route("default", fn.Name, string(fn.UID)); err != nil {
+				t.Fatalf("seen Ready on the watch, then not routable: %v", err)
+			}
+			return
+		}
+	}
+	t.Fatal("the watch ended before the function was Ready")
 }
