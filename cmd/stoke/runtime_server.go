@@ -33,6 +33,7 @@ work, lets work in flight finish for --shutdown-grace, kills the rest and exits 
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9090", "gRPC listen address: host:port, or unix:PATH for a Unix socket")
 	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "directory every working_dir must resolve inside (required)")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory for private per-registration files (default: a temporary directory)")
+	f.StringVar(&cfg.IPCDir, "ipc-dir", "", "directory for the request files and FIFOs of warm Bash functions, best on tmpfs (default: a private directory on /dev/shm, else in --state-dir)")
 	f.StringVar(&cfg.Python, "python", "python3", "python interpreter; resolved once to its real executable")
 	f.StringVar(&cfg.Bash, "bash", "", "bash executable (default: bash on PATH)")
 	f.DurationVar(&cfg.DefaultInvokeTimeout, "default-invoke-timeout", bounds.DefaultInvokeTimeout, "invocation timeout when a request gives none")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	executorv1 "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/loglines"
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/shm"
 )
 
 // healthService is the service a pod's health check asks about.
@@ -34,6 +36,14 @@ const pumpGrace = time.Second
 // leads (proc.Session's text), so that a supervisor started after this
 // one died can kill what is left of it.
 const sidFile = "sid"
+
+// ipcFile, in a pod's directory, records the pod's IPC directory when it
+// lies outside the pod's directory (on /dev/shm), so that a supervisor
+// started after this one died can remove it.
+const ipcFile = "ipc"
+
+// ipcPrefix starts the name of every pod's IPC directory on /dev/shm.
+const ipcPrefix = "stoke-pod-"
 
 // runPod runs one pod from start to death: it starts the Runtime Server,
 // calls ready once it answers its health check, checks it every
@@ -62,12 +72,23 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 		log.Error("cannot create pod state directory", "err", err)
 		return reasonStartFailed
 	}
+	ipcDir, err := s.makeIPCDir(dir, stateDir)
+	if err != nil {
+		log.Error("cannot create pod IPC directory", "err", err)
+		return reasonStartFailed
+	}
+	defer func() {
+		if err := os.RemoveAll(ipcDir); err != nil {
+			log.Warn("cannot remove pod IPC directory", "dir", ipcDir, "err", err)
+		}
+	}()
 	args := []string{
 		"runtime-server",
 		"--runtime", pod.Server,
 		"--listen", "unix:" + sock,
 		"--workspace-root", s.runsDir,
 		"--state-dir", stateDir,
+		"--ipc-dir", ipcDir,
 		"--shutdown-grace", s.cfg.ShutdownGrace.String(),
 	}
 	cmd := s.cfg.Command(pod, args)
@@ -285,4 +306,19 @@ func forwardLogs(r io.Reader, log *slog.Logger, onLine func([]byte)) {
 		}
 		log.Info("runtime server output", "line", string(line))
 	})
+}
+
+// makeIPCDir makes the directory in which a pod's warm Bash functions
+// exchange request files and FIFOs: on /dev/shm when that is a writable
+// tmpfs, recorded in the pod's directory dir, otherwise in stateDir.
+func (s *Supervisor) makeIPCDir(dir, stateDir string) (string, error) {
+	ipcDir, err := shm.MkdirTemp(stateDir, ipcPrefix)
+	if err != nil || !strings.HasPrefix(ipcDir, shm.Root+"/") {
+		return ipcDir, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ipcFile), []byte(ipcDir+"\n"), 0o600); err != nil {
+		_ = os.RemoveAll(ipcDir)
+		return "", err
+	}
+	return ipcDir, nil
 }

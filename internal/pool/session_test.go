@@ -21,6 +21,7 @@ import (
 
 	executorv1 "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/shm"
 	"stoke.dev/stoke/internal/store/sqlite"
 )
 
@@ -444,4 +445,44 @@ func parseStat(b []byte) (procEntry, bool) {
 		return procEntry{}, false
 	}
 	return procEntry{state: f[0][0], ppid: ppid}, true
+}
+
+// A supervisor that starts on a data directory removes the IPC directories
+// on /dev/shm that its predecessor's pods recorded, and only those.
+func TestRestartRemovesLeftoverIPCDirectories(t *testing.T) {
+	data := t.TempDir()
+	left, err := shm.MkdirTemp("", ipcPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(left)
+	if err := os.WriteFile(filepath.Join(left, "req.7"), []byte(`{"secret":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := t.TempDir() // a forged record must not remove it
+	for name, recorded := range map[string]string{"bash-aaaaa": left, "bash-bbbbb": elsewhere} {
+		dir := filepath.Join(data, "pods", name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ipcFile), []byte(recorded+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	h := newHarness(t, func(c *Config) { c.DataDir = data })
+	h.stop()
+
+	if filepath.Dir(left) != shm.Root {
+		t.Fatalf("the leftover was made in %s, not on %s", left, shm.Root)
+	}
+	if _, err := os.Lstat(left); !os.IsNotExist(err) {
+		t.Errorf("the recorded IPC directory %s is still there: %v", left, err)
+	}
+	if _, err := os.Lstat(elsewhere); err != nil {
+		t.Errorf("a directory outside %s was removed: %v", shm.Root, err)
+	}
+	if logs := h.logs.String(); !strings.Contains(logs, `"msg":"cannot remove the IPC directory of an earlier pod","pod":"bash-bbbbb"`) {
+		t.Errorf("the forged record was not logged:\n%s", logs)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/shm"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -261,6 +263,11 @@ func (s *Supervisor) killLeftovers() {
 			continue
 		}
 		log := s.log.With("pod", e.Name())
+		if b, err := os.ReadFile(filepath.Join(s.podsDir, e.Name(), ipcFile)); err == nil {
+			if err := shm.RemoveRecorded(strings.TrimSpace(string(b)), ipcPrefix); err != nil {
+				log.Warn("cannot remove the IPC directory of an earlier pod", "err", err)
+			}
+		}
 		b, err := os.ReadFile(filepath.Join(s.podsDir, e.Name(), sidFile))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // it died before it was recorded, taking nothing along

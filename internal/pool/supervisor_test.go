@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/shm"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
 	"stoke.dev/stoke/internal/testbin"
@@ -353,6 +354,7 @@ func TestReplicasReadyStatusAndShutdown(t *testing.T) {
 		t.Fatalf("pods not distinct: %+v %+v", a.Pod, b.Pod)
 	}
 	var pids []int
+	var ipcDirs []string
 	for _, p := range []Pod{a.Pod, b.Pod} {
 		want := Pod{
 			Namespace: "default", Runtime: "bash", Name: p.Name, UID: p.UID, Server: "bash", Slots: 4,
@@ -370,6 +372,16 @@ func TestReplicasReadyStatusAndShutdown(t *testing.T) {
 			t.Errorf("Lookup(%s) = %+v, %v", p.UID, got, ok)
 		}
 		pids = append(pids, serverPid(t, p))
+		// Its IPC directory is on /dev/shm, recorded for a successor.
+		rec, err := os.ReadFile(filepath.Join(h.data, "pods", p.Name, ipcFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ipc := strings.TrimSpace(string(rec))
+		if fi, err := os.Stat(ipc); err != nil || !fi.IsDir() || filepath.Dir(ipc) != shm.Root {
+			t.Errorf("pod %s IPC directory %q: %v", p.Name, ipc, err)
+		}
+		ipcDirs = append(ipcDirs, ipc)
 	}
 	if pods := h.sup.Pods(); len(pods) != 2 {
 		t.Fatalf("Pods() = %v", pods)
@@ -430,6 +442,11 @@ func TestReplicasReadyStatusAndShutdown(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(h.data, "pods")); len(entries) != 0 {
 		t.Errorf("pod directories left: %v", entries)
+	}
+	for _, dir := range ipcDirs {
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Errorf("pod IPC directory %s left: %v", dir, err)
+		}
 	}
 	rt, err := h.st.Runtimes().Get(t.Context(), "", "bash")
 	if err != nil {

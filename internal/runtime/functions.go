@@ -27,7 +27,12 @@ type FunctionsConfig struct {
 	Workspace *Workspace
 	// ScratchRoot holds one private directory per registration.
 	ScratchRoot string
-	Logger      *slog.Logger
+	// IPCRoot, when set, holds the directory per registration in which the
+	// adapter exchanges request files and FIFOs with its processes
+	// (FunctionSpec.ScratchDir); otherwise that lies in ScratchRoot. A
+	// memory file system there makes each warm Bash invocation cheaper.
+	IPCRoot string
+	Logger  *slog.Logger
 	// DefaultInvokeTimeout applies when a request's timeout_millis is 0;
 	// MaxInvokeTimeout clamps larger ones. InitTimeout bounds a Load.
 	DefaultInvokeTimeout time.Duration
@@ -86,6 +91,7 @@ type registration struct {
 	digest  string
 	spec    FunctionSpec
 	scratch string
+	ipc     string // spec.ScratchDir, which may lie outside scratch
 	log     *slog.Logger
 
 	// ctx lives as long as the generation; cancelling it aborts loading,
@@ -226,6 +232,9 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 	id := newID("reg_")
 	scratch := filepath.Join(f.cfg.ScratchRoot, id)
 	ipc, tmp := filepath.Join(scratch, "ipc"), filepath.Join(scratch, "tmp")
+	if f.cfg.IPCRoot != "" {
+		ipc = filepath.Join(f.cfg.IPCRoot, id)
+	}
 	for _, d := range []string{ipc, tmp} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("run %s: scratch directory: %w", req.GetRunUid(), err)
@@ -235,7 +244,7 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &registration{
 		f: f, uid: req.GetRunUid(), id: id, attempt: req.GetRegistrationAttempt(),
-		digest: req.GetRegistrationDigest(), scratch: scratch, log: log,
+		digest: req.GetRegistrationDigest(), scratch: scratch, ipc: ipc, log: log,
 		ctx: ctx, cancel: cancel,
 		initDone:  make(chan struct{}),
 		state:     pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_REGISTERING,
@@ -663,8 +672,10 @@ func (r *registration) release(ctx context.Context, drain time.Duration) {
 			if inst != nil {
 				_ = inst.Close()
 			}
-			if err := os.RemoveAll(r.scratch); err != nil {
-				r.log.Warn("removing scratch directory", "error", err)
+			for _, dir := range []string{r.ipc, r.scratch} {
+				if err := os.RemoveAll(dir); err != nil {
+					r.log.Warn("removing scratch directory", "dir", dir, "error", err)
+				}
 			}
 			// The generation stayed in the table while it drained, so that
 			// FunctionStatus reported DRAINING; it leaves now unless a newer

@@ -17,6 +17,7 @@ import (
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/bash"
 	"stoke.dev/stoke/internal/runtime/python"
+	"stoke.dev/stoke/internal/shm"
 )
 
 // Config configures one Runtime Server process.
@@ -27,6 +28,10 @@ type Config struct {
 	// StateDir holds private per-registration and per-execution files;
 	// empty means a fresh temporary directory removed on exit.
 	StateDir string
+	// IPCDir holds the request files and FIFOs of warm Bash functions;
+	// empty means a fresh private directory on /dev/shm when that is a
+	// writable tmpfs (else inside StateDir), removed on exit.
+	IPCDir string
 	// Python is the interpreter for the python runtime, resolved once to
 	// its real executable so that version-manager shims stay off the hot
 	// path.
@@ -127,8 +132,15 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer os.RemoveAll(stateDir)
 	}
+	ipcDir := cfg.IPCDir
+	if ipcDir == "" {
+		if ipcDir, err = shm.MkdirTemp(stateDir, "stoke-ipc-"); err != nil {
+			return fmt.Errorf("ipc dir: %w", err)
+		}
+		defer os.RemoveAll(ipcDir)
+	}
 	fns, err := runtime.NewFunctions(runtime.FunctionsConfig{
-		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/functions", Logger: log,
+		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/functions", IPCRoot: ipcDir, Logger: log,
 		DefaultInvokeTimeout: cfg.DefaultInvokeTimeout, MaxInvokeTimeout: cfg.MaxInvokeTimeout,
 		InitTimeout: cfg.InitTimeout,
 	})

@@ -1,0 +1,76 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/runtime/runtimetest"
+	"stoke.dev/stoke/internal/runtime/server"
+	"stoke.dev/stoke/internal/shm"
+)
+
+// ipcHarness's one handler answers with the path of its $STOKE_OUTPUTS,
+// which lies in the registration's IPC directory.
+var ipcHarness = runtimetest.Harness{Runtime: "bash", Fixtures: func(runtimetest.Fixture) runtimetest.Source {
+	return src("handler.sh", "handler.handle", `handle() { printf '"%s"' "$STOKE_OUTPUTS"; }`)
+}}
+
+// outputsPath registers a function on s under uid and returns the
+// $STOKE_OUTPUTS its invocation sees.
+func outputsPath(t *testing.T, s *runtimetest.Server, uid string) (string, *pb.FunctionRegistration) {
+	t.Helper()
+	reg := s.Register(t, runtimetest.Echo, uid)
+	resp, err := s.Invoke(context.Background(), reg, `{}`, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path string
+	if err := json.Unmarshal(resp.GetOutput(), &path); err != nil {
+		t.Fatalf("%q: %v", resp.GetOutput(), err)
+	}
+	return path, reg
+}
+
+// By default a Runtime Server keeps the Bash request files and FIFOs in a
+// private directory of its own on /dev/shm, each registration in its own
+// directory there, removed with the registration and the whole at exit.
+func TestIPCDirectoryDefaultsToShm(t *testing.T) {
+	var root string
+	t.Cleanup(func() { // runs after the server's own cleanup has stopped it
+		if _, err := os.Lstat(root); !os.IsNotExist(err) {
+			t.Errorf("IPC directory %s left after the server exited: %v", root, err)
+		}
+	})
+	s := runtimetest.StartServer(t, ipcHarness, nil)
+	path, reg := outputsPath(t, s, "ipc-default")
+	// <root>/<registration>/bash-<nonce>/outputs.N
+	regDir := filepath.Dir(filepath.Dir(path))
+	root = filepath.Dir(regDir)
+	if filepath.Dir(root) != shm.Root || !strings.HasPrefix(filepath.Base(root), "stoke-ipc-") {
+		t.Fatalf("$STOKE_OUTPUTS is %s, not in a stoke-ipc- directory on %s", path, shm.Root)
+	}
+	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("IPC directory %s: %v %v", root, fi.Mode(), err)
+	}
+	if _, err := s.Functions.UnregisterFunction(context.Background(), &pb.UnregisterFunctionRequest{Registration: reg, CancelInFlight: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(regDir); !os.IsNotExist(err) {
+		t.Errorf("registration IPC directory %s left after unregistering: %v", regDir, err)
+	}
+}
+
+// --ipc-dir names the directory; the server leaves it in place.
+func TestIPCDirectoryFlag(t *testing.T) {
+	dir := t.TempDir()
+	s := runtimetest.StartServer(t, ipcHarness, func(c *server.Config) { c.IPCDir = dir })
+	path, _ := outputsPath(t, s, "ipc-flag")
+	if got := filepath.Dir(filepath.Dir(filepath.Dir(path))); got != dir {
+		t.Errorf("$STOKE_OUTPUTS is %s, not in %s", path, dir)
+	}
+}
