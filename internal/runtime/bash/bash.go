@@ -34,15 +34,17 @@
 //   - Invoke reads the FIFO itself while the function runs. When the
 //     function returns, the child writes a trailer after its output,
 //     "\x1eNONCE done N PID STATUS": Invoke stops reading there and answers
-//     without waiting for the child's exit. The child then waits for a
-//     release line before it exits, so that its exit and the next fork do
-//     not compete with Go for the CPU while Go answers. Anything else that
-//     ends the wait (ctx, the child's exit, the warm shell's death) wakes
-//     the read with a deadline in the past.
-//   - A child that ends without a trailer (exit, set -e, a signal) is
-//     reported by the warm shell, which kills each child's process group
-//     when the child ends and reports "exit PID STATUS PENDING"; PENDING
-//     says whether the child died before it read a control line.
+//     without waiting for the child's exit. The child exits right after
+//     the trailer, so that the warm shell reaps it and forks the next one
+//     while Go answers: that fork, not the answer, bounds calls back to
+//     back. Anything else that ends the wait (ctx, the child's exit, the
+//     warm shell's death) wakes the read with a deadline in the past.
+//   - The warm shell reports every child's end, "exit PID STATUS PENDING"
+//     (PENDING says whether the child died before it read a control line),
+//     and Go kills what is left of the child's process group. A child that
+//     ends without a trailer (exit, set -e, a signal) ends its invocation
+//     with that status; one whose exit is reported before Go has read its
+//     trailer still answers with the trailer's.
 //   - When ctx ends (or stdout passes bounds.InvokeBody), Invoke removes
 //     req.N, so that no child can take it any more, reads the status pipe up
 //     to that moment, kills the process group of the child alive then and

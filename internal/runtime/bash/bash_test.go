@@ -428,6 +428,28 @@ func TestBackgroundJob(t *testing.T) {
 	}
 }
 
+// A child exits right after its trailer, so the warm shell may report its
+// exit before Go has read the trailer (likelier after a large output): the
+// result still carries the function's own status, not the child's (0).
+func TestStatusComesFromTheTrailer(t *testing.T) {
+	f := newFixture(t, map[string]string{"h.sh": `big() { head -c 300000 /dev/zero | tr '\0' a; return "$1"; }` + "\n"})
+	in := f.mustLoad("h.big")
+	for i := range 40 {
+		status := []string{"0", "3"}[i%2]
+		res, err := f.invoke(in, status, invokeTimeout)
+		if status == "0" {
+			if err != nil || len(res.Output) != 300000 {
+				t.Fatalf("call %d: %d bytes, %v", i, len(res.Output), err)
+			}
+			continue
+		}
+		var fe *errdefs.FunctionError
+		if !errors.As(err, &fe) || fe.Message != "handler exited with status 3" {
+			t.Fatalf("call %d: %v, want the handler's status 3", i, err)
+		}
+	}
+}
+
 func TestStderrFlood(t *testing.T) {
 	const size = 10 << 20
 	f := newFixture(t, map[string]string{"h.sh": `noisy() { head -c ` + strconv.Itoa(size) + ` /dev/zero | tr '\0' x >&2; echo '"done"'; }` + "\n"})

@@ -70,8 +70,8 @@ type instance struct {
 	// reading, oldest first: each stays until the pump reads the sync
 	// marker written after it ended.
 	logging []*call
-	// trailerPids are the children whose trailer was read: their exits
-	// belong to invocations that are already over.
+	// trailerPids are the children whose trailer was read before their
+	// exit was reported: their exits belong to invocations already over.
 	trailerPids map[int]bool
 	syncs       map[uint64]chan struct{} // sync lines written and not yet read back
 	syncSeq     uint64
@@ -99,7 +99,7 @@ type call struct {
 	// wrote none (exit, set -e, a signal).
 	done    chan struct{}
 	rc      int
-	trailer bool   // done came from the trailer: the child waits for release
+	trailer bool   // the result came from the trailer
 	endSync uint64 // the sync marker written after it ended; 0 before
 	wake    func() // interrupts Invoke's read of stdout
 }
@@ -475,8 +475,8 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 	in.active = nil
 	in.mu.Unlock()
 	// The next request gets fresh files, prepared (and this one's removed)
-	// while nobody waits for it; the child that wrote a trailer is
-	// released, and the end of this invocation's stderr marked, at once.
+	// while nobody waits for it; the end of this invocation's stderr is
+	// marked at once.
 	in.prepare(s.seq+1, s, c)
 	return res, err
 }
@@ -505,10 +505,7 @@ read:
 		switch {
 		case out.findTrailer():
 			in.mu.Lock()
-			// The child exits once released, which is after this: its
-			// exit line takes the entry out again.
-			in.trailerPids[out.pid] = true
-			c.finishLocked(out.rc, true)
+			in.trailerFoundLocked(c, out)
 			in.mu.Unlock()
 			break read
 		case out.over():
@@ -562,6 +559,9 @@ read:
 		}
 	}
 	in.mu.Lock()
+	if out.trailer {
+		in.trailerFoundLocked(c, out)
+	}
 	rc, trailer := c.rc, c.trailer
 	in.mu.Unlock()
 	if !trailer || rc != 0 {
@@ -590,6 +590,22 @@ read:
 		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.InvalidOutputs", Message: err.Error()}
 	}
 	return runtime.Result{Output: out.out, Outputs: outs}, nil
+}
+
+// trailerFoundLocked records that c's trailer was read. The child exits
+// right after writing it, so the warm shell may have reported that exit
+// already, ending c with the child's status: the trailer's, the function's,
+// replaces it. Otherwise the exit, when it is reported, is known to be
+// over. instance.mu is held.
+func (in *instance) trailerFoundLocked(c *call, out *output) {
+	if isClosed(c.done) {
+		if !c.trailer {
+			c.rc, c.trailer = out.rc, true
+		}
+		return
+	}
+	in.trailerPids[out.pid] = true
+	c.finishLocked(out.rc, true)
 }
 
 func isClosed(ch <-chan struct{}) bool {
@@ -672,12 +688,10 @@ func (s *slot) close() {
 // zeros after them are never seen.
 var reqPrefill [4 << 10]byte
 
-// prepare makes the slot of request seq in the background. Before that,
-// when prev's invocation c ended at its trailer, it releases the child (it
-// waits for this line before it exits; a stray one is skipped as a
-// request, there being no file req.r); writes the sync marker that ends
-// c's stderr unless run did; and removes prev's files. Only one prepare is
-// ever under way: Invoke takes the slot before it starts the next.
+// prepare makes the slot of request seq in the background. Before that, it
+// writes the sync marker that ends the stderr of prev's invocation c unless
+// run did, and removes prev's files. Only one prepare is ever under way:
+// Invoke takes the slot before it starts the next.
 func (in *instance) prepare(seq uint64, prev *slot, c *call) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -687,14 +701,10 @@ func (in *instance) prepare(seq uint64, prev *slot, c *call) {
 		}
 		return
 	}
-	release := c != nil && c.trailer
 	endLog := c != nil && c.endSync == 0
 	in.prepWG.Add(1)
 	go func() {
 		defer in.prepWG.Done()
-		if release {
-			_, _ = in.ctl.Write([]byte("r\n"))
-		}
 		if endLog {
 			in.sync(in.stderrW, c, false)
 		}
