@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -310,15 +309,9 @@ func forwardLogs(r io.Reader, log *slog.Logger, onLine func([]byte)) {
 
 // makeIPCDir makes the directory in which a pod's warm Bash functions
 // exchange request files and FIFOs: on /dev/shm when that is a writable
-// tmpfs, recorded in the pod's directory dir, otherwise in stateDir.
+// tmpfs, recorded in the pod's directory dir first, otherwise in stateDir.
 func (s *Supervisor) makeIPCDir(dir, stateDir string) (string, error) {
-	ipcDir, err := shm.MkdirTemp(stateDir, ipcPrefix)
-	if err != nil || !strings.HasPrefix(ipcDir, shm.Root+"/") {
-		return ipcDir, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, ipcFile), []byte(ipcDir+"\n"), 0o600); err != nil {
-		_ = os.RemoveAll(ipcDir)
-		return "", err
-	}
-	return ipcDir, nil
+	return shm.MkdirRecorded(stateDir, ipcPrefix, func(ipcDir string) error {
+		return os.WriteFile(filepath.Join(dir, ipcFile), []byte(ipcDir+"\n"), 0o600)
+	})
 }

@@ -5,6 +5,8 @@
 package shm
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -36,6 +38,34 @@ func MkdirTemp(fallback, pattern string) (string, error) {
 		}
 	}
 	return os.MkdirTemp(fallback, pattern)
+}
+
+// MkdirRecorded creates a new private directory (mode 0700) named prefix
+// and a random suffix in Root, for a directory a later process may have to
+// remove when this one dies (RemoveRecorded): record is given its path
+// before it is made, so that no crash leaves a directory nobody knows of.
+// When Root is not Usable it is made in fallback instead and not recorded:
+// fallback is expected to be removed with its parent.
+func MkdirRecorded(fallback, prefix string, record func(dir string) error) (string, error) {
+	if !Usable() {
+		return os.MkdirTemp(fallback, prefix)
+	}
+	for range 10 {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // never fails on Linux
+		dir := filepath.Join(Root, prefix+hex.EncodeToString(b[:]))
+		if err := record(dir); err != nil {
+			return "", err
+		}
+		err := os.Mkdir(dir, 0o700)
+		if err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("shm: no free name for %s in %s", prefix, Root)
 }
 
 // RemoveRecorded removes a directory that MkdirTemp made for an earlier

@@ -3,6 +3,8 @@ package shm
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -75,5 +77,42 @@ func TestRemoveRecordedRemovesOnlyItsOwn(t *testing.T) {
 	// Gone already is done.
 	if err := RemoveRecorded(own, "stoke-test-"); err != nil {
 		t.Errorf("removing it again: %v", err)
+	}
+}
+
+// The record comes before the directory: a process that dies between the
+// two leaves a record of nothing, never a directory nobody knows of.
+func TestMkdirRecordedRecordsFirst(t *testing.T) {
+	var recorded string
+	dir, err := MkdirRecorded(t.TempDir(), "stoke-test-", func(d string) error {
+		if _, err := os.Lstat(d); !os.IsNotExist(err) {
+			t.Errorf("%s exists before it is recorded: %v", d, err)
+		}
+		recorded = d
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if dir != recorded || filepath.Dir(dir) != Root {
+		t.Errorf("made %s, recorded %q", dir, recorded)
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Errorf("%s: %v %v", dir, fi, err)
+	}
+	// A record that cannot be written makes nothing.
+	prefix := "stoke-test-unrecorded-" + strconv.Itoa(os.Getpid()) + "-"
+	if _, err := MkdirRecorded(t.TempDir(), prefix, func(string) error { return os.ErrPermission }); err == nil {
+		t.Error("MkdirRecorded succeeded without its record")
+	}
+	entries, err := os.ReadDir(Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			t.Errorf("%s was made without its record", e.Name())
+		}
 	}
 }
