@@ -73,7 +73,7 @@ type instance struct {
 	// trailerPids are the children whose trailer was read before their
 	// exit was reported: their exits belong to invocations already over.
 	trailerPids map[int]bool
-	syncs       map[uint64]chan struct{} // sync lines written and not yet read back
+	syncs       map[uint64]*syncWait // sync lines waited for and not yet read back
 	syncSeq     uint64
 	closed      bool // no more prepare goroutines
 
@@ -176,7 +176,7 @@ func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *i
 		deadDone:    make(chan struct{}),
 		initDone:    make(chan struct{}),
 		trailerPids: map[int]bool{},
-		syncs:       map[uint64]chan struct{}{},
+		syncs:       map[uint64]*syncWait{},
 		slots:       make(chan *slot, 1),
 	}
 	go in.readStatus()
@@ -303,6 +303,12 @@ func (in *instance) pumpStderr() {
 	})
 }
 
+// syncWait is the waiter of one sync line.
+type syncWait struct {
+	done chan struct{} // closed when the line is read back
+	cur  *child        // then: the newest child announced and not ended
+}
+
 // syncedLocked acts on sync marker k: the invocations that ended before it
 // have no more stderr to come, and its waiter, if any, wakes up.
 // instance.mu is held.
@@ -310,8 +316,9 @@ func (in *instance) syncedLocked(k uint64) {
 	for len(in.logging) > 0 && in.logging[0].endSync != 0 && in.logging[0].endSync <= k {
 		in.logging = in.logging[1:]
 	}
-	if ch := in.syncs[k]; ch != nil {
-		close(ch)
+	if w := in.syncs[k]; w != nil {
+		w.cur = in.cur
+		close(w.done)
 		delete(in.syncs, k)
 	}
 }
@@ -319,18 +326,19 @@ func (in *instance) syncedLocked(k uint64) {
 // sync writes a sync line to w, the write end of the status or the stderr
 // pipe. With c, it marks the end of c's stderr. With wait, it returns once
 // the pipe's reader has read everything written before (or after the grace
-// period).
-func (in *instance) sync(w *os.File, c *call, wait bool) {
+// period), and for the status pipe, with ok, the newest child announced and
+// not ended at that point (nil if none).
+func (in *instance) sync(w *os.File, c *call, wait bool) (cur *child, ok bool) {
 	in.mu.Lock()
 	in.syncSeq++
 	k := in.syncSeq
 	if c != nil {
 		c.endSync = k
 	}
-	var ch chan struct{}
+	var sw *syncWait
 	if wait {
-		ch = make(chan struct{})
-		in.syncs[k] = ch
+		sw = &syncWait{done: make(chan struct{})}
+		in.syncs[k] = sw
 	}
 	in.mu.Unlock()
 	if wait {
@@ -347,16 +355,20 @@ func (in *instance) sync(w *os.File, c *call, wait bool) {
 	deadline := time.Now().Add(in.grace)
 	_ = w.SetWriteDeadline(deadline)
 	if _, err := w.WriteString(line); err != nil || !wait {
-		return
+		return nil, false
 	}
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
-	case <-ch:
+	case <-sw.done:
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return sw.cur, true
 	case <-t.C:
 	case <-in.pumpDone:
 	case <-in.statusDone:
 	}
+	return nil, false
 }
 
 // Done implements runtime.Instance: the warm shell has exited.
@@ -510,7 +522,7 @@ read:
 			break read
 		case out.over():
 			tooLarge = true
-			in.abort(c, s.path("req"))
+			in.abort(s.path("req"))
 			break read
 		case err == nil:
 			continue
@@ -523,10 +535,10 @@ read:
 		_ = f.SetReadDeadline(time.Time{})
 		switch {
 		case ctx.Err() != nil:
-			in.abort(c, s.path("req"))
+			in.abort(s.path("req"))
 		case in.dead.Err() != nil:
 			dead = true
-			in.abort(c, s.path("req"))
+			in.abort(s.path("req"))
 		case isClosed(c.done):
 			exited = true
 		default:
@@ -726,29 +738,35 @@ func (in *instance) prepare(seq uint64, prev *slot, c *call) {
 	}()
 }
 
-// abort stops invocation c early. It removes c's request file, so that no
-// child that reads c's control line from now on can take it; reads the
-// status pipe up to now, so that the child alive then is known (children
-// announce themselves before they read a request); kills that child's
-// process group; and waits until the warm shell has reported its end: the
-// next child is forked after that, too late to take c. A warm shell that
-// does not report it within the grace period (stopped, or wedged) is
-// killed: the instance is then Done and the core replaces it.
-func (in *instance) abort(c *call, reqPath string) {
+// abort stops the invocation in flight early. It removes its request file
+// reqPath, so that no child that reads its control line from now on can
+// take it; reads the status pipe up to now, so that the child alive then
+// is known (children announce themselves before they read a request); kills
+// that child's process group; and waits until the warm shell has reported
+// its end: the next child is forked after that, too late to take the
+// request. A warm shell that does not report it within the grace period
+// (stopped, or wedged) is killed: the instance is then Done and the core
+// replaces it.
+func (in *instance) abort(reqPath string) {
 	_ = os.Remove(reqPath)
-	in.sync(in.statusW, nil, true)
-	in.mu.Lock()
-	ch := in.cur
-	in.mu.Unlock()
+	ch, ok := in.sync(in.statusW, nil, true)
+	if !ok { // the status pipe is wedged: the newest child known is the best guess
+		in.mu.Lock()
+		ch = in.cur
+		in.mu.Unlock()
+	}
 	if ch == nil {
 		return // between a child's end and the next fork
 	}
 	proc.KillGroup(ch.pid, 0, nil)
+	// Its end is awaited even when c is over already (it took c and
+	// finished): a child killed while it reads the control pipe can take
+	// a byte of the next request's line with it, so that line is written
+	// only once the child is gone.
 	t := time.NewTimer(in.grace)
 	defer t.Stop()
 	select {
 	case <-ch.done:
-	case <-c.done:
 	case <-in.proc.Done(): // nobody will report it
 	case <-t.C:
 		in.proc.Kill(0)
