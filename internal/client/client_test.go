@@ -185,6 +185,11 @@ func TestCreateAndCancelErrors(t *testing.T) {
 	if _, err := c.CancelRun(ctx, "", "client-no-such-run"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("cancel of a missing Run: %v, want NotFound", err)
 	}
+	// The server is shared: the name is free again for -count=2.
+	if _, err := c.DeleteRun(ctx, "default", run.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, c, run.Name)
 }
 
 func TestWatchSeesEveryPhaseInOrder(t *testing.T) {
