@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/testbin"
 )
 
@@ -45,9 +46,14 @@ func startUp(t *testing.T, dataDir string) *stokeUp {
 		if err := up.Close(); err != nil {
 			t.Error(err)
 		}
-		// Whatever the test left behind (a failed test) goes too, by pid.
+		// Whatever the test left behind (a failed test) goes too, by pid,
+		// and so do the pods' directories on /dev/shm of a stoke up that
+		// was killed and not restarted.
 		for _, p := range processesUnder(dataDir) {
 			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		if err := pool.RemoveIPCDirs(dataDir); err != nil {
+			t.Error(err)
 		}
 	})
 	return &stokeUp{Up: up}

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -314,4 +317,33 @@ func (s *Supervisor) makeIPCDir(dir, stateDir string) (string, error) {
 	return shm.MkdirRecorded(stateDir, ipcPrefix, func(ipcDir string) error {
 		return os.WriteFile(filepath.Join(dir, ipcFile), []byte(ipcDir+"\n"), 0o600)
 	})
+}
+
+// removeRecordedIPC removes the IPC directory on /dev/shm that the pod
+// whose directory is podDir recorded, if it recorded one.
+func removeRecordedIPC(podDir string) error {
+	b, err := os.ReadFile(filepath.Join(podDir, ipcFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return shm.RemoveRecorded(strings.TrimSpace(string(b)), ipcPrefix)
+}
+
+// RemoveIPCDirs removes the IPC directories on /dev/shm that the pods of a
+// supervisor on dataDir recorded. A supervisor started on dataDir does
+// this itself; RemoveIPCDirs is for one that died and will not be
+// restarted, such as a test's.
+func RemoveIPCDirs(dataDir string) error {
+	dirs, err := filepath.Glob(filepath.Join(dataDir, "pods", "*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range dirs {
+		errs = append(errs, removeRecordedIPC(d))
+	}
+	return errors.Join(errs...)
 }

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +21,6 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/proc"
-	"stoke.dev/stoke/internal/shm"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -263,10 +261,8 @@ func (s *Supervisor) killLeftovers() {
 			continue
 		}
 		log := s.log.With("pod", e.Name())
-		if b, err := os.ReadFile(filepath.Join(s.podsDir, e.Name(), ipcFile)); err == nil {
-			if err := shm.RemoveRecorded(strings.TrimSpace(string(b)), ipcPrefix); err != nil {
-				log.Warn("cannot remove the IPC directory of an earlier pod", "err", err)
-			}
+		if err := removeRecordedIPC(filepath.Join(s.podsDir, e.Name())); err != nil {
+			log.Warn("cannot remove the IPC directory of an earlier pod", "err", err)
 		}
 		b, err := os.ReadFile(filepath.Join(s.podsDir, e.Name(), sidFile))
 		if errors.Is(err, fs.ErrNotExist) {
