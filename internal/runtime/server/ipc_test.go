@@ -37,8 +37,9 @@ func outputsPath(t *testing.T, s *runtimetest.Server, uid string) (string, *pb.F
 }
 
 // By default a Runtime Server keeps the Bash request files and FIFOs in a
-// private directory of its own on /dev/shm, each registration in its own
-// directory there, removed with the registration and the whole at exit.
+// private directory of its own on /dev/shm (in its state directory where
+// /dev/shm is no writable tmpfs), each registration in its own directory
+// there, removed with the registration and the whole at exit.
 func TestIPCDirectoryDefaultsToShm(t *testing.T) {
 	var root string
 	t.Cleanup(func() { // runs after the server's own cleanup has stopped it
@@ -46,13 +47,18 @@ func TestIPCDirectoryDefaultsToShm(t *testing.T) {
 			t.Errorf("IPC directory %s left after the server exited: %v", root, err)
 		}
 	})
-	s := runtimetest.StartServer(t, ipcHarness, nil)
+	var stateDir string
+	s := runtimetest.StartServer(t, ipcHarness, func(c *server.Config) { stateDir = c.StateDir })
+	want := stateDir
+	if shm.Usable() {
+		want = shm.Root
+	}
 	path, reg := outputsPath(t, s, "ipc-default")
 	// <root>/<registration>/bash-<nonce>/outputs.N
 	regDir := filepath.Dir(filepath.Dir(path))
 	root = filepath.Dir(regDir)
-	if filepath.Dir(root) != shm.Root || !strings.HasPrefix(filepath.Base(root), "stoke-ipc-") {
-		t.Fatalf("$STOKE_OUTPUTS is %s, not in a stoke-ipc- directory on %s", path, shm.Root)
+	if filepath.Dir(root) != want || !strings.HasPrefix(filepath.Base(root), "stoke-ipc-") {
+		t.Fatalf("$STOKE_OUTPUTS is %s, not in a stoke-ipc- directory in %s", path, want)
 	}
 	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("IPC directory %s: %v %v", root, fi.Mode(), err)

@@ -134,6 +134,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	ipcDir := cfg.IPCDir
 	if ipcDir == "" {
+		if err := os.MkdirAll(stateDir, 0o700); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
 		if ipcDir, err = shm.MkdirTemp(stateDir, "stoke-ipc-"); err != nil {
 			return fmt.Errorf("ipc dir: %w", err)
 		}
