@@ -30,18 +30,9 @@ func (g *Gateway) routeObjects() {
 	g.mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
 		listOrWatch(g, w, r, "", v1alpha1.KindRun, api.ListRuns, api.WatchRuns)
 	})
-	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs/{name}", func(w http.ResponseWriter, r *http.Request) {
-		run, err := api.GetRun(r.Context(), r.PathValue("ns"), r.PathValue("name"))
-		g.reply(w, r, http.StatusOK, run, err)
-	})
-	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/cancel", func(w http.ResponseWriter, r *http.Request) {
-		run, err := api.CancelRun(r.Context(), r.PathValue("ns"), r.PathValue("name"))
-		g.reply(w, r, http.StatusOK, run, err)
-	})
-	g.mux.HandleFunc("DELETE /v1/namespaces/{ns}/runs/{name}", func(w http.ResponseWriter, r *http.Request) {
-		run, err := api.DeleteRun(r.Context(), r.PathValue("ns"), r.PathValue("name"))
-		g.reply(w, r, http.StatusAccepted, run, err)
-	})
+	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs/{name}", byName(g, http.StatusOK, api.GetRun))
+	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/cancel", byName(g, http.StatusOK, api.CancelRun))
+	g.mux.HandleFunc("DELETE /v1/namespaces/{ns}/runs/{name}", byName(g, http.StatusAccepted, api.DeleteRun))
 	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs/{name}/logs", g.logs)
 
 	g.mux.HandleFunc("PUT /v1/namespaces/{ns}/runtimes/{name}", g.applyRuntime)
@@ -51,14 +42,17 @@ func (g *Gateway) routeObjects() {
 	g.mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
 		listOrWatch(g, w, r, "", v1alpha1.KindRuntime, api.ListRuntimes, api.WatchRuntimes)
 	})
-	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runtimes/{name}", func(w http.ResponseWriter, r *http.Request) {
-		rt, err := api.GetRuntime(r.Context(), r.PathValue("ns"), r.PathValue("name"))
-		g.reply(w, r, http.StatusOK, rt, err)
-	})
-	g.mux.HandleFunc("DELETE /v1/namespaces/{ns}/runtimes/{name}", func(w http.ResponseWriter, r *http.Request) {
-		rt, err := api.DeleteRuntime(r.Context(), r.PathValue("ns"), r.PathValue("name"))
-		g.reply(w, r, http.StatusAccepted, rt, err)
-	})
+	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runtimes/{name}", byName(g, http.StatusOK, api.GetRuntime))
+	g.mux.HandleFunc("DELETE /v1/namespaces/{ns}/runtimes/{name}", byName(g, http.StatusAccepted, api.DeleteRuntime))
+}
+
+// byName serves a call on one object named in the path: fn's object with
+// status, or its error.
+func byName[T any](g *Gateway, status int, fn func(ctx context.Context, ns, name string) (T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		obj, err := fn(r.Context(), r.PathValue("ns"), r.PathValue("name"))
+		g.reply(w, r, status, obj, err)
+	}
 }
 
 // reply writes obj with status, or err; and logs the call.
