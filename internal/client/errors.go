@@ -117,46 +117,22 @@ func statusLine(code int, body []byte) string {
 	return s
 }
 
-// Category is the reverse of errdefs.HTTPStatus: the errdefs category an
-// error answer stands for, from its status and, where one status carries
+// Category is the errdefs category an error answer stands for: errdefs'
+// reverse of its one table, from the status and, where one status carries
 // two categories (409, 503), the errorType the server wrote ("Stoke." and
-// the gRPC code's name, see errdefs.Code).
-//
-// errdefs has only the forward mapping; this is its one reverse, kept next
-// to the one client that needs it.
+// the gRPC code's name, see errdefs.Code); then what other servers on the
+// way (a proxy, net/http's own answers) mean by statuses Stoke never writes.
 func Category(status int, errorType string) error {
-	code := strings.TrimPrefix(errorType, stokeErrorPrefix)
+	if cat := errdefs.FromHTTP(status, strings.TrimPrefix(errorType, stokeErrorPrefix)); cat != nil {
+		return cat
+	}
 	switch status {
-	case http.StatusBadRequest:
-		return errdefs.ErrInvalidArgument
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case http.StatusForbidden:
 		return errdefs.ErrUnauthenticated
-	case http.StatusNotFound:
-		return errdefs.ErrNotFound
-	case http.StatusMethodNotAllowed, http.StatusNotImplemented:
+	case http.StatusMethodNotAllowed:
 		return errdefs.ErrUnimplemented
-	case http.StatusConflict:
-		if code == "Aborted" {
-			return errdefs.ErrConflict
-		}
-		return errdefs.ErrAlreadyExists
-	case http.StatusGone:
-		return errdefs.ErrExpired
-	case http.StatusRequestEntityTooLarge:
-		return errdefs.ErrTooLarge
-	case http.StatusTooManyRequests:
-		return errdefs.ErrResourceExhausted
-	case 499:
-		return errdefs.ErrCanceled
-	case http.StatusServiceUnavailable:
-		if code == "FailedPrecondition" {
-			return errdefs.ErrFailedPrecondition
-		}
-		return errdefs.ErrUnavailable
 	case http.StatusBadGateway:
 		return errdefs.ErrUnavailable
-	case http.StatusGatewayTimeout:
-		return errdefs.ErrDeadlineExceeded
 	}
 	if status >= 400 && status < 500 {
 		return errdefs.ErrInvalidArgument

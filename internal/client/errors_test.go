@@ -33,6 +33,8 @@ func TestCategoryOfOtherStatuses(t *testing.T) {
 		status int
 		want   error
 	}{
+		{http.StatusConflict, errdefs.ErrAlreadyExists},
+		{http.StatusServiceUnavailable, errdefs.ErrUnavailable},
 		{http.StatusForbidden, errdefs.ErrUnauthenticated},
 		{http.StatusMethodNotAllowed, errdefs.ErrUnimplemented},
 		{http.StatusBadGateway, errdefs.ErrUnavailable},

@@ -42,6 +42,8 @@ var (
 
 // categories maps each category to its gRPC code and HTTP status. It is the
 // one translation table; DESIGN.md "gRPC → HTTP at the gateway" is its spec.
+// Where two categories share a status, the first listed is what FromHTTP
+// answers when the gRPC code does not tell them apart.
 var categories = []struct {
 	err  error
 	code codes.Code
@@ -50,10 +52,10 @@ var categories = []struct {
 	{ErrInvalidArgument, codes.InvalidArgument, http.StatusBadRequest},
 	{ErrNotFound, codes.NotFound, http.StatusNotFound},
 	{ErrAlreadyExists, codes.AlreadyExists, http.StatusConflict},
+	{ErrUnavailable, codes.Unavailable, http.StatusServiceUnavailable},
 	{ErrFailedPrecondition, codes.FailedPrecondition, http.StatusServiceUnavailable},
 	{ErrResourceExhausted, codes.ResourceExhausted, http.StatusTooManyRequests},
 	{ErrDeadlineExceeded, codes.DeadlineExceeded, http.StatusGatewayTimeout},
-	{ErrUnavailable, codes.Unavailable, http.StatusServiceUnavailable},
 	{ErrUnimplemented, codes.Unimplemented, http.StatusNotImplemented},
 	{ErrCanceled, codes.Canceled, 499}, // nginx's "client closed request"
 	{ErrTooLarge, codes.InvalidArgument, http.StatusRequestEntityTooLarge},
@@ -133,6 +135,26 @@ func Code(err error) codes.Code {
 		return s.Code()
 	}
 	return codes.Internal
+}
+
+// FromHTTP is the reverse of HTTPStatus, for clients: the category of an
+// error answer with this status, nil for a status the table has no row
+// for. code, the name of the gRPC code the server gave (see Code), picks
+// between categories that share a status (409, 503).
+func FromHTTP(status int, code string) error {
+	var first error
+	for _, c := range categories {
+		if c.http != status {
+			continue
+		}
+		if c.code.String() == code {
+			return c.err
+		}
+		if first == nil {
+			first = c.err
+		}
+	}
+	return first
 }
 
 // HTTPStatus returns the HTTP status for err, per the gateway table.
