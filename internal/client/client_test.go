@@ -117,10 +117,7 @@ func TestTaskRunLifecycle(t *testing.T) {
 		t.Errorf("list of every namespace by an unused label: %d items, %v", len(all.Items), err)
 	}
 
-	if _, err := c.DeleteRun(ctx, "default", run.Name); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, c, run.Name)
+	deleteRun(t, c, run.Name)
 	if _, err := c.GetRun(ctx, "default", run.Name); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("get after delete: %v, want NotFound", err)
 	}
@@ -129,11 +126,14 @@ func TestTaskRunLifecycle(t *testing.T) {
 	}
 }
 
-// waitGone returns once the Run is deleted (or was already).
-func waitGone(t *testing.T, c *client.Client, name string) {
+// deleteRun deletes the Run and returns once it is gone.
+func deleteRun(t *testing.T, c *client.Client, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
+	if _, err := c.DeleteRun(ctx, "default", name); err != nil {
+		t.Fatal(err)
+	}
 	run, err := c.GetRun(ctx, "default", name)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return
@@ -186,10 +186,7 @@ func TestCreateAndCancelErrors(t *testing.T) {
 		t.Errorf("cancel of a missing Run: %v, want NotFound", err)
 	}
 	// The server is shared: the name is free again for -count=2.
-	if _, err := c.DeleteRun(ctx, "default", run.Name); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, c, run.Name)
+	deleteRun(t, c, run.Name)
 }
 
 func TestWatchSeesEveryPhaseInOrder(t *testing.T) {
@@ -315,10 +312,7 @@ handle() {
 		t.Errorf("the log has no line \"boom\" of invocation %s", apiErr.InvocationID)
 	}
 
-	if _, err := c.DeleteRun(ctx, "default", fn.Name); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, c, fn.Name)
+	deleteRun(t, c, fn.Name)
 }
 
 func TestRuntimes(t *testing.T) {
