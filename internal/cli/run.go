@@ -26,22 +26,32 @@ type RunOptions struct {
 	Quiet bool
 }
 
+// createRun creates run. With opts.Detach it prints the Run's name and
+// returns no Run: the caller is done.
+func createRun(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) (*v1alpha1.Run, error) {
+	created, err := c.CreateRun(ctx, run)
+	if ctx.Err() != nil {
+		return nil, interrupted()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating the run: %w", err)
+	}
+	if opts.Detach {
+		fmt.Fprintln(s.Out, created.Name)
+		return nil, nil
+	}
+	return created, nil
+}
+
 // RunTask creates a task Run, copies its output to s (stdout records to
 // Out, stderr records to Err) until it is terminal, and returns nil when
 // it succeeded or an *ExitError with its exit status: the task's own exit
 // code, ExitTimeout, or ExitFailed with a message. Ctrl-C (ctx ending)
 // asks the server to cancel the Run and returns ExitInterrupted.
 func RunTask(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) error {
-	created, err := c.CreateRun(ctx, run)
-	if ctx.Err() != nil {
-		return interrupted()
-	}
-	if err != nil {
-		return fmt.Errorf("creating the run: %w", err)
-	}
-	if opts.Detach {
-		fmt.Fprintln(s.Out, created.Name)
-		return nil
+	created, err := createRun(ctx, c, run, opts, s)
+	if created == nil || err != nil {
+		return err
 	}
 	ns, name := created.Namespace, created.Name
 	final, err := followTask(ctx, c, created, opts, s)
@@ -165,16 +175,9 @@ func cancelAfterInterrupt(ctx context.Context, c *client.Client, run *v1alpha1.R
 // (the whole message, e.g. a traceback, goes to Err first). Ctrl-C before
 // Ready cancels the Run.
 func RunFunction(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) error {
-	created, err := c.CreateRun(ctx, run)
-	if ctx.Err() != nil {
-		return interrupted()
-	}
-	if err != nil {
-		return fmt.Errorf("creating the run: %w", err)
-	}
-	if opts.Detach {
-		fmt.Fprintln(s.Out, created.Name)
-		return nil
+	created, err := createRun(ctx, c, run, opts, s)
+	if created == nil || err != nil {
+		return err
 	}
 	ready, err := waitRun(ctx, c, created.Namespace, created.Name, string(created.UID), func(r *v1alpha1.Run) bool {
 		return terminal(r) || (r.Status.Phase == v1alpha1.PhaseReady && r.Status.Endpoint != "")
