@@ -54,23 +54,29 @@ func benchInvoke(b *testing.B, runtime string, pace time.Duration) {
 	reg := s.Register(b, runtimetest.Echo, "bench")
 	ctx := context.Background()
 	req := &pb.InvokeFunctionRequest{Registration: reg, Input: []byte(`{"command":"status"}`), ContentType: "application/json"}
-	for i := 0; i < 50; i++ { // warm the connection and the runtime
+	measure(b, pace, func() {
 		if _, err := s.Functions.InvokeFunction(ctx, req); err != nil {
 			b.Fatal(err)
 		}
+	})
+}
+
+// measure calls call 50 times to warm the connection and the runtime, then
+// b.N times, one every pace if it is set, and reports the percentiles.
+func measure(b *testing.B, pace time.Duration, call func()) {
+	for range 50 {
+		call()
 	}
 	lat := make(latencies, 0, b.N)
 	b.ResetTimer()
 	next := time.Now()
-	for i := 0; i < b.N; i++ {
+	for range b.N {
 		if pace > 0 {
 			next = next.Add(pace)
 			time.Sleep(time.Until(next)) // pacing the load, not synchronising
 		}
 		start := time.Now()
-		if _, err := s.Functions.InvokeFunction(ctx, req); err != nil {
-			b.Fatal(err)
-		}
+		call()
 		lat = append(lat, time.Since(start))
 	}
 	b.StopTimer()
@@ -82,10 +88,10 @@ func BenchmarkInvokeBashPaced(b *testing.B)   { benchInvoke(b, "bash", 10*time.M
 func BenchmarkInvokePython(b *testing.B)      { benchInvoke(b, "python", 0) }
 func BenchmarkInvokePythonPaced(b *testing.B) { benchInvoke(b, "python", 10*time.Millisecond) }
 
-// BenchmarkForkPerCallBash is the baseline the warm Bash runtime must beat
-// by 4×: a new bash per call that sources the file and runs the function.
-func BenchmarkForkPerCallBash(b *testing.B) {
-	dir := b.TempDir()
+// forkPerCallFiles returns the bash the baselines start and a directory
+// holding their f.sh.
+func forkPerCallFiles(b *testing.B) (bash, dir string) {
+	dir = b.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "f.sh"), []byte(`handle() { printf '%s' "$1"; }`), 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -93,6 +99,13 @@ func BenchmarkForkPerCallBash(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return bash, dir
+}
+
+// BenchmarkForkPerCallBash is the baseline the warm Bash runtime must beat
+// by 4×: a new bash per call that sources the file and runs the function.
+func BenchmarkForkPerCallBash(b *testing.B) {
+	bash, dir := forkPerCallFiles(b)
 	lat := make(latencies, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -241,14 +254,7 @@ func (f *forkPerCall) InvokeFunction(ctx context.Context, req *pb.InvokeFunction
 // BenchmarkForkPerCallBashGRPC is that baseline through a real gRPC server
 // on loopback, as the warm figures are measured.
 func BenchmarkForkPerCallBashGRPC(b *testing.B) {
-	dir := b.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "f.sh"), []byte(`handle() { printf '%s' "$1"; }`), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		b.Fatal(err)
-	}
+	bash, dir := forkPerCallFiles(b)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -265,22 +271,10 @@ func BenchmarkForkPerCallBashGRPC(b *testing.B) {
 	client := pb.NewFunctionRuntimeClient(conn)
 	ctx := context.Background()
 	req := &pb.InvokeFunctionRequest{Input: []byte(`{"command":"status"}`), ContentType: "application/json"}
-	call := func() {
+	measure(b, 0, func() {
 		resp, err := client.InvokeFunction(ctx, req)
 		if err != nil || string(resp.GetOutput()) != `{"command":"status"}` {
 			b.Fatalf("%v %v", resp, err)
 		}
-	}
-	for range 50 {
-		call()
-	}
-	lat := make(latencies, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		call()
-		lat = append(lat, time.Since(start))
-	}
-	b.StopTimer()
-	lat.report(b)
+	})
 }
