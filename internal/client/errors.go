@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/httpapi"
 )
 
 // APIError is an error answer of the server: its status and JSON error body
@@ -60,35 +61,23 @@ func (e *UnreachableError) Error() string {
 // Unwrap returns both the category (errdefs.ErrUnavailable) and the cause.
 func (e *UnreachableError) Unwrap() []error { return []error{errdefs.ErrUnavailable, e.Err} }
 
-// errorBody is the JSON body of every error answer.
-type errorBody struct {
-	ErrorType    string `json:"errorType"`
-	ErrorMessage string `json:"errorMessage"`
-	InvocationID string `json:"invocationId"`
-	StackTrace   string `json:"stackTrace"`
-}
-
-// stokeErrorPrefix starts the errorType of every error Stoke itself
-// reports ("Stoke." + the gRPC code's name).
-const stokeErrorPrefix = "Stoke."
-
 // readError turns a non-2xx answer into an *APIError, reading at most
 // MaxErrorBody bytes of its body.
 func readError(resp *http.Response) error {
 	b, _ := readBounded(resp.Body, MaxErrorBody) // a body over the bound is treated as not JSON
-	var body errorBody
+	var body httpapi.ErrorBody
 	if err := json.Unmarshal(b, &body); err != nil || (body.ErrorType == "" && body.ErrorMessage == "") {
 		// Not Stoke's error shape: a proxy in between, or an old server.
-		body = errorBody{ErrorMessage: fmt.Sprintf("%s %s: %s", resp.Request.Method, resp.Request.URL.Path, statusLine(resp.StatusCode, b))}
+		body = httpapi.ErrorBody{ErrorMessage: fmt.Sprintf("%s %s: %s", resp.Request.Method, resp.Request.URL.Path, statusLine(resp.StatusCode, b))}
 	}
 	if body.InvocationID == "" {
-		body.InvocationID = resp.Header.Get(HeaderInvocationID)
+		body.InvocationID = resp.Header.Get(httpapi.HeaderInvocationID)
 	}
 	e := &APIError{
 		StatusCode: resp.StatusCode, Type: body.ErrorType, Message: body.ErrorMessage,
 		InvocationID: body.InvocationID, StackTrace: body.StackTrace,
 	}
-	if resp.StatusCode == http.StatusInternalServerError && body.ErrorType != "" && !strings.HasPrefix(body.ErrorType, stokeErrorPrefix) {
+	if resp.StatusCode == http.StatusInternalServerError && body.ErrorType != "" && !strings.HasPrefix(body.ErrorType, httpapi.ErrorTypePrefix) {
 		e.cause = &errdefs.FunctionError{Type: body.ErrorType, Message: body.ErrorMessage, StackTrace: body.StackTrace, InvocationID: body.InvocationID}
 	} else {
 		e.cause = Category(resp.StatusCode, body.ErrorType)
@@ -123,7 +112,7 @@ func statusLine(code int, body []byte) string {
 // the gRPC code's name, see errdefs.Code); then what other servers on the
 // way (a proxy, net/http's own answers) mean by statuses Stoke never writes.
 func Category(status int, errorType string) error {
-	if cat := errdefs.FromHTTP(status, strings.TrimPrefix(errorType, stokeErrorPrefix)); cat != nil {
+	if cat := errdefs.FromHTTP(status, strings.TrimPrefix(errorType, httpapi.ErrorTypePrefix)); cat != nil {
 		return cat
 	}
 	switch status {

@@ -10,13 +10,7 @@ import (
 
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
-)
-
-// Invoke API headers (docs/http-api.md, "Invoke").
-const (
-	HeaderInvocationID = "X-Stoke-Invocation-ID"
-	HeaderOutputs      = "X-Stoke-Outputs"
-	HeaderTimeout      = "X-Stoke-Timeout-Ms"
+	"stoke.dev/stoke/internal/httpapi"
 )
 
 // InvokeOptions tune one invocation.
@@ -60,11 +54,11 @@ func (c *Client) Invoke(ctx context.Context, ns, name, uid string, input []byte,
 	}
 	h := http.Header{}
 	if opts.InvocationID != "" {
-		h.Set(HeaderInvocationID, opts.InvocationID)
+		h.Set(httpapi.HeaderInvocationID, opts.InvocationID)
 	}
 	if opts.Timeout > 0 {
 		ms := (opts.Timeout + time.Millisecond - 1) / time.Millisecond
-		h.Set(HeaderTimeout, strconv.FormatInt(int64(ms), 10))
+		h.Set(httpapi.HeaderTimeout, strconv.FormatInt(int64(ms), 10))
 	}
 	ct := opts.ContentType
 	if ct == "" {
@@ -81,15 +75,15 @@ func (c *Client) Invoke(ctx context.Context, ns, name, uid string, input []byte,
 	defer resp.Body.Close()
 	res := &InvokeResult{
 		StatusCode: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"),
-		InvocationID: resp.Header.Get(HeaderInvocationID),
+		InvocationID: resp.Header.Get(httpapi.HeaderInvocationID),
 	}
 	// A function's output is bounded like its input.
 	if res.Body, err = readBounded(resp.Body, bounds.InvokeBody); err != nil {
 		return res, fmt.Errorf("invoke %s: reading the output: %w", u.Path, err)
 	}
-	if o := resp.Header.Get(HeaderOutputs); o != "" {
+	if o := resp.Header.Get(httpapi.HeaderOutputs); o != "" {
 		if err := json.Unmarshal([]byte(o), &res.Outputs); err != nil {
-			return res, fmt.Errorf("invoke %s: decoding %s: %w", u.Path, HeaderOutputs, err)
+			return res, fmt.Errorf("invoke %s: decoding %s: %w", u.Path, httpapi.HeaderOutputs, err)
 		}
 	}
 	return res, nil

@@ -11,6 +11,7 @@ import (
 	"net/url"
 
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/httpapi"
 )
 
 // EventType is the kind of change a watch event reports.
@@ -92,7 +93,7 @@ func (w *Watch[T]) Next() (Event[T], error) {
 // watchError turns an ERROR event's object into an error. A watch ends
 // this way when the server stops, so it is Unavailable whatever it says.
 func watchError(path string, obj json.RawMessage) error {
-	var body errorBody
+	var body httpapi.ErrorBody
 	if json.Unmarshal(obj, &body) == nil && body.ErrorMessage != "" {
 		return errdefs.Errorf(errdefs.ErrUnavailable, "watch %s ended: %s", path, body.ErrorMessage)
 	}

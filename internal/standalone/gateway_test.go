@@ -17,6 +17,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/gateway"
+	"stoke.dev/stoke/internal/httpapi"
 )
 
 const testToken = "s3cret-token"
@@ -90,7 +91,7 @@ def handle(event, context):
 		{"wrong uid", srv.URL + "/v1/namespaces/default/runs/gw/not-the-uid/invoke", testToken, `1`, nil, http.StatusNotFound},
 		{"wrong name", srv.URL + "/v1/namespaces/default/runs/other/" + string(created.UID) + "/invoke", testToken, `1`, nil, http.StatusNotFound},
 		{"body over the bound", url, testToken, `"` + strings.Repeat("x", bounds.InvokeBody) + `"`, nil, http.StatusRequestEntityTooLarge},
-		{"invocation id over the bound", url, testToken, `1`, map[string]string{gateway.HeaderInvocationID: strings.Repeat("i", bounds.InvocationID+1)}, http.StatusBadRequest},
+		{"invocation id over the bound", url, testToken, `1`, map[string]string{httpapi.HeaderInvocationID: strings.Repeat("i", bounds.InvocationID+1)}, http.StatusBadRequest},
 		{"not JSON", url, testToken, `{nope`, nil, http.StatusBadRequest},
 	}
 	for _, tt := range refused {
@@ -99,14 +100,14 @@ def handle(event, context):
 			if r.status != tt.status {
 				t.Fatalf("status %d, want %d: %s", r.status, tt.status, r.body)
 			}
-			if tt.status != http.StatusUnauthorized && r.header.Get(gateway.HeaderInvocationID) == "" {
+			if tt.status != http.StatusUnauthorized && r.header.Get(httpapi.HeaderInvocationID) == "" {
 				t.Fatal("no invocation ID on the response")
 			}
 		})
 	}
 	// Nothing above reached the handler: the first real call is call 1.
-	r := post(t, url, testToken, `"hello"`, map[string]string{gateway.HeaderInvocationID: "inv-123"})
-	if r.status != http.StatusOK || r.header.Get(gateway.HeaderInvocationID) != "inv-123" || r.header.Get("Content-Type") != "application/json" {
+	r := post(t, url, testToken, `"hello"`, map[string]string{httpapi.HeaderInvocationID: "inv-123"})
+	if r.status != http.StatusOK || r.header.Get(httpapi.HeaderInvocationID) != "inv-123" || r.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("invoke: %d %v %s", r.status, r.header, r.body)
 	}
 	var out struct {
@@ -116,8 +117,8 @@ def handle(event, context):
 	if err := json.Unmarshal(r.body, &out); err != nil || out.Calls != 1 || out.Event != "hello" {
 		t.Fatalf("body %s (%v): refused requests reached the handler", r.body, err)
 	}
-	if r.header.Get(gateway.HeaderOutputs) != `{"calls":"1"}` {
-		t.Fatalf("outputs header %q", r.header.Get(gateway.HeaderOutputs))
+	if r.header.Get(httpapi.HeaderOutputs) != `{"calls":"1"}` {
+		t.Fatalf("outputs header %q", r.header.Get(httpapi.HeaderOutputs))
 	}
 
 	// A handler failure: 500 with Lambda's error shape.
