@@ -571,7 +571,8 @@ read:
 		}
 	}
 	in.mu.Lock()
-	if out.trailer {
+	if exited && out.trailer {
+		// Found while draining after the child's exit was reported.
 		in.trailerFoundLocked(c, out)
 	}
 	rc, trailer := c.rc, c.trailer
