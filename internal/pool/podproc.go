@@ -74,7 +74,7 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 		log.Error("cannot create pod state directory", "err", err)
 		return reasonStartFailed
 	}
-	ipcDir, err := s.makeIPCDir(dir, stateDir)
+	ipcDir, err := makeIPCDir(dir, stateDir)
 	if err != nil {
 		log.Error("cannot create pod IPC directory", "err", err)
 		return reasonStartFailed
@@ -313,7 +313,7 @@ func forwardLogs(r io.Reader, log *slog.Logger, onLine func([]byte)) {
 // makeIPCDir makes the directory in which a pod's warm Bash functions
 // exchange request files and FIFOs: on /dev/shm when that is a writable
 // tmpfs, recorded in the pod's directory dir first, otherwise in stateDir.
-func (s *Supervisor) makeIPCDir(dir, stateDir string) (string, error) {
+func makeIPCDir(dir, stateDir string) (string, error) {
 	return shm.MkdirRecorded(stateDir, ipcPrefix, func(ipcDir string) error {
 		return os.WriteFile(filepath.Join(dir, ipcFile), []byte(ipcDir+"\n"), 0o600)
 	})

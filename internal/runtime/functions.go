@@ -91,7 +91,6 @@ type registration struct {
 	digest  string
 	spec    FunctionSpec
 	scratch string
-	ipc     string // spec.ScratchDir, which may lie outside scratch
 	log     *slog.Logger
 
 	// ctx lives as long as the generation; cancelling it aborts loading,
@@ -244,7 +243,7 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &registration{
 		f: f, uid: req.GetRunUid(), id: id, attempt: req.GetRegistrationAttempt(),
-		digest: req.GetRegistrationDigest(), scratch: scratch, ipc: ipc, log: log,
+		digest: req.GetRegistrationDigest(), scratch: scratch, log: log,
 		ctx: ctx, cancel: cancel,
 		initDone:  make(chan struct{}),
 		state:     pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_REGISTERING,
@@ -672,7 +671,8 @@ func (r *registration) release(ctx context.Context, drain time.Duration) {
 			if inst != nil {
 				_ = inst.Close()
 			}
-			for _, dir := range []string{r.ipc, r.scratch} {
+			// spec.ScratchDir may lie outside scratch, on IPCRoot.
+			for _, dir := range []string{r.spec.ScratchDir, r.scratch} {
 				if err := os.RemoveAll(dir); err != nil {
 					r.log.Warn("removing scratch directory", "dir", dir, "error", err)
 				}
