@@ -68,7 +68,7 @@ func MkdirRecorded(fallback, prefix string, record func(dir string) error) (stri
 	return "", fmt.Errorf("shm: no free name for %s in %s", prefix, Root)
 }
 
-// RemoveRecorded removes a directory that MkdirTemp made for an earlier
+// RemoveRecorded removes a directory that MkdirRecorded made for an earlier
 // process and that process recorded: only a directory directly in Root
 // whose name starts with prefix, owned by this user, so that a corrupt or
 // forged record cannot remove anything else.
