@@ -1,0 +1,104 @@
+package bash
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// slot holds the files of one request, made before the request comes so
+// that this costs the request nothing: the request file, open for writing,
+// and the stdout FIFO, open for reading and (the keeper) for writing.
+type slot struct {
+	dir    string
+	seq    uint64
+	req    *os.File
+	out    *os.File
+	keeper int // a write end of the FIFO of Go's own; -1 once closed
+	err    error
+}
+
+func (s *slot) path(kind string) string {
+	return filepath.Join(s.dir, kind+"."+strconv.FormatUint(s.seq, 10))
+}
+
+func (s *slot) closeKeeper() {
+	if s.keeper >= 0 {
+		_ = syscall.Close(s.keeper)
+		s.keeper = -1
+	}
+}
+
+// close releases the slot's files.
+func (s *slot) close() {
+	s.closeKeeper()
+	for _, f := range []*os.File{s.req, s.out} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// reqPrefill is written to every request file ahead of time: writing a
+// request over pages that exist costs a few microseconds, growing a new
+// file tens. The child reads two NUL-terminated fields and stops, so the
+// zeros after them are never seen.
+var reqPrefill [4 << 10]byte
+
+// prepare makes the slot of request seq in the background. Before that, it
+// writes the sync marker that ends the stderr of prev's invocation c unless
+// run did, and removes prev's files. Only one prepare is ever under way:
+// Invoke takes the slot before it starts the next.
+func (in *instance) prepare(seq uint64, prev *slot, c *call) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		if prev != nil {
+			prev.close()
+		}
+		return
+	}
+	endLog := c != nil && c.endSync == 0
+	in.prepWG.Add(1)
+	go func() {
+		defer in.prepWG.Done()
+		if endLog {
+			in.sync(in.stderrW, c, false)
+		}
+		if prev != nil {
+			prev.close()
+			for _, kind := range []string{"req", "out", "outputs"} {
+				_ = os.Remove(prev.path(kind))
+			}
+		}
+		s := &slot{dir: in.scratch, seq: seq, keeper: -1}
+		s.req, s.err = os.OpenFile(s.path("req"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if s.err == nil {
+			_, s.err = s.req.Write(reqPrefill[:])
+		}
+		if s.err == nil {
+			s.out, s.keeper, s.err = openFIFO(s.path("out"))
+		}
+		in.slots <- s
+	}()
+}
+
+// openFIFO creates the FIFO at path and opens it for reading, without
+// blocking, and for writing: the write end (a raw fd) keeps reads from
+// seeing end-of-file before the child has opened the FIFO.
+func openFIFO(path string) (r *os.File, keeper int, err error) {
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		return nil, -1, err
+	}
+	r, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, -1, err
+	}
+	keeper, err = syscall.Open(path, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		_ = r.Close()
+		return nil, -1, err
+	}
+	return r, keeper, nil
+}
