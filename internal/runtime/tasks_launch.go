@@ -1,0 +1,126 @@
+package runtime
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/proc"
+)
+
+// launch is what starting an execution needs, resolved by Execute.
+type launch struct {
+	argv    []string
+	dir     string
+	envPath string // the child's PATH, to resolve argv[0] in
+	env     []string
+	outputs string // the $STOKE_OUTPUTS file
+}
+
+// taskEnv builds the child's environment: the minimal base, the request's
+// env on top, and $STOKE_OUTPUTS last, because the server decides where it
+// reads outputs from. It also returns the child's PATH.
+func taskEnv(base, env map[string]string, outputsFile string) ([]string, string) {
+	extra := maps.Clone(env)
+	if extra == nil {
+		extra = map[string]string{}
+	}
+	extra["STOKE_OUTPUTS"] = outputsFile
+	path := base["PATH"]
+	if p, ok := extra["PATH"]; ok {
+		path = p
+	}
+	return MergeEnv(base, extra), path
+}
+
+// findExecutable resolves a command name the way execvp would in the child:
+// a name with a slash is used as given (relative to the working directory),
+// a bare name is searched in the child's PATH — never the server's own,
+// which exec.Command would use. Relative PATH entries are skipped, as
+// exec.LookPath refuses them, so the working directory cannot shadow a
+// command.
+func findExecutable(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable %q not found in PATH", name)
+}
+
+// start starts e's process and hands it to a supervisor; t.wg was added
+// for e, and is released here when nothing starts.
+func (t *Tasks) start(e *execution, l launch) {
+	fail := func(state pb.ExecutionState, msg string) {
+		t.finish(e, state, noExitCode, msg, nil)
+		t.wg.Done()
+	}
+	select {
+	case <-e.cancelled:
+		fail(pb.ExecutionState_EXECUTION_STATE_CANCELLED, "cancelled before it started")
+		return
+	case <-t.closing:
+		fail(pb.ExecutionState_EXECUTION_STATE_CANCELLED, "cancelled: the runtime server is shutting down")
+		return
+	default:
+	}
+	path, err := findExecutable(l.argv[0], l.envPath)
+	if err != nil {
+		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: "+err.Error())
+		return
+	}
+	// Our own pipes rather than exec's copying goroutines: the child's exit
+	// is then observed independently of a background job that still holds
+	// the write end, and the pumps below always drain them.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: stdout pipe: "+err.Error())
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: stderr pipe: "+err.Error())
+		return
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   l.argv,
+		Dir:    l.dir,
+		Env:    l.env,
+		Stdout: outW,
+		Stderr: errW,
+		// Stdin nil is /dev/null: a task never waits for input.
+	}
+	p, err := proc.Start(cmd)
+	closeAll(outW, errW) // the child has its copies; EOF needs ours closed
+	if err != nil {
+		closeAll(outR, errR)
+		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: "+err.Error())
+		return
+	}
+	started := time.Now()
+	e.mu.Lock()
+	e.state = pb.ExecutionState_EXECUTION_STATE_RUNNING
+	e.mu.Unlock()
+	e.log.Info("execution started", "pid", p.Pid(), "command", l.argv[0], "timeout", e.timeout)
+	go t.supervise(e, p, outR, errR, l.outputs, started)
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}

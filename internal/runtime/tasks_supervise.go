@@ -1,0 +1,127 @@
+package runtime
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/loglines"
+	"stoke.dev/stoke/internal/outputs"
+	"stoke.dev/stoke/internal/proc"
+)
+
+// supervise waits for e's process to exit, its timeout, Cancel or Close,
+// kills the group, drains the output and records the outcome.
+func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, outputsFile string, started time.Time) {
+	defer t.wg.Done()
+
+	drained := make(chan struct{})
+	var pumping atomic.Int32
+	pumping.Store(2)
+	pump := func(r io.Reader, buf *tailBuffer, stream string) {
+		defer func() {
+			if pumping.Add(-1) == 0 {
+				close(drained)
+			}
+		}()
+		loglines.Pump(io.TeeReader(r, buf), func(line []byte) {
+			e.log.Info("output", "stream", stream, "line", string(line))
+		})
+	}
+	go pump(outR, &e.stdout, "stdout")
+	go pump(errR, &e.stderr, "stderr")
+
+	timer := time.NewTimer(e.timeout)
+	defer timer.Stop()
+	var stopState pb.ExecutionState // UNSPECIFIED: the process ended by itself
+	var stopMsg string
+	grace := t.cfg.KillGrace
+	select {
+	case <-p.Done():
+	case <-timer.C:
+		stopState, stopMsg = pb.ExecutionState_EXECUTION_STATE_TIMED_OUT, fmt.Sprintf("timed out after %s", e.timeout)
+	case <-e.cancelled:
+		stopState, stopMsg = pb.ExecutionState_EXECUTION_STATE_CANCELLED, "cancelled"
+	case <-t.closing:
+		stopState, stopMsg = pb.ExecutionState_EXECUTION_STATE_CANCELLED, "cancelled: the runtime server is shutting down"
+		grace = t.closeGrace
+	}
+	if stopState != pb.ExecutionState_EXECUTION_STATE_UNSPECIFIED {
+		select {
+		case <-p.Done():
+			// It exited before the stop was acted on: its own exit stands.
+			stopState = pb.ExecutionState_EXECUTION_STATE_UNSPECIFIED
+		default:
+			e.log.Info("stopping execution", "reason", stopMsg, "grace", grace)
+			p.Kill(grace)
+		}
+	}
+	// Whatever ended the leader, the rest of its group goes too, so that no
+	// background job outlives the execution or holds its pipes open.
+	p.Kill(0)
+
+	drain := time.NewTimer(pipeDrainGrace)
+	select {
+	case <-drained:
+	case <-drain.C:
+		e.log.Warn("output pipes still open after the process group was killed; closing them", "grace", pipeDrainGrace)
+		closeAll(outR, errR) // unblocks the pumps' reads
+		<-drained
+	}
+	drain.Stop()
+	closeAll(outR, errR)
+
+	code := p.ExitCode()
+	var outs map[string]string
+	state, msg := stopState, stopMsg
+	switch {
+	case state != pb.ExecutionState_EXECUTION_STATE_UNSPECIFIED:
+	case code == 0 && p.Err() == nil:
+		var err error
+		if outs, err = readOutputs(outputsFile); err != nil {
+			state, msg = pb.ExecutionState_EXECUTION_STATE_FAILED, "invalid outputs: "+err.Error()
+		} else {
+			state = pb.ExecutionState_EXECUTION_STATE_SUCCEEDED
+		}
+	case code < 0:
+		state, msg = pb.ExecutionState_EXECUTION_STATE_FAILED, fmt.Sprintf("waiting for the process: %v", p.Err())
+	default:
+		state, msg = pb.ExecutionState_EXECUTION_STATE_FAILED, exitMessage(code, e.stderr.String())
+	}
+	t.finish(e, state, int32(code), msg, outs)
+	e.log.Info("execution finished", "state", stateLabel(state), "exit_code", code, "duration", time.Since(started))
+}
+
+// readOutputs reads the $STOKE_OUTPUTS file. It must be a regular file: a
+// FIFO left there would block the read forever. The group is dead by now,
+// so the file cannot change between the check and the read.
+func readOutputs(path string) (map[string]string, error) {
+	fi, err := os.Lstat(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("$STOKE_OUTPUTS is not a regular file (%s)", fi.Mode().Type())
+	}
+	return outputs.ReadFile(path)
+}
+
+// exitMessage explains a non-zero exit with the end of stderr, where an
+// error usually is, bounded to bounds.Message.
+func exitMessage(code int, stderr string) string {
+	msg := fmt.Sprintf("exited with status %d", code)
+	tail := strings.TrimSpace(stderr)
+	if tail == "" {
+		return msg
+	}
+	msg += ": "
+	return msg + bounds.TruncateHead(tail, bounds.Message-len(msg))
+}
