@@ -173,7 +173,7 @@ func waitInFlight(t *testing.T, p *plane, uid types.UID) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, _, err := p.FunctionProxy(run)
+	proxy, err := p.FunctionProxy(run)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +29,6 @@ import (
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/reaper"
 	"stoke.dev/stoke/internal/runlog"
-	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/scheduler"
 	"stoke.dev/stoke/internal/store"
@@ -93,12 +91,13 @@ type Standalone struct {
 	wg      sync.WaitGroup
 }
 
-// podDaemon is one pod's runtimed and its proxy-hop listener.
+// podDaemon is one pod's runtimed. Its proxy hop is only called in
+// process (FunctionProxy, Route): it listens on no socket, so nothing
+// reaches a function without passing the gateway's authentication.
 type podDaemon struct {
 	pod    pool.Pod
 	d      *runtimed.Daemon
 	conn   *grpc.ClientConn
-	addr   string // the proxy hop's gRPC address
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -317,28 +316,12 @@ func (s *Standalone) startDaemon(parent context.Context, p pool.Pod) (*podDaemon
 	d := runtimed.New(runtimed.Config{Pod: p, Runs: s.store.Runs(), Conn: conn, Logger: log,
 		StatusPoll: s.cfg.StatusPoll, DefaultTaskTimeout: defaultTask, DefaultFunctionTimeout: defaultFn,
 		Endpoint: s.endpoint})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("pod %s: proxy hop: %w", p.Name, err)
-	}
 	ctx, cancel := context.WithCancel(parent)
-	pd := &podDaemon{pod: p, d: d, conn: conn, addr: lis.Addr().String(), cancel: cancel, done: make(chan struct{})}
-	g := server.NewGRPC(log, server.Services{Functions: d.Proxy()})
-	var wg sync.WaitGroup
-	wg.Add(2)
+	pd := &podDaemon{pod: p, d: d, conn: conn, cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer wg.Done()
+		defer close(pd.done)
+		defer conn.Close()
 		_ = d.Run(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		_ = g.Serve(ctx, lis, time.Second, nil)
-	}()
-	go func() {
-		wg.Wait()
-		conn.Close()
-		close(pd.done)
 	}()
 	return pd, nil
 }
@@ -557,18 +540,18 @@ func (s *Standalone) ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v
 	return nil, errdefs.Errorf(errdefs.ErrConflict, "runtime %s/%s: too many concurrent changes", rt.Namespace, rt.Name)
 }
 
-// FunctionProxy returns the proxy hop serving a Ready function Run — in
-// process, and as the gRPC address of its runtimed — or NotFound /
-// FailedPrecondition when the Run has no live assignment.
-func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer, string, error) {
+// FunctionProxy returns the in-process proxy hop serving a Ready function
+// Run, or FailedPrecondition / Unavailable when the Run has no live
+// assignment.
+func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer, error) {
 	if run.Status.Phase != v1alpha1.PhaseReady {
-		return nil, "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is %s, not Ready", run.Namespace, run.Name, run.Status.Phase)
+		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is %s, not Ready", run.Namespace, run.Name, run.Status.Phase)
 	}
 	pd := s.daemon(run.Status.AssignedPodUID)
 	if pd == nil {
-		return nil, "", errdefs.Errorf(errdefs.ErrUnavailable, "run %s/%s: its pod %s is gone", run.Namespace, run.Name, run.Status.AssignedPod)
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "run %s/%s: its pod %s is gone", run.Namespace, run.Name, run.Status.AssignedPod)
 	}
-	return pd.d.Proxy(), pd.addr, nil
+	return pd.d.Proxy(), nil
 }
 
 // Route finds a Ready function's proxy hop from the informer's memory —
@@ -579,8 +562,7 @@ func (s *Standalone) Route(namespace, name, uid string) (pb.FunctionRuntimeServe
 	if !ok || string(run.UID) != uid {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s with uid %s not found", namespace, name, uid)
 	}
-	proxy, _, err := s.FunctionProxy(run)
-	return proxy, err
+	return s.FunctionProxy(run)
 }
 
 // Pods returns the ready runtime pods.

@@ -162,9 +162,9 @@ func TestTaskAndFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := p.waitRun(t, "fn", "Ready", phaseIs(v1alpha1.PhaseReady))
-	proxy, addr, err := p.FunctionProxy(ready)
-	if err != nil || addr == "" {
-		t.Fatalf("proxy: %v %q", err, addr)
+	proxy, err := p.FunctionProxy(ready)
+	if err != nil {
+		t.Fatalf("proxy: %v", err)
 	}
 	resp, err := proxy.InvokeFunction(ctx, &pb.InvokeFunctionRequest{Registration: &pb.FunctionRegistration{RunUid: string(created.UID)}, Input: []byte(`[1,2]`)})
 	if err != nil || string(resp.GetOutput()) != `{"echo":[1,2]}` {
@@ -208,7 +208,7 @@ func TestFunctionSurvivesPodKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := p.waitRun(t, "survivor", "Ready", phaseIs(v1alpha1.PhaseReady))
-	proxy, _, err := p.FunctionProxy(ready)
+	proxy, err := p.FunctionProxy(ready)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestFunctionSurvivesPodKill(t *testing.T) {
 	if again.Status.AssignedPodUID == ready.Status.AssignedPodUID {
 		t.Fatal("recovered onto the dead pod")
 	}
-	proxy, _, err = p.FunctionProxy(again)
+	proxy, err = p.FunctionProxy(again)
 	if err != nil {
 		t.Fatal(err)
 	}
