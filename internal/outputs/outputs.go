@@ -6,10 +6,13 @@ package outputs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
@@ -19,19 +22,39 @@ import (
 // one '=' and one newline per key.
 const maxFile = bounds.OutputsTotal + 2*bounds.OutputKeys
 
-// ReadFile parses the outputs file at path. A missing file means no outputs.
+// ReadFile parses the outputs file at path: ReadFileAt relative to the
+// working directory.
 func ReadFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
+	return ReadFileAt(unix.AT_FDCWD, path)
+}
+
+// ReadFileAt parses the outputs file ($STOKE_OUTPUTS) name in the directory
+// open as dirfd; a missing file means no outputs. Only a regular file is
+// read: the open neither follows a symbolic link (it could point anywhere)
+// nor blocks on a FIFO. Opening a name in an open directory also spares the
+// walk of a full path, which the Bash runtime does on every invocation.
+func ReadFileAt(dirfd int, name string) (map[string]string, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	switch {
+	case err == unix.ENOENT:
 		return nil, nil
+	case err == unix.ELOOP:
+		return nil, errors.New("outputs: $STOKE_OUTPUTS is a symbolic link")
+	case err != nil:
+		return nil, fmt.Errorf("outputs: %w", err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("open outputs: %w", err)
-	}
+	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("outputs: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("outputs: $STOKE_OUTPUTS is not a regular file (%s)", fi.Mode().Type())
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFile+1))
 	if err != nil {
-		return nil, fmt.Errorf("read outputs: %w", err)
+		return nil, fmt.Errorf("outputs: %w", err)
 	}
 	if len(data) > maxFile {
 		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "outputs: more than %d bytes in all", bounds.OutputsTotal)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"golang.org/x/sys/unix"
+
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 )
@@ -101,6 +103,39 @@ func TestReadFile(t *testing.T) {
 	}
 	if _, err := ReadFile(p); !errors.Is(err, errdefs.ErrTooLarge) {
 		t.Fatalf("huge file: %v", err)
+	}
+}
+
+// TestReadFileAt checks what is not read: a symbolic link (it could point
+// anywhere) and a FIFO (the read would block).
+func TestReadFileAt(t *testing.T) {
+	dir := t.TempDir()
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	dirfd := int(d.Fd())
+	if err := os.WriteFile(filepath.Join(dir, "out"), []byte("A=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadFileAt(dirfd, "out"); err != nil || got["A"] != "1" {
+		t.Fatalf("regular file: %v %v", got, err)
+	}
+	if got, err := ReadFileAt(dirfd, "missing"); err != nil || got != nil {
+		t.Fatalf("missing file: %v %v", got, err)
+	}
+	if err := os.Symlink("out", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFileAt(dirfd, "link"); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("symbolic link: %v", err)
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFileAt(dirfd, "fifo"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("FIFO: %v", err)
 	}
 }
 

@@ -83,7 +83,7 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, ou
 	case state != pb.ExecutionState_EXECUTION_STATE_UNSPECIFIED:
 	case code == 0 && p.Err() == nil:
 		var err error
-		if outs, err = readOutputs(outputsFile); err != nil {
+		if outs, err = outputs.ReadFile(outputsFile); err != nil {
 			state, msg = pb.ExecutionState_EXECUTION_STATE_FAILED, "invalid outputs: "+err.Error()
 		} else {
 			state = pb.ExecutionState_EXECUTION_STATE_SUCCEEDED
@@ -95,23 +95,6 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, ou
 	}
 	t.finish(e, state, int32(code), msg, outs)
 	e.log.Info("execution finished", "state", stateLabel(state), "exit_code", code, "duration", time.Since(started))
-}
-
-// readOutputs reads the $STOKE_OUTPUTS file. It must be a regular file: a
-// FIFO left there would block the read forever. The group is dead by now,
-// so the file cannot change between the check and the read.
-func readOutputs(path string) (map[string]string, error) {
-	fi, err := os.Lstat(path)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("$STOKE_OUTPUTS is not a regular file (%s)", fi.Mode().Type())
-	}
-	return outputs.ReadFile(path)
 }
 
 // exitMessage explains a non-zero exit with the end of stderr, where an

@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"stoke.dev/stoke/internal/bounds"
@@ -182,7 +180,7 @@ read:
 			Message:    fmt.Sprintf("handler exited with status %d", rc),
 			StackTrace: c.stderr.String()}
 	}
-	outs, err := in.readOutputs("outputs." + n)
+	outs, err := outputs.ReadFileAt(in.dirfd, "outputs."+n)
 	if err != nil {
 		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.InvalidOutputs", Message: err.Error()}
 	}
@@ -212,38 +210,6 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// readOutputs reads the outputs file name in the scratch directory, if the
-// handler wrote one. Most do not, and failing to open a name in the open
-// directory costs a microsecond, a full path tens when cold. Only a regular
-// file is read: a FIFO would block, a symlink could point anywhere.
-func (in *instance) readOutputs(name string) (map[string]string, error) {
-	fd, err := syscall.Openat(in.dirfd, name, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
-	switch {
-	case err == syscall.ENOENT:
-		return nil, nil
-	case err == syscall.ELOOP:
-		return nil, errors.New("outputs: $STOKE_OUTPUTS is a symbolic link")
-	case err != nil:
-		return nil, fmt.Errorf("outputs: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, errors.New("outputs: $STOKE_OUTPUTS is not a regular file")
-	}
-	// The same bound as outputs.ReadFile: the total plus one '=' and one
-	// newline per key.
-	const max = bounds.OutputsTotal + 2*bounds.OutputKeys
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("outputs: %w", err)
-	}
-	if len(data) > max {
-		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "outputs: more than %d bytes in all", bounds.OutputsTotal)
-	}
-	return outputs.Parse(data)
 }
 
 // abort stops the invocation in flight early. It removes its request file
