@@ -103,6 +103,26 @@ type FunctionError struct {
 	InvocationID string
 }
 
+// The FunctionError types of failures the runtime itself detects, as
+// opposed to the handler's own exceptions: the same for every adapter (the
+// Python worker sends the same strings; its tests check them).
+const (
+	// RuntimeExitError: the handler exited non-zero, or the runtime process
+	// died during the invocation.
+	RuntimeExitError = "Runtime.ExitError"
+	// RuntimeProtocolError: the runtime process broke its wire protocol.
+	RuntimeProtocolError = "Runtime.ProtocolError"
+	// RuntimeInvalidInput: the payload could not be given to the handler.
+	RuntimeInvalidInput = "Runtime.InvalidInput"
+	// RuntimeInvalidOutput: the handler's result is not what it must be
+	// (JSON, UTF-8).
+	RuntimeInvalidOutput = "Runtime.InvalidOutput"
+	// RuntimeInvalidOutputs: the outputs break the outputs rules.
+	RuntimeInvalidOutputs = "Runtime.InvalidOutputs"
+	// RuntimeOutputTooLarge: the result exceeds bounds.InvokeBody.
+	RuntimeOutputTooLarge = "Runtime.OutputTooLarge"
+)
+
 func (e *FunctionError) Error() string {
 	if e.Message == "" {
 		return e.Type

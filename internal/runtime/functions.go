@@ -578,18 +578,18 @@ func validateContentType(ct string) error {
 func checkOutput(res Result, invID string) ([]byte, error) {
 	out := res.Output
 	if len(out) > bounds.InvokeBody {
-		return nil, &errdefs.FunctionError{Type: "Runtime.OutputTooLarge", InvocationID: invID,
+		return nil, &errdefs.FunctionError{Type: errdefs.RuntimeOutputTooLarge, InvocationID: invID,
 			Message: fmt.Sprintf("handler output exceeds %d bytes", bounds.InvokeBody)}
 	}
 	if len(bytes.TrimSpace(out)) == 0 {
 		out = []byte("null")
 	}
 	if !json.Valid(out) {
-		return nil, &errdefs.FunctionError{Type: "Runtime.InvalidOutput", InvocationID: invID,
+		return nil, &errdefs.FunctionError{Type: errdefs.RuntimeInvalidOutput, InvocationID: invID,
 			Message: "handler output is not valid JSON: " + bounds.Truncate(string(out), 256)}
 	}
 	if err := outputs.Validate(res.Outputs); err != nil {
-		return nil, &errdefs.FunctionError{Type: "Runtime.InvalidOutputs", InvocationID: invID, Message: err.Error()}
+		return nil, &errdefs.FunctionError{Type: errdefs.RuntimeInvalidOutputs, InvocationID: invID, Message: err.Error()}
 	}
 	return out, nil
 }

@@ -20,7 +20,7 @@ import (
 // runtimeExited is the error of an invocation whose warm shell died. It is
 // new every time: the core sets the invocation ID in it.
 func runtimeExited() error {
-	return &errdefs.FunctionError{Type: "Runtime.ExitError", Message: "the bash runtime exited during the invocation"}
+	return &errdefs.FunctionError{Type: errdefs.RuntimeExitError, Message: "the bash runtime exited during the invocation"}
 }
 
 // Invoke implements runtime.Instance.
@@ -170,19 +170,19 @@ read:
 	case ctx.Err() != nil:
 		return runtime.Result{}, ctx.Err()
 	case tooLarge || len(out.out) > bounds.InvokeBody:
-		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.OutputTooLarge",
+		return runtime.Result{}, &errdefs.FunctionError{Type: errdefs.RuntimeOutputTooLarge,
 			Message: fmt.Sprintf("handler output exceeds %d bytes", bounds.InvokeBody)}
 	case dead && !isClosed(c.done):
 		return runtime.Result{}, runtimeExited()
 	}
 	if rc != 0 {
-		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.ExitError",
+		return runtime.Result{}, &errdefs.FunctionError{Type: errdefs.RuntimeExitError,
 			Message:    fmt.Sprintf("handler exited with status %d", rc),
 			StackTrace: c.stderr.String()}
 	}
 	outs, err := outputs.ReadFileAt(in.dirfd, "outputs."+n)
 	if err != nil {
-		return runtime.Result{}, &errdefs.FunctionError{Type: "Runtime.InvalidOutputs", Message: err.Error()}
+		return runtime.Result{}, &errdefs.FunctionError{Type: errdefs.RuntimeInvalidOutputs, Message: err.Error()}
 	}
 	return runtime.Result{Output: out.out, Outputs: outs}, nil
 }

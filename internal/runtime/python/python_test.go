@@ -310,21 +310,21 @@ func TestInvokeFunctionError(t *testing.T) {
 			name:     "result not serialisable",
 			handler:  "def handle(event):\n    return {'s': {1, 2}}\n",
 			input:    `{}`,
-			wantType: "Runtime.InvalidOutput",
+			wantType: errdefs.RuntimeInvalidOutput,
 			wantMsg:  "set is not JSON serializable",
 		},
 		{
 			name:     "NaN result",
 			handler:  "def handle(event):\n    return float('nan')\n",
 			input:    `{}`,
-			wantType: "Runtime.InvalidOutput",
+			wantType: errdefs.RuntimeInvalidOutput,
 			wantMsg:  "not JSON compliant",
 		},
 		{
 			name:     "output too large",
 			handler:  "def handle(event):\n    return 'x' * (2 << 20)\n",
 			input:    `{}`,
-			wantType: "Runtime.OutputTooLarge",
+			wantType: errdefs.RuntimeOutputTooLarge,
 			wantMsg:  "at most 1048576",
 		},
 		{
@@ -339,7 +339,7 @@ func TestInvokeFunctionError(t *testing.T) {
 			name:     "too many outputs",
 			handler:  "def handle(event, context):\n    for i in range(100):\n        context.set_output(f'k{i}', 'v')\n",
 			input:    `{}`,
-			wantType: "Runtime.InvalidOutputs",
+			wantType: errdefs.RuntimeInvalidOutputs,
 			wantMsg:  "100 keys",
 		},
 	} {
@@ -736,7 +736,7 @@ func TestWorkerExitDuringInvocation(t *testing.T) {
 			inst, rec := loadHandler(t, map[string]string{"handler.py": "import os, signal, sys\n\ndef handle(event):\n    print('about to die', flush=True)\n    " + tc.body + "\n"}, "handler.handle")
 			_, err := invoke(t, inst, rec, "inv-exit", `{}`)
 			var fe *errdefs.FunctionError
-			if !errors.As(err, &fe) || fe.Type != "Runtime.ExitError" || !strings.Contains(fe.Message, tc.want) {
+			if !errors.As(err, &fe) || fe.Type != errdefs.RuntimeExitError || !strings.Contains(fe.Message, tc.want) {
 				t.Fatalf("Invoke error = %v, want Runtime.ExitError with %q", err, tc.want)
 			}
 			if !isClosed(inst.Done()) {
@@ -756,7 +756,7 @@ def handle(event):
 `}, "handler.handle")
 	_, err := invoke(t, inst, rec, "inv-garbage", `{}`)
 	var fe *errdefs.FunctionError
-	if !errors.As(err, &fe) || fe.Type != "Runtime.ProtocolError" {
+	if !errors.As(err, &fe) || fe.Type != errdefs.RuntimeProtocolError {
 		t.Fatalf("Invoke error = %v, want Runtime.ProtocolError", err)
 	}
 	if !isClosed(inst.Done()) {

@@ -345,9 +345,9 @@ func (i *instance) readFrame() (byte, []byte, error) {
 func (i *instance) broken(err error) error {
 	i.kill()
 	if pe := (*protocolError)(nil); errors.As(err, &pe) {
-		return &errdefs.FunctionError{Type: "Runtime.ProtocolError", Message: pe.Error() + "; the worker was stopped"}
+		return &errdefs.FunctionError{Type: errdefs.RuntimeProtocolError, Message: pe.Error() + "; the worker was stopped"}
 	}
-	return &errdefs.FunctionError{Type: "Runtime.ExitError", Message: "python worker exited during the invocation: " + i.exitStatus()}
+	return &errdefs.FunctionError{Type: errdefs.RuntimeExitError, Message: "python worker exited during the invocation: " + i.exitStatus()}
 }
 
 // kill kills the worker's process group at once and waits until watch has

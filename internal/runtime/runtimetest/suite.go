@@ -16,6 +16,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
 )
 
 const (
@@ -499,7 +500,7 @@ func testOutputs(t *testing.T, s *Server) {
 		t.Fatalf("output value at the bound: %v", err)
 	}
 	_, err = s.Invoke(ctx, regV, fmt.Sprint(bounds.OutputValue+1), 0)
-	if typ, _ := functionError(t, err); typ != "Runtime.InvalidOutputs" {
+	if typ, _ := functionError(t, err); typ != errdefs.RuntimeInvalidOutputs {
 		t.Fatalf("errorType %q, want Runtime.InvalidOutputs", typ)
 	}
 }
@@ -513,12 +514,12 @@ func testOutputBound(t *testing.T, s *Server) {
 		t.Fatalf("output at the bound: %v", err)
 	}
 	_, err = s.Invoke(ctx, reg, fmt.Sprint(bounds.InvokeBody+10), 0)
-	if typ, _ := functionError(t, err); typ != "Runtime.OutputTooLarge" {
+	if typ, _ := functionError(t, err); typ != errdefs.RuntimeOutputTooLarge {
 		t.Fatalf("errorType %q, want Runtime.OutputTooLarge", typ)
 	}
 	// A flood far past the bound is cut off and the next call is clean.
 	_, err = s.Invoke(ctx, reg, fmt.Sprint(16*bounds.InvokeBody), 0)
-	if typ, _ := functionError(t, err); typ != "Runtime.OutputTooLarge" {
+	if typ, _ := functionError(t, err); typ != errdefs.RuntimeOutputTooLarge {
 		t.Fatalf("errorType %q, want Runtime.OutputTooLarge", typ)
 	}
 	resp, err = s.Invoke(ctx, reg, `3`, 0)
