@@ -21,9 +21,14 @@ import (
 	"time"
 )
 
-// MaxBytes bounds one Run's log file; past it a truncation record is
-// written once and later output stays in the server's own log.
+// MaxBytes bounds one Run's output in its log file; past it a truncation
+// record is written once and later output stays in the server's own log.
 const MaxBytes = 8 << 20
+
+// exitReserve is the room past MaxBytes kept for exit records, so that a
+// truncated log still says how each attempt ended (one record of about a
+// hundred bytes per attempt, at most 100 attempts).
+const exitReserve = 64 << 10
 
 // maxOpen bounds the log files held open for appending.
 const maxOpen = 64
@@ -163,10 +168,14 @@ func (s *Store) Append(uid string, rec Record) {
 		s.log.Warn("run log: cannot open", "run_uid", uid, "error", err)
 		return
 	}
-	if f.truncated {
+	switch {
+	case rec.Stream == StreamExit:
+		if f.size+int64(len(b)) > MaxBytes+exitReserve {
+			return
+		}
+	case f.truncated:
 		return
-	}
-	if f.size+int64(len(b)) > MaxBytes {
+	case f.size+int64(len(b)) > MaxBytes:
 		f.truncated = true
 		b, _ = json.Marshal(Record{Time: time.Now(), Attempt: rec.Attempt, Stream: StreamTruncated,
 			Line: fmt.Sprintf("the log reached its bound of %d bytes; later output is in the server log only", MaxBytes)})

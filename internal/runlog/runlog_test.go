@@ -87,23 +87,40 @@ func TestAppendStopsAtTheBoundWithOneMarker(t *testing.T) {
 	defer s.Close()
 	line := strings.Repeat("x", 16<<10)
 	for range MaxBytes/len(line) + 10 {
-		s.Append("big", Record{Stream: StreamStdout, Line: line})
+		s.Append("big", Record{Attempt: 1, Stream: StreamStdout, Line: line})
+	}
+	// Each attempt's exit record is still written, and nothing else.
+	for a := int32(1); a <= 100; a++ {
+		code := a
+		s.Append("big", Record{Attempt: a, Stream: StreamExit, ExitCode: &code})
+		s.Append("big", Record{Attempt: a, Stream: StreamStdout, Line: "after"})
 	}
 	fi, err := os.Stat(s.path("big"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Size() > MaxBytes+1024 {
-		t.Errorf("log is %d bytes; bound %d", fi.Size(), MaxBytes)
+	if fi.Size() > MaxBytes+exitReserve {
+		t.Errorf("log is %d bytes; bound %d", fi.Size(), MaxBytes+exitReserve)
 	}
 	recs := readAll(t, s, "big")
-	if last := recs[len(recs)-1]; last.Stream != StreamTruncated {
-		t.Errorf("last record %q, want the truncation marker", last.Stream)
-	}
-	for _, r := range recs[:len(recs)-1] {
-		if r.Stream == StreamTruncated {
-			t.Fatal("more than one truncation marker")
+	markers, exits := 0, 0
+	for i, r := range recs {
+		switch r.Stream {
+		case StreamTruncated:
+			markers++
+		case StreamExit:
+			exits++
+			if r.ExitCode == nil || *r.ExitCode != r.Attempt {
+				t.Errorf("exit record %+v", r)
+			}
+		case StreamStdout:
+			if markers > 0 || r.Line == "after" {
+				t.Fatalf("record %d: output after the marker: %+v", i, r)
+			}
 		}
+	}
+	if markers != 1 || exits != 100 || recs[len(recs)-1].Stream != StreamExit {
+		t.Errorf("%d markers, %d exit records, last %q; want 1, 100, exit", markers, exits, recs[len(recs)-1].Stream)
 	}
 }
 
