@@ -18,9 +18,14 @@ func newUpCommand() *cobra.Command {
 directory), the bash and python runtime pools, the scheduler, and the HTTP API
 with the invoke gateway. On first start it writes a random API token to
 <data-dir>/token (mode 0600); the CLI on this machine reads it from there.
-SIGINT or SIGTERM stops it; Runs survive a restart.`,
+SIGINT or SIGTERM stops it; Runs survive a restart.
+
+A finished Run (and its log) is deleted --finished-run-ttl after it finished
+unless its spec sets ttlSecondsAfterFinished, which wins; 0 keeps finished
+Runs until they are deleted.`,
 		Example: `  stoke up
-  stoke up --data-dir /var/lib/stoke --listen 0.0.0.0:7070 --tls-cert cert.pem --tls-key key.pem`,
+  stoke up --data-dir /var/lib/stoke --listen 0.0.0.0:7070 --tls-cert cert.pem --tls-key key.pem
+  stoke up --finished-run-ttl 1h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.DataDir == "" {
@@ -39,5 +44,6 @@ SIGINT or SIGTERM stops it; Runs survive a restart.`,
 	f.StringVar(&cfg.Listen, "listen", datadir.DefaultListen, "HTTP API address; port 0 picks a free port")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS with this PEM certificate (with --tls-key)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.DurationVar(&cfg.FinishedRunTTL, "finished-run-ttl", up.DefaultFinishedRunTTL, "delete a finished Run this long after it finished, unless it sets ttlSecondsAfterFinished (0: keep it)")
 	return cmd
 }

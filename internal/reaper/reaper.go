@@ -26,9 +26,10 @@
 // still carries runtimed's finalizer, [RuntimedFinalizer], that no runtimed
 // will remove; the reaper removes it so the delete completes.
 //
-// TTL: a Run that is terminal with a completionTime and
-// spec.ttlSecondsAfterFinished is deleted that many seconds after
-// completionTime, by a timer heap fed from the informer (no polling).
+// TTL: a Run that is terminal with a completionTime is deleted
+// spec.ttlSecondsAfterFinished seconds after completionTime or, when the
+// Run sets none, Config.FinishedRunTTL after it; a timer heap fed from the
+// informer does it (no polling).
 // Config.OnDeleted is called for every Run deletion the reaper observes,
 // its own or anybody's, so the wiring can remove the working directory
 // and logs.
@@ -93,6 +94,9 @@ type Config struct {
 	// reaper has never heard of before it is treated as lost; zero means
 	// DefaultOrphanGrace, negative means at once.
 	OrphanGrace time.Duration
+	// FinishedRunTTL is how long a finished Run whose spec sets no
+	// ttlSecondsAfterFinished is kept; zero keeps it until deleted.
+	FinishedRunTTL time.Duration
 	// OnDeleted, when set, is called on the reaper's goroutine with the
 	// last state of every Run whose deletion the reaper observes (TTL or
 	// not). It may block briefly (it removes files).
@@ -475,18 +479,25 @@ func (r *Reaper) fire(ctx context.Context) {
 	}
 }
 
-// ttlDeadline returns when run is to be deleted, if it is.
-func ttlDeadline(run *v1alpha1.Run) (time.Time, bool) {
+// ttlDeadline returns when run is to be deleted, if it is: its own TTL
+// wins over the server's.
+func (r *Reaper) ttlDeadline(run *v1alpha1.Run) (time.Time, bool) {
 	st := run.Status
-	if !st.Phase.Terminal() || st.CompletionTime == nil || run.Spec.TTLSecondsAfterFinished == nil || run.DeletionTimestamp != nil {
+	if !st.Phase.Terminal() || st.CompletionTime == nil || run.DeletionTimestamp != nil {
 		return time.Time{}, false
 	}
-	return st.CompletionTime.Add(time.Duration(*run.Spec.TTLSecondsAfterFinished) * time.Second), true
+	if ttl := run.Spec.TTLSecondsAfterFinished; ttl != nil {
+		return st.CompletionTime.Add(time.Duration(*ttl) * time.Second), true
+	}
+	if r.cfg.FinishedRunTTL > 0 {
+		return st.CompletionTime.Add(r.cfg.FinishedRunTTL), true
+	}
+	return time.Time{}, false
 }
 
 // trackTTL keeps run's entry in the TTL heap current.
 func (r *Reaper) trackTTL(run *v1alpha1.Run) {
-	at, ok := ttlDeadline(run)
+	at, ok := r.ttlDeadline(run)
 	old, had := r.ttlAt[run.UID]
 	switch {
 	case !ok:
@@ -503,7 +514,7 @@ func (r *Reaper) expire(ctx context.Context, e ttlEntry) {
 	if !ok || run.UID != e.uid {
 		return
 	}
-	if at, ok := ttlDeadline(run); !ok || at.After(r.clk.Now()) {
+	if at, ok := r.ttlDeadline(run); !ok || at.After(r.clk.Now()) {
 		r.trackTTL(run)
 		return
 	}

@@ -62,7 +62,9 @@ type envOptions struct {
 	wrap        func(store.Resource[*v1alpha1.Run]) store.Resource[*v1alpha1.Run]
 	live        []pool.Pod
 	orphanGrace time.Duration
-	before      func(e *env)
+	// finishedRunTTL is the server's default TTL of finished Runs.
+	finishedRunTTL time.Duration
+	before         func(e *env)
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -85,7 +87,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	r, err := reaper.New(reaper.Config{
 		Runs: runs, RunInformer: inf, Pods: e.pods, Clock: fc, Logger: log,
-		OrphanGrace: o.orphanGrace,
+		OrphanGrace: o.orphanGrace, FinishedRunTTL: o.finishedRunTTL,
 		OnDeleted: func(run *v1alpha1.Run) {
 			e.mu.Lock()
 			e.deleted = append(e.deleted, run.Name)
@@ -499,6 +501,41 @@ func TestTTL(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("OnDeleted missed %v (saw %v)", want, e.deleted)
+	}
+}
+
+// The server's TTL applies to finished Runs that set none; a Run's own
+// TTL wins, shorter or longer.
+func TestFinishedRunTTL(t *testing.T) {
+	ttl := func(s int32) func(*v1alpha1.Run) {
+		return func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = &s }
+	}
+	finish := func(e *env, name string, mutate ...func(*v1alpha1.Run)) {
+		e.create(name, mutate...)
+		e.setStatus(name, func(st *v1alpha1.RunStatus) {
+			st.Phase = v1alpha1.PhaseFailed
+			st.CompletionTime = ptrTime(t0)
+		})
+	}
+	e := newEnv(t, envOptions{finishedRunTTL: time.Minute, before: func(e *env) {
+		e.watch() // before the reaper starts, which deletes own-short at once
+		finish(e, "default")
+		finish(e, "own-short", ttl(0))
+		finish(e, "own-long", ttl(3600))
+		e.create("running") // not finished: stays
+	}})
+	e.waitFor("own-short deleted at once", func(typ store.EventType, r *v1alpha1.Run) bool { return typ == store.Deleted && r.Name == "own-short" })
+	e.barrier("sync")
+	if !e.exists("default") {
+		t.Fatal("default deleted before the server's TTL")
+	}
+	e.clk.Step(time.Minute)
+	e.waitFor("default deleted", func(typ store.EventType, r *v1alpha1.Run) bool { return typ == store.Deleted && r.Name == "default" })
+	e.barrier("sync2")
+	for _, name := range []string{"own-long", "running"} {
+		if !e.exists(name) {
+			t.Errorf("%s deleted", name)
+		}
 	}
 }
 

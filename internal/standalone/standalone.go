@@ -57,6 +57,9 @@ type Config struct {
 	EndpointBase string
 	// OnScheduled observes each assignment's scheduling latency (metrics).
 	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
+	// FinishedRunTTL is how long a finished Run that sets no
+	// ttlSecondsAfterFinished is kept; zero keeps it until deleted.
+	FinishedRunTTL time.Duration
 }
 
 // DefaultRuntimes are the pools `stoke up` starts with: bash and python,
@@ -140,6 +143,7 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		return nil, err
 	}
 	s.reaper, err = reaper.New(reaper.Config{Runs: st.Runs(), RunInformer: s.runInf, Pods: s.pods, Logger: cfg.Logger,
+		FinishedRunTTL: cfg.FinishedRunTTL,
 		OnDeleted: func(run *v1alpha1.Run) {
 			_ = os.RemoveAll(filepath.Join(s.runsRoot, string(run.UID)))
 			s.logs.Remove(string(run.UID))

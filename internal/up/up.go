@@ -40,7 +40,16 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Ready, when set, is called once the API serves, with its base URL.
 	Ready func(url string)
+	// FinishedRunTTL is how long a finished Run that sets no
+	// ttlSecondsAfterFinished is kept; zero keeps it until deleted. The
+	// command's default is DefaultFinishedRunTTL.
+	FinishedRunTTL time.Duration
 }
+
+// DefaultFinishedRunTTL is `stoke up`'s default FinishedRunTTL: a day to
+// look at a finished Run's status and log, after which ad-hoc Runs do not
+// pile up.
+const DefaultFinishedRunTTL = 24 * time.Hour
 
 var _ gateway.API = (*standalone.Standalone)(nil)
 
@@ -58,6 +67,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if cfg.FinishedRunTTL < 0 {
+		return fmt.Errorf("--finished-run-ttl %s is negative; 0 keeps finished Runs", cfg.FinishedRunTTL)
 	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
@@ -89,7 +101,8 @@ func Run(ctx context.Context, cfg Config) error {
 	var s *standalone.Standalone
 	metrics := gateway.NewMetrics(func() map[v1alpha1.Phase]int { return s.RunPhases() })
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
-		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, OnScheduled: metrics.ObserveScheduled})
+		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, OnScheduled: metrics.ObserveScheduled,
+		FinishedRunTTL: cfg.FinishedRunTTL})
 	if err != nil {
 		lis.Close()
 		return err
