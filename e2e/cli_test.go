@@ -333,7 +333,7 @@ func TestCLI(t *testing.T) {
 			t.Errorf("apply again = %q", out)
 		}
 		r := stoke(t, s.env(), "", "logs", "-f", "hello-task")
-		if r.code != 0 || r.stdout != "hi, stoke\n" || r.stderr != "task: greeted stoke\n" {
+		if r.code != 0 || r.stdout != "hi, stoke\n" || r.stderr != "task: greeted stoke\nstoke: run/hello-task Succeeded, exit code 0\n" {
 			t.Errorf("logs -f hello-task: %s", r)
 		}
 		// What get -o yaml prints applies as it is.

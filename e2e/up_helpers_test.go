@@ -28,13 +28,13 @@ type stokeUp struct {
 	*testbin.Up
 }
 
-// startUp runs `stoke up --data-dir dataDir --listen 127.0.0.1:0`. If the
-// test fails, the end of its log is printed; at the end of the test it is
-// killed if still running, and so is any process left behind that refers
-// to dataDir.
-func startUp(t *testing.T, dataDir string) *stokeUp {
+// startUp runs `stoke up --data-dir dataDir --listen 127.0.0.1:0
+// extra...`. If the test fails, the end of its log is printed; at the end
+// of the test it is killed if still running, and so is any process left
+// behind that refers to dataDir.
+func startUp(t *testing.T, dataDir string, extra ...string) *stokeUp {
 	t.Helper()
-	up, err := testbin.StartUp(stokeBin, dataDir)
+	up, err := testbin.StartUp(stokeBin, dataDir, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,9 @@ func newLogsCommand() *cobra.Command {
 		Short: "Print a Run's output",
 		Long: `logs prints what a Run wrote: its stdout on stdout, its stderr on stderr, every
 attempt in order. For a function, that is what its handler logged (never its
-results). -f keeps printing new output until the Run ends.`,
+results). -f keeps printing new output until the Run ends, then prints on
+stderr how it ended: "stoke: run/NAME Succeeded, exit code 0", or its phase,
+reason and message (Timeout, Cancelled, Failed (PodGone), ...).`,
 		Example: `  stoke logs task-x7k2p
   stoke logs -f fn-q9d3a --timestamps`,
 		Args:              cobra.ExactArgs(1),

@@ -24,7 +24,8 @@ A task (no --handler) runs its program once: run streams the program's stdout
 and stderr as they come and exits with the program's exit code, like
 "docker run". A task that fails without an exit code of its own exits 1 with
 a one-line reason; one that times out exits 124. Ctrl-C cancels the Run and
-exits 130. The program is ARGS (the first is the command), or --entrypoint
+exits 130; with --rm the Run is then deleted too, as it is when it finished.
+The program is ARGS (the first is the command), or --entrypoint
 (a file of the source) with ARGS as its arguments; a single-file --source
 with no --entrypoint is itself the entrypoint. Outputs the task writes as
 KEY=VALUE lines to $STOKE_OUTPUTS are printed to stderr at the end.
@@ -88,7 +89,7 @@ most 1 MiB, regular files, directories and symlinks to files inside it).`,
 	f.IntVar(&o.Retries, "retries", 0, "retry a failed attempt up to N times (retryPolicy.maxAttempts = N+1)")
 	f.DurationVar(&o.TTL, "ttl", 0, "delete the Run this long after it finished (0: keep it)")
 	f.BoolVarP(&opts.Detach, "detach", "d", false, "print the Run's name and return without waiting")
-	f.BoolVar(&opts.Remove, "rm", false, "task: delete the Run once it finished")
+	f.BoolVar(&opts.Remove, "rm", false, "task: delete the Run once it finished, or after Ctrl-C cancelled it")
 	f.BoolVarP(&opts.Quiet, "quiet", "q", false, "print no notes (retries, outputs, hints) on stderr")
 	_ = cmd.MarkFlagRequired("runtime")
 	_ = cmd.RegisterFlagCompletionFunc("runtime", func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {

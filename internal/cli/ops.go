@@ -26,8 +26,19 @@ type LogsOptions struct {
 }
 
 // Logs copies a Run's log to s: stdout records to Out, stderr records to
-// Err. With Follow it keeps copying until the Run is terminal.
+// Err. With Follow it keeps copying until the Run is terminal and then
+// notes on Err how it ended (its end state, exit code or reason).
 func Logs(ctx context.Context, c *client.Client, ns, name string, o LogsOptions, s Streams) error {
+	var followed *v1alpha1.Run
+	if o.Follow {
+		// Its UID, to tell at the end this Run from one created again
+		// under its name.
+		run, err := c.GetRun(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		followed = run
+	}
 	logs, err := c.Logs(ctx, ns, name, o.Follow)
 	if err != nil {
 		return err
@@ -40,7 +51,10 @@ func Logs(ctx context.Context, c *client.Client, ns, name string, o LogsOptions,
 			return interrupted()
 		}
 		if errors.Is(err, io.EOF) {
-			return nil
+			if followed == nil {
+				return nil
+			}
+			return noteEnd(ctx, c, followed, s)
 		}
 		if err != nil {
 			return err
@@ -53,6 +67,26 @@ func Logs(ctx context.Context, c *client.Client, ns, name string, o LogsOptions,
 		}
 		writeRecord(rec, s, o.Timestamps)
 	}
+}
+
+// noteEnd notes on Err how a followed Run ended, once its log stream has
+// ended: its end state, or that it was deleted. A stream that ended before
+// the Run did (the server stopped) is an error.
+func noteEnd(ctx context.Context, c *client.Client, followed *v1alpha1.Run, s Streams) error {
+	run, err := c.GetRun(ctx, followed.Namespace, followed.Name)
+	switch {
+	case ctx.Err() != nil:
+		return interrupted()
+	case errors.Is(err, errdefs.ErrNotFound) || (err == nil && run.UID != followed.UID):
+		s.note("%s was deleted", Ref(followed))
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading how %s ended: %w", Ref(followed), err)
+	case !terminal(run):
+		return errdefs.Errorf(errdefs.ErrUnavailable, "the log of %s ended before the run did (is the server stopping?)", Ref(run))
+	}
+	s.note("%s", endState(run))
+	return nil
 }
 
 // ReadInput is the input of `stoke invoke -d`: JSON text, @FILE for a

@@ -20,7 +20,8 @@ import (
 type RunOptions struct {
 	// Detach prints the new Run's name and returns without waiting.
 	Detach bool
-	// Remove deletes a task Run once it finished and its result is read.
+	// Remove deletes a task Run once it finished and its result is read,
+	// or after Ctrl-C has cancelled it.
 	Remove bool
 	// Quiet leaves out notes (retries, outputs, hints) on Err.
 	Quiet bool
@@ -47,7 +48,8 @@ func createRun(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts Ru
 // Out, stderr records to Err) until it is terminal, and returns nil when
 // it succeeded or an *ExitError with its exit status: the task's own exit
 // code, ExitTimeout, or ExitFailed with a message. Ctrl-C (ctx ending)
-// asks the server to cancel the Run and returns ExitInterrupted.
+// asks the server to cancel the Run (and, with opts.Remove, deletes it)
+// and returns ExitInterrupted.
 func RunTask(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) error {
 	created, err := createRun(ctx, c, run, opts, s)
 	if created == nil || err != nil {
@@ -56,7 +58,7 @@ func RunTask(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunO
 	ns, name := created.Namespace, created.Name
 	final, err := followTask(ctx, c, created, opts, s)
 	if ctx.Err() != nil {
-		cancelAfterInterrupt(ctx, c, created, s)
+		cancelAfterInterrupt(ctx, c, created, opts.Remove, s)
 		return interrupted()
 	}
 	if err != nil {
@@ -158,15 +160,24 @@ func endState(run *v1alpha1.Run) string {
 }
 
 // cancelAfterInterrupt asks the server to cancel a Run this command
-// started, with a context of its own since ctx has ended.
-func cancelAfterInterrupt(ctx context.Context, c *client.Client, run *v1alpha1.Run, s Streams) {
+// started, and with remove then deletes it, with a context of its own
+// since ctx has ended.
+func cancelAfterInterrupt(ctx context.Context, c *client.Client, run *v1alpha1.Run, remove bool, s Streams) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if _, err := c.CancelRun(cctx, run.Namespace, run.Name); err != nil {
 		s.note("interrupted; cancelling %s failed: %v", Ref(run), Hint(err))
 		return
 	}
-	s.note("interrupted; cancelled %s", Ref(run))
+	if !remove {
+		s.note("interrupted; cancelled %s", Ref(run))
+		return
+	}
+	if _, err := c.DeleteRun(cctx, run.Namespace, run.Name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		s.note("interrupted; cancelled %s, deleting it failed: %v", Ref(run), Hint(err))
+		return
+	}
+	s.note("interrupted; cancelled and deleted %s", Ref(run))
 }
 
 // RunFunction creates a function Run and waits until it is Ready, then
@@ -183,7 +194,7 @@ func RunFunction(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts 
 		return terminal(r) || (r.Status.Phase == v1alpha1.PhaseReady && r.Status.Endpoint != "")
 	})
 	if ctx.Err() != nil {
-		cancelAfterInterrupt(ctx, c, created, s)
+		cancelAfterInterrupt(ctx, c, created, false, s)
 		return interrupted()
 	}
 	if err != nil {
