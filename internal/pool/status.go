@@ -16,15 +16,14 @@ import (
 
 // Status writing bounds.
 const (
-	// statusWriteTimeout bounds one status write, conflict retries included.
+	// statusWriteTimeout bounds one status write, conflict retries included
+	// (store.RetryOnConflict; a write that still conflicts is retried after
+	// statusRetry).
 	statusWriteTimeout = 10 * time.Second
 	// statusFinalTimeout bounds the last writes when Run ends.
 	statusFinalTimeout = 5 * time.Second
 	// statusRetry is the pause before a failed write is tried again.
 	statusRetry = time.Second
-	// conflictRetries is how often a write re-reads after a conflict
-	// before it counts as failed (and is retried after statusRetry).
-	conflictRetries = 10
 )
 
 // statusUpdate is the part of a Runtime's status the supervisor owns, for
@@ -130,7 +129,7 @@ func (w *statusWriter) flush(ctx context.Context, requeue bool) bool {
 // write sets the supervisor's part of the status of the Runtime key, if it
 // is still the object u is for, re-reading on conflicts.
 func (w *statusWriter) write(ctx context.Context, key rtKey, u statusUpdate) error {
-	for attempt := 0; ; attempt++ {
+	return store.RetryOnConflict(func() error {
 		rt, err := w.res.Get(ctx, key.namespace, key.name)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil
@@ -143,16 +142,11 @@ func (w *statusWriter) write(ctx context.Context, key rtKey, u statusUpdate) err
 		}
 		rt.Status.ReadyPods = u.ready
 		rt.Status.Pods = u.pods
-		_, err = w.res.UpdateStatus(ctx, rt)
-		switch {
-		case err == nil, errors.Is(err, errdefs.ErrNotFound):
+		if _, err = w.res.UpdateStatus(ctx, rt); errors.Is(err, errdefs.ErrNotFound) {
 			return nil
-		case errors.Is(err, errdefs.ErrConflict) && attempt < conflictRetries:
-			continue
-		default:
-			return err
 		}
-	}
+		return err
+	})
 }
 
 // statusEqual reports whether st already says what u says, heartbeats

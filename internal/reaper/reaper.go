@@ -67,8 +67,6 @@ const (
 	// goneMemory is how long a gone pod's UID is remembered as gone
 	// (rather than unknown).
 	goneMemory = 10 * time.Minute
-	// maxConflicts bounds the re-read-and-retry of one write.
-	maxConflicts = 8
 	// errorBackoff is the delay before a Run whose write failed is tried
 	// again.
 	errorBackoff = time.Second
@@ -356,7 +354,7 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 // nothing once the Run is terminal or assigned elsewhere.
 func (r *Reaper) recover(ctx context.Context, run *v1alpha1.Run) error {
 	uid := run.Status.AssignedPodUID
-	for range maxConflicts {
+	err := store.RetryOnConflict(func() error {
 		if run.Status.Phase.Terminal() || run.Status.AssignedPodUID != uid || run.DeletionTimestamp != nil {
 			return nil
 		}
@@ -370,18 +368,24 @@ func (r *Reaper) recover(ctx context.Context, run *v1alpha1.Run) error {
 				"pod_uid", uid, "phase", stored.Status.Phase, "attempt", stored.Status.Attempt, "retry", d.Retry)
 			return nil
 		}
-		if run, err = r.reread(ctx, run, err); run == nil {
-			return err
+		fresh, rerr := r.reread(ctx, run, err)
+		if fresh == nil {
+			return rerr
 		}
+		run = fresh
+		return err // the conflict: decide again
+	})
+	if err != nil {
+		return fmt.Errorf("recover run %s: %w", informer.KeyOf(run), err)
 	}
-	return fmt.Errorf("recover run %s: too many conflicts", informer.KeyOf(run))
+	return nil
 }
 
 // releaseFinalizer removes runtimed's finalizer from a Run being deleted
 // whose pod is gone, so the deletion can complete.
 func (r *Reaper) releaseFinalizer(ctx context.Context, run *v1alpha1.Run) error {
 	uid := run.Status.AssignedPodUID
-	for range maxConflicts {
+	err := store.RetryOnConflict(func() error {
 		if !slices.Contains(run.Finalizers, RuntimedFinalizer) || run.Status.AssignedPodUID != uid {
 			return nil
 		}
@@ -392,11 +396,17 @@ func (r *Reaper) releaseFinalizer(ctx context.Context, run *v1alpha1.Run) error 
 			r.log.Info("reaper: released the finalizer of a deleted run whose pod is gone", "run", informer.KeyOf(run).String(), "run_uid", run.UID, "pod_uid", uid)
 			return nil
 		}
-		if run, err = r.reread(ctx, run, err); run == nil {
-			return err
+		fresh, rerr := r.reread(ctx, run, err)
+		if fresh == nil {
+			return rerr
 		}
+		run = fresh
+		return err // the conflict: decide again
+	})
+	if err != nil {
+		return fmt.Errorf("release finalizer of run %s: %w", informer.KeyOf(run), err)
 	}
-	return fmt.Errorf("release finalizer of run %s: too many conflicts", informer.KeyOf(run))
+	return nil
 }
 
 // reread handles a failed write of run: on a conflict it returns the

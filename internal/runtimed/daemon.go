@@ -246,34 +246,40 @@ func (w *worker) run(ctx context.Context) {
 func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool) (*v1alpha1.Run, error) {
 	run, _ := w.current()
 	run = run.DeepCopy()
-	for attempt := 0; attempt < 16; attempt++ {
+	var updated *v1alpha1.Run
+	err := store.RetryOnConflict(func() error {
 		if run.Status.AssignedPodUID != w.d.cfg.Pod.UID || run.Status.Phase.Terminal() || !mutate(run) {
-			return nil, nil
+			return nil
 		}
-		updated, err := w.d.cfg.Runs.UpdateStatus(ctx, run)
+		u, err := w.d.cfg.Runs.UpdateStatus(ctx, run)
 		if err == nil {
-			w.update(updated)
-			return updated, nil
+			w.update(u)
+			updated = u
+			return nil
 		}
 		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil, nil
+			return nil
 		}
 		if !errors.Is(err, errdefs.ErrConflict) {
-			return nil, fmt.Errorf("run %s: update status: %w", w.uid, err)
+			return err
 		}
 		fresh, gerr := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
 		if gerr != nil {
 			if errors.Is(gerr, errdefs.ErrNotFound) {
-				return nil, nil
+				return nil
 			}
-			return nil, fmt.Errorf("run %s: re-read after conflict: %w", w.uid, gerr)
+			return fmt.Errorf("re-read after conflict: %w", gerr)
 		}
 		if string(fresh.UID) != w.uid {
-			return nil, nil // a new Run of the same name
+			return nil // a new Run of the same name
 		}
 		run = fresh
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run %s: update status: %w", w.uid, err)
 	}
-	return nil, fmt.Errorf("run %s: update status: too many conflicts", w.uid)
+	return updated, nil
 }
 
 // fail sends a failure through the retry engine and records its decision.

@@ -14,6 +14,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/retry"
+	"stoke.dev/stoke/internal/store"
 )
 
 // registerWait bounds one RegisterFunction call; past it the server answers
@@ -172,37 +173,39 @@ func (w *worker) markReady(ctx context.Context) bool {
 // addFinalizer makes a delete wait for runtimed's clean-up; it returns the
 // updated Run, or nil when the Run is gone or being deleted.
 func (w *worker) addFinalizer(ctx context.Context, run *v1alpha1.Run) *v1alpha1.Run {
-	for i := 0; i < 16; i++ {
+	var updated *v1alpha1.Run
+	_ = store.RetryOnConflict(func() error {
 		if run.DeletionTimestamp != nil {
 			return nil
 		}
 		r := run.DeepCopy()
 		r.Finalizers = append(r.Finalizers, Finalizer)
-		updated, err := w.d.cfg.Runs.Update(ctx, r)
+		u, err := w.d.cfg.Runs.Update(ctx, r)
 		if err == nil {
-			w.update(updated)
-			return updated
+			w.update(u)
+			updated = u
+			return nil
 		}
 		fresh, gerr := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
 		if gerr != nil || string(fresh.UID) != w.uid {
 			return nil
 		}
 		run = fresh
-	}
-	return nil
+		return err
+	})
+	return updated
 }
 
 // removeFinalizer lets a deleted (or finished) function Run go.
 func (w *worker) removeFinalizer(ctx context.Context) {
 	run, _ := w.current()
-	for i := 0; i < 16; i++ {
+	_ = store.RetryOnConflict(func() error {
 		fresh, err := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
 		if err != nil || string(fresh.UID) != w.uid || !slices.Contains(fresh.Finalizers, Finalizer) {
-			return
+			return nil
 		}
 		fresh.Finalizers = slices.DeleteFunc(fresh.Finalizers, func(f string) bool { return f == Finalizer })
-		if _, err := w.d.cfg.Runs.Update(ctx, fresh); err == nil {
-			return
-		}
-	}
+		_, err = w.d.cfg.Runs.Update(ctx, fresh)
+		return err
+	})
 }

@@ -438,22 +438,24 @@ func (w *cachedWatch) Stop() {
 // CancelRun sets spec.cancelRequested; runtimed (or, for a Pending Run,
 // the scheduler) ends the Run as Cancelled.
 func (s *Standalone) CancelRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
-	for i := 0; i < 16; i++ {
+	var out *v1alpha1.Run
+	err := store.RetryOnConflict(func() error {
 		run, err := s.store.Runs().Get(ctx, namespace, name)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if run.Spec.CancelRequested || run.Status.Phase.Terminal() {
-			return run, nil
+			out = run
+			return nil
 		}
 		run.Spec.CancelRequested = true
-		updated, err := s.store.Runs().Update(ctx, run)
-		if errors.Is(err, errdefs.ErrConflict) {
-			continue
-		}
-		return updated, err
+		out, err = s.store.Runs().Update(ctx, run)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, errdefs.Errorf(errdefs.ErrConflict, "run %s/%s: cancel: too many concurrent changes", namespace, name)
+	return out, nil
 }
 
 // DeleteRun deletes a Run and returns it as it was; a function Run first
@@ -517,31 +519,33 @@ func (s *Standalone) ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v
 	if err := validation.ValidateRuntime(rt); err != nil {
 		return nil, err
 	}
-	for i := 0; i < 16; i++ {
+	var out *v1alpha1.Runtime
+	err := store.RetryOnConflict(func() error {
 		cur, err := s.store.Runtimes().Get(ctx, rt.Namespace, rt.Name)
 		if errors.Is(err, errdefs.ErrNotFound) {
-			created, err := s.store.Runtimes().Create(ctx, rt)
+			out, err = s.store.Runtimes().Create(ctx, rt)
 			if errors.Is(err, errdefs.ErrAlreadyExists) {
-				continue
+				// Created in between: update it instead.
+				return errdefs.Errorf(errdefs.ErrConflict, "runtime %s/%s: created concurrently", rt.Namespace, rt.Name)
 			}
-			return created, err
+			return err
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		next := cur.DeepCopy()
 		next.Spec = rt.Spec
 		next.Labels = rt.Labels
 		if err := validation.ValidateRuntimeUpdate(cur, next); err != nil {
-			return nil, err
+			return err
 		}
-		updated, err := s.store.Runtimes().Update(ctx, next)
-		if errors.Is(err, errdefs.ErrConflict) {
-			continue
-		}
-		return updated, err
+		out, err = s.store.Runtimes().Update(ctx, next)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, errdefs.Errorf(errdefs.ErrConflict, "runtime %s/%s: too many concurrent changes", rt.Namespace, rt.Name)
+	return out, nil
 }
 
 // FunctionProxy returns the in-process proxy hop serving a Ready function
