@@ -118,8 +118,6 @@ func Category(status int, errorType string) error {
 	switch status {
 	case http.StatusForbidden:
 		return errdefs.ErrUnauthenticated
-	case http.StatusMethodNotAllowed:
-		return errdefs.ErrUnimplemented
 	case http.StatusBadGateway:
 		return errdefs.ErrUnavailable
 	}

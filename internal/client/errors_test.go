@@ -14,7 +14,7 @@ import (
 func TestCategoryInvertsErrdefs(t *testing.T) {
 	for _, cat := range []error{
 		errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrAlreadyExists, errdefs.ErrFailedPrecondition,
-		errdefs.ErrResourceExhausted, errdefs.ErrDeadlineExceeded, errdefs.ErrUnavailable, errdefs.ErrUnimplemented,
+		errdefs.ErrResourceExhausted, errdefs.ErrDeadlineExceeded, errdefs.ErrUnavailable, errdefs.ErrUnimplemented, errdefs.ErrMethodNotAllowed,
 		errdefs.ErrCanceled, errdefs.ErrTooLarge, errdefs.ErrUnauthenticated, errdefs.ErrInternal, errdefs.ErrConflict,
 		errdefs.ErrExpired,
 	} {
@@ -36,7 +36,7 @@ func TestCategoryOfOtherStatuses(t *testing.T) {
 		{http.StatusConflict, errdefs.ErrAlreadyExists},
 		{http.StatusServiceUnavailable, errdefs.ErrUnavailable},
 		{http.StatusForbidden, errdefs.ErrUnauthenticated},
-		{http.StatusMethodNotAllowed, errdefs.ErrUnimplemented},
+		{http.StatusMethodNotAllowed, errdefs.ErrMethodNotAllowed},
 		{http.StatusBadGateway, errdefs.ErrUnavailable},
 		{http.StatusTeapot, errdefs.ErrInvalidArgument},
 		{599, errdefs.ErrInternal},

@@ -27,10 +27,12 @@ var (
 	ErrDeadlineExceeded   = errors.New("deadline exceeded")
 	ErrUnavailable        = errors.New("unavailable")
 	ErrUnimplemented      = errors.New("unimplemented")
-	ErrCanceled           = errors.New("canceled")
-	ErrTooLarge           = errors.New("too large")
-	ErrUnauthenticated    = errors.New("unauthenticated")
-	ErrInternal           = errors.New("internal error")
+	// ErrMethodNotAllowed is an HTTP method the path does not serve.
+	ErrMethodNotAllowed = errors.New("method not allowed")
+	ErrCanceled         = errors.New("canceled")
+	ErrTooLarge         = errors.New("too large")
+	ErrUnauthenticated  = errors.New("unauthenticated")
+	ErrInternal         = errors.New("internal error")
 	// ErrConflict is an optimistic-concurrency failure: the object changed
 	// since it was read (its resourceVersion is stale). Callers re-read and
 	// retry.
@@ -57,6 +59,7 @@ var categories = []struct {
 	{ErrResourceExhausted, codes.ResourceExhausted, http.StatusTooManyRequests},
 	{ErrDeadlineExceeded, codes.DeadlineExceeded, http.StatusGatewayTimeout},
 	{ErrUnimplemented, codes.Unimplemented, http.StatusNotImplemented},
+	{ErrMethodNotAllowed, codes.Unimplemented, http.StatusMethodNotAllowed},
 	{ErrCanceled, codes.Canceled, 499}, // nginx's "client closed request"
 	{ErrTooLarge, codes.InvalidArgument, http.StatusRequestEntityTooLarge},
 	{ErrUnauthenticated, codes.Unauthenticated, http.StatusUnauthorized},

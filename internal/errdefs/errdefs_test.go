@@ -28,6 +28,8 @@ func TestMapping(t *testing.T) {
 		{Errorf(ErrUnauthenticated, "who"), codes.Unauthenticated, 401},
 		{Errorf(ErrConflict, "stale rv"), codes.Aborted, 409},
 		{Errorf(ErrExpired, "too old"), codes.OutOfRange, 410},
+		{Errorf(ErrMethodNotAllowed, "PUT"), codes.Unimplemented, 405},
+		{Errorf(ErrUnimplemented, "later"), codes.Unimplemented, 501},
 		{&FunctionError{Type: "ValueError", Message: "boom"}, codes.Unknown, 500},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, 504},
 		{errors.New("surprise"), codes.Internal, 500},
@@ -65,5 +67,18 @@ func TestRoundTrip(t *testing.T) {
 	orig := status.Error(codes.PermissionDenied, "no")
 	if ToGRPC(orig) != orig {
 		t.Fatal("ToGRPC rewrote a status error")
+	}
+}
+
+// FromHTTP gives back the category of every row, the gRPC code telling
+// apart the rows that share a status.
+func TestFromHTTP(t *testing.T) {
+	for _, c := range categories {
+		if got := FromHTTP(c.http, c.code.String()); got != c.err {
+			t.Errorf("FromHTTP(%d, %s) = %v, want %v", c.http, c.code, got, c.err)
+		}
+	}
+	if got := FromHTTP(http.StatusTeapot, ""); got != nil {
+		t.Errorf("FromHTTP(418) = %v, want nil", got)
 	}
 }
