@@ -69,6 +69,9 @@ type Config struct {
 	// MaxStreams bounds the open watches and followed logs (default
 	// bounds.APIStreams).
 	MaxStreams int
+	// Timeouts are the HTTP server's (see Server); zero fields take
+	// DefaultTimeouts.
+	Timeouts Timeouts
 }
 
 // Gateway serves the HTTP API.
@@ -91,6 +94,7 @@ func New(cfg Config) *Gateway {
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = bounds.APIStreams
 	}
+	cfg.Timeouts = cfg.Timeouts.withDefaults()
 	if cfg.LogFollowPoll <= 0 {
 		cfg.LogFollowPoll = 250 * time.Millisecond
 	}
@@ -118,8 +122,39 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or wrong bearer token"), "")
 		return
 	}
+	if _, pattern := g.mux.Handler(r); pattern == "" {
+		g.notRouted(w, r)
+		return
+	}
 	g.mux.ServeHTTP(w, r)
 }
+
+// notRouted answers a request no route takes with the mux's own status
+// (404, or 405 with Allow) in the JSON error body.
+func (g *Gateway) notRouted(w http.ResponseWriter, r *http.Request) {
+	h, _ := g.mux.Handler(r)
+	probe := &headerProbe{header: http.Header{}}
+	h.ServeHTTP(probe, r)
+	err := errdefs.Errorf(errdefs.ErrNotFound, "no such path: %s", r.URL.Path)
+	if probe.status == http.StatusMethodNotAllowed {
+		if allow := probe.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		err = errdefs.Errorf(errdefs.ErrMethodNotAllowed, "%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, probe.header.Get("Allow"))
+	}
+	g.reply(w, r, 0, nil, err)
+}
+
+// headerProbe takes the answer of the mux's 404 and 405 handlers, whose
+// plain-text body is replaced.
+type headerProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *headerProbe) Header() http.Header         { return p.header }
+func (p *headerProbe) Write(b []byte) (int, error) { return len(b), nil }
+func (p *headerProbe) WriteHeader(status int)      { p.status = status }
 
 // openStream takes one of the bounded stream slots; the caller releases
 // it with the returned function. When all are taken it answers 429.

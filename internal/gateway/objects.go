@@ -1,18 +1,19 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-
 	"io"
 	"mime"
 	"net/http"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -100,8 +101,8 @@ func decodeObject(w http.ResponseWriter, r *http.Request, obj any) error {
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch mt {
 	case "application/yaml", "application/x-yaml", "text/yaml":
-		if body, err = yaml.YAMLToJSON(body); err != nil {
-			return errdefs.InvalidArgument("body", "not valid YAML: %v", err)
+		if body, err = oneYAMLDocument(body); err != nil {
+			return err
 		}
 	case "", "application/json", formEncoded:
 	default:
@@ -116,6 +117,47 @@ func decodeObject(w http.ResponseWriter, r *http.Request, obj any) error {
 		return errdefs.InvalidArgument("body", "holds more than one object")
 	}
 	return nil
+}
+
+// oneYAMLDocument converts a YAML body holding one object to JSON. A body
+// of several documents is refused rather than cut to its first: this
+// endpoint takes one object, and `stoke apply -f` sends each of a file's
+// documents on its own.
+func oneYAMLDocument(body []byte) ([]byte, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(body)))
+	var doc []byte
+	for n := 0; ; {
+		next, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, errdefs.InvalidArgument("body", "not valid YAML: %v", err)
+		}
+		if blankYAML(next) {
+			continue
+		}
+		if n++; n > 1 {
+			return nil, errdefs.InvalidArgument("body", "holds more than one YAML document; send one object per request (stoke apply -f does)")
+		}
+		doc = next
+	}
+	out, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, errdefs.InvalidArgument("body", "not valid YAML: %v", err)
+	}
+	return out, nil
+}
+
+// blankYAML reports whether a YAML document holds only blank and comment
+// lines.
+func blankYAML(doc []byte) bool {
+	for line := range bytes.Lines(doc) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			return false
+		}
+	}
+	return true
 }
 
 // formEncoded is what `curl -d` sends when not told otherwise; the API
