@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/json"
@@ -25,9 +26,9 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 	w = sw
 	defer func() { g.cfg.Metrics.observeInvoke(sw.status, time.Since(start)) }()
 	invID := r.Header.Get(httpapi.HeaderInvocationID)
-	if len(invID) > bounds.InvocationID {
-		// Too long to echo; the response still carries an ID of its own.
-		writeError(w, errdefs.InvalidArgument(httpapi.HeaderInvocationID, "is %d bytes, at most %d allowed", len(invID), bounds.InvocationID), newInvocationID())
+	if err := checkInvocationID(invID); err != nil {
+		// Not fit to echo; the response still carries an ID of its own.
+		writeError(w, err, newInvocationID())
 		return
 	}
 	if invID == "" {
@@ -53,8 +54,15 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, invID)
 		return
 	}
+	// The call, and the answer to the client, get the invocation's own
+	// time plus a margin for the Runtime Server to end it and answer.
+	deadline := time.Now().Add(invokeBound(timeoutMs) + invokeMargin)
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(deadline.Add(g.cfg.Timeouts.Write))
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
 	// One call, never retried: the invocation may have run.
-	resp, err := proxy.InvokeFunction(r.Context(), &pb.InvokeFunctionRequest{
+	resp, err := proxy.InvokeFunction(ctx, &pb.InvokeFunctionRequest{
 		Registration: &pb.FunctionRegistration{RunUid: uid},
 		InvocationId: invID, Input: body, ContentType: invokeContentType(r), TimeoutMillis: timeoutMs,
 	})
@@ -87,6 +95,21 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 	log.Debug("invoke", "status", http.StatusOK, "duration", time.Since(start))
 }
 
+// invokeMargin is how much longer than an invocation's own timeout the
+// gateway waits for its answer: the Runtime Server kills the handler's
+// processes at the timeout and answers 504 itself.
+const invokeMargin = 10 * time.Second
+
+// invokeBound is the longest an invocation with this X-Stoke-Timeout-Ms
+// may run. Without one the pod's default applies, which the gateway does
+// not know; no pod runs one longer than bounds.MaxInvokeTimeout.
+func invokeBound(timeoutMs int64) time.Duration {
+	if timeoutMs <= 0 {
+		return bounds.MaxInvokeTimeout
+	}
+	return min(time.Duration(timeoutMs)*time.Millisecond, bounds.MaxInvokeTimeout)
+}
+
 // errorBodyOf is the error body of err.
 func errorBodyOf(err error, invID string) httpapi.ErrorBody {
 	var fe *errdefs.FunctionError
@@ -105,6 +128,21 @@ func writeError(w http.ResponseWriter, err error, invID string) {
 	writeJSON(w, errdefs.HTTPStatus(err), body)
 }
 
+// checkInvocationID allows at most bounds.InvocationID bytes of visible
+// ASCII: the ID is echoed in a header and written to logs, where a
+// control character or a space would garble the line.
+func checkInvocationID(id string) error {
+	if len(id) > bounds.InvocationID {
+		return errdefs.InvalidArgument(httpapi.HeaderInvocationID, "is %d bytes, at most %d allowed", len(id), bounds.InvocationID)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return errdefs.InvalidArgument(httpapi.HeaderInvocationID, "byte %d is %#02x; only visible ASCII (0x21–0x7e) is allowed", i, c)
+		}
+	}
+	return nil
+}
+
 // newInvocationID returns "inv_" and 26 lowercase base32 characters of
 // randomness.
 func newInvocationID() string {
@@ -118,6 +156,9 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {

@@ -65,10 +65,12 @@ func (g *Gateway) logs(w http.ResponseWriter, r *http.Request) {
 				break
 			}
 			exited = max(exited, lastExit(chunk))
+			g.nextWrite(rc)
 			if _, err := w.Write(chunk); err != nil {
 				return
 			}
 		}
+		g.nextWrite(rc)
 		if !follow || rc.Flush() != nil {
 			return
 		}

@@ -56,6 +56,7 @@ func watch[T store.Object](g *Gateway, w http.ResponseWriter, r *http.Request, o
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
 	send := func(ev watchEvent) bool {
+		g.nextWrite(rc)
 		if enc.Encode(ev) != nil {
 			return false
 		}
@@ -66,12 +67,18 @@ func watch[T store.Object](g *Gateway, w http.ResponseWriter, r *http.Request, o
 			return
 		}
 	}
+	g.nextWrite(rc)
 	if len(initial) == 0 && rc.Flush() != nil {
 		return
 	}
 	for {
 		select {
 		case <-ctx.Done():
+			// The server is stopping (or the client has gone, and this
+			// write fails unseen): say so, as a watch that ends for any
+			// other reason does, so that a client re-lists rather than
+			// taking the end of the stream for the end of the changes.
+			send(watchEvent{Type: store.Error, Object: errorBodyOf(errdefs.Errorf(errdefs.ErrUnavailable, "the server is stopping; re-list and watch again"), "")})
 			return
 		case ev, ok := <-wt.Events():
 			if !ok {

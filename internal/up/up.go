@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"time"
@@ -44,6 +43,9 @@ type Config struct {
 	// ttlSecondsAfterFinished is kept; zero keeps it until deleted. The
 	// command's default is DefaultFinishedRunTTL.
 	FinishedRunTTL time.Duration
+	// HTTPTimeouts bound slow clients; zero fields take
+	// gateway.DefaultTimeouts.
+	HTTPTimeouts gateway.Timeouts
 }
 
 // DefaultFinishedRunTTL is `stoke up`'s default FinishedRunTTL: a day to
@@ -96,6 +98,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if tlsConf != nil {
 		lis = tls.NewListener(lis, tlsConf)
 	}
+	lis = gateway.Listener(lis)
 	url := scheme + "://" + lis.Addr().String()
 
 	var s *standalone.Standalone
@@ -109,13 +112,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{
-		Handler: gateway.New(gateway.Config{API: s, Token: token, Metrics: metrics, Logger: cfg.Logger}),
-		// Streams (watch, logs -f) end when the server stops.
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
+	srv := gateway.New(gateway.Config{API: s, Token: token, Metrics: metrics, Logger: cfg.Logger, Timeouts: cfg.HTTPTimeouts}).Server()
+	// Streams (watch, logs -f) end when the server stops.
+	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	planeDone := make(chan error, 1)
 	go func() { planeDone <- s.Run(ctx) }()
 	serveDone := make(chan error, 1)
