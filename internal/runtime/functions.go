@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
@@ -433,6 +434,12 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 	}
 	if !json.Valid(input) {
 		return nil, errdefs.InvalidArgument("input", "is not valid JSON")
+	}
+	if !utf8.Valid(input) {
+		// JSON text is UTF-8 (RFC 8259): refused here, before any adapter,
+		// so that Bash (which would pass the bytes on) and Python (which
+		// could not decode them) answer alike.
+		return nil, errdefs.InvalidArgument("input", "is not valid UTF-8")
 	}
 	timeout, err := f.invokeTimeout(req.GetTimeoutMillis())
 	if err != nil {

@@ -362,6 +362,7 @@ func testInvokeValidation(t *testing.T, s *Server) {
 		{"invocation id too long", &pb.InvokeFunctionRequest{Registration: reg, Input: []byte(`1`), InvocationId: strings.Repeat("i", bounds.InvocationID+1)}, codes.InvalidArgument, "invocation_id"},
 		{"content type", &pb.InvokeFunctionRequest{Registration: reg, Input: []byte(`1`), ContentType: "text/plain"}, codes.InvalidArgument, "content_type"},
 		{"not JSON", &pb.InvokeFunctionRequest{Registration: reg, Input: []byte(`{nope`)}, codes.InvalidArgument, "input"},
+		{"not UTF-8", &pb.InvokeFunctionRequest{Registration: reg, Input: []byte("{\"name\":\"\xff\"}")}, codes.InvalidArgument, "input"},
 		{"empty input", &pb.InvokeFunctionRequest{Registration: reg}, codes.InvalidArgument, "input"},
 		{"input over the bound", &pb.InvokeFunctionRequest{Registration: reg, Input: []byte(`"` + strings.Repeat("x", bounds.InvokeBody-1) + `"`)}, codes.InvalidArgument, "input"},
 		{"negative timeout", &pb.InvokeFunctionRequest{Registration: reg, Input: []byte(`1`), TimeoutMillis: -1}, codes.InvalidArgument, "timeout_millis"},
