@@ -156,8 +156,7 @@ func (d *Daemon) OnDelete(run *v1alpha1.Run) {
 	if w := d.workers[string(run.UID)]; w != nil {
 		gone := run.DeepCopy()
 		gone.DeletionTimestamp = &metav1.Time{Time: d.cfg.Now()}
-		w.deleted = true
-		w.update(gone)
+		w.markDeleted(gone)
 	}
 }
 
@@ -187,6 +186,15 @@ func (w *worker) update(run *v1alpha1.Run) {
 	case w.updates <- struct{}{}:
 	default:
 	}
+}
+
+// markDeleted hands the worker the Run's last state, gone for good; under
+// w.mu, as current reads it.
+func (w *worker) markDeleted(run *v1alpha1.Run) {
+	w.mu.Lock()
+	w.deleted = true
+	w.mu.Unlock()
+	w.update(run)
 }
 
 func (w *worker) current() (*v1alpha1.Run, bool) {
