@@ -366,3 +366,41 @@ func TestMalformedRequestIsJSON(t *testing.T) {
 	resp, body := rawRequest(t, url, "GET /v1/runs HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("b", http.DefaultMaxHeaderBytes+8<<10)+"\r\n\r\n")
 	wantError(t, reply{resp.StatusCode, resp.Header, body}, http.StatusRequestHeaderFieldsTooLarge, "Stoke.InvalidArgument", true)
 }
+
+// A watch ends with an ERROR line when the server stops (its requests'
+// base context ends), so that a client re-lists rather than taking the
+// end of the stream for the end of the changes.
+func TestWatchEndsWithErrorWhenServerStops(t *testing.T) {
+	g := gateway.New(gateway.Config{API: plane, Token: token, Logger: quiet})
+	srv := httptest.NewUnstartedServer(g)
+	stopping, stop := context.WithCancel(context.Background())
+	defer stop()
+	srv.Config = g.Server()
+	srv.Config.BaseContext = func(net.Listener) context.Context { return stopping }
+	srv.Start()
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/namespaces/default/runs?watch=true&labelSelector=none%3Dhere", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch: %d", resp.StatusCode)
+	}
+	stop()
+	var last struct {
+		Type   string            `json:"type"`
+		Object httpapi.ErrorBody `json:"object"`
+	}
+	dec := json.NewDecoder(resp.Body)
+	for dec.More() {
+		if err := dec.Decode(&last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last.Type != "ERROR" || last.Object.ErrorType != "Stoke.Unavailable" {
+		t.Fatalf("last line %+v, want an ERROR of Stoke.Unavailable", last)
+	}
+}
