@@ -123,11 +123,11 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 		forwardLogs(r, log, s.cfg.OnPodLog)
 	}()
 	defer func() {
-		t := time.NewTimer(pumpGrace)
+		t := s.clk.NewTimer(pumpGrace)
 		defer t.Stop()
 		select {
 		case <-pumped:
-		case <-t.C:
+		case <-t.C():
 			log.Warn("pod output still open after its processes were killed; closing it")
 		}
 		_ = r.Close()
@@ -193,9 +193,9 @@ func (s *Supervisor) supervise(pr *podRun, p *proc.Process, sock string, log *sl
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 			break
 		}
-		t := time.NewTimer(s.cfg.HealthInterval)
+		t := s.clk.NewTimer(s.cfg.HealthInterval)
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-start.Done():
 		}
 		t.Stop()
@@ -214,10 +214,10 @@ func (s *Supervisor) supervise(pr *podRun, p *proc.Process, sock string, log *sl
 		}
 	}
 	cancelStart()
-	pr.heartbeat.Store(time.Now().UnixNano())
+	pr.heartbeat.Store(s.clk.Now().UnixNano())
 	ready()
 
-	tick := time.NewTicker(s.cfg.HealthInterval)
+	tick := s.clk.NewTicker(s.cfg.HealthInterval)
 	defer tick.Stop()
 	failures := 0
 	for {
@@ -226,14 +226,14 @@ func (s *Supervisor) supervise(pr *podRun, p *proc.Process, sock string, log *sl
 			return exited(p, log)
 		case <-pr.stop:
 			return s.terminate(pr, p, log)
-		case <-tick.C:
+		case <-tick.C():
 		}
 		ctx, cancel := context.WithTimeout(life, s.cfg.CheckTimeout)
 		resp, err := health.Check(ctx, req)
 		cancel()
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
 			failures = 0
-			pr.heartbeat.Store(time.Now().UnixNano())
+			pr.heartbeat.Store(s.clk.Now().UnixNano())
 			continue
 		}
 		if life.Err() != nil {
@@ -271,10 +271,10 @@ func (s *Supervisor) terminate(pr *podRun, p *proc.Process, log *slog.Logger) st
 	default:
 		log.Info("stopping pod", "reason", pr.stopReason)
 		_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
-		t := time.NewTimer(s.cfg.ShutdownGrace + killSlack)
+		t := s.clk.NewTimer(s.cfg.ShutdownGrace + killSlack)
 		select {
 		case <-p.Done():
-		case <-t.C:
+		case <-t.C():
 			log.Warn("runtime server did not stop in time; killing it")
 		}
 		t.Stop()

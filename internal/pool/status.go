@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
@@ -40,6 +41,7 @@ type statusUpdate struct {
 type statusWriter struct {
 	res store.Resource[*v1alpha1.Runtime]
 	log *slog.Logger
+	clk clock.Clock
 
 	mu      sync.Mutex
 	pending map[rtKey]statusUpdate
@@ -49,10 +51,11 @@ type statusWriter struct {
 	quitOne sync.Once
 }
 
-func newStatusWriter(res store.Resource[*v1alpha1.Runtime], log *slog.Logger) *statusWriter {
+func newStatusWriter(res store.Resource[*v1alpha1.Runtime], log *slog.Logger, clk clock.Clock) *statusWriter {
 	return &statusWriter{
 		res:     res,
 		log:     log,
+		clk:     clk,
 		pending: make(map[rtKey]statusUpdate),
 		wake:    make(chan struct{}, 1),
 		quit:    make(chan struct{}),
@@ -78,13 +81,13 @@ func (w *statusWriter) close() { w.quitOne.Do(func() { close(w.quit) }) }
 func (w *statusWriter) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	retry := time.NewTimer(statusRetry)
+	retry := w.clk.NewTimer(statusRetry)
 	retry.Stop()
 	defer retry.Stop()
 	for {
 		select {
 		case <-w.wake:
-		case <-retry.C:
+		case <-retry.C():
 		case <-w.quit:
 			final, cancelFinal := context.WithTimeout(ctx, statusFinalTimeout)
 			w.flush(final, false)

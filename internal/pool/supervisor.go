@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/utils/clock"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/proc"
@@ -96,6 +97,8 @@ type Config struct {
 	// StatusInterval is how often status.pods[].lastHeartbeat is refreshed
 	// in the store; readiness changes are written at once.
 	StatusInterval time.Duration
+	// Clock defaults to the real clock.
+	Clock clock.WithTicker
 }
 
 // Supervisor keeps the runtime pods of every Runtime object running. Create
@@ -104,6 +107,7 @@ type Config struct {
 type Supervisor struct {
 	cfg     Config
 	log     *slog.Logger
+	clk     clock.WithTicker
 	podsDir string
 	runsDir string
 	running atomic.Bool
@@ -146,9 +150,13 @@ func NewSupervisor(cfg Config) (*Supervisor, error) {
 	if cfg.UnhealthyAfter <= 0 {
 		cfg.UnhealthyAfter = DefaultUnhealthyAfter
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	return &Supervisor{
 		cfg:     cfg,
 		log:     cfg.Logger,
+		clk:     cfg.Clock,
 		podsDir: filepath.Join(dataDir, "pods"),
 		runsDir: filepath.Join(dataDir, "runs"),
 		ready:   make(map[string]Pod),
@@ -235,8 +243,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		pools:   make(map[types.UID]*pool),
 		current: make(map[rtKey]*pool),
 		reports: make(chan podReport),
-		status:  newStatusWriter(s.cfg.Store.Runtimes(), s.log),
-		retry:   time.NewTimer(time.Hour),
+		status:  newStatusWriter(s.cfg.Store.Runtimes(), s.log, s.clk),
+		retry:   s.clk.NewTimer(time.Hour),
 	}
 	l.retry.Stop()
 	return l.run(ctx)
@@ -355,7 +363,7 @@ type loop struct {
 	status  *statusWriter
 	wg      sync.WaitGroup // pod goroutines
 
-	retry        *time.Timer // fires when a pool's backoff ends
+	retry        clock.Timer // fires when a pool's backoff ends
 	retryArmed   bool
 	shuttingDown bool
 }
@@ -375,13 +383,13 @@ func (l *loop) run(ctx context.Context) error {
 		defer close(statusDone)
 		l.status.run()
 	}()
-	refresh := time.NewTicker(s.cfg.StatusInterval)
+	refresh := s.clk.NewTicker(s.cfg.StatusInterval)
 	defer refresh.Stop()
 
 	for ctx.Err() == nil {
 		var retry <-chan time.Time
 		if l.retryArmed {
-			retry = l.retry.C
+			retry = l.retry.C()
 		}
 		select {
 		case m := <-msgs:
@@ -393,7 +401,7 @@ func (l *loop) run(ctx context.Context) error {
 			for _, p := range l.pools {
 				l.reconcile(p)
 			}
-		case <-refresh.C:
+		case <-refresh.C():
 			for _, p := range l.pools {
 				l.submitStatus(p)
 			}
@@ -561,7 +569,7 @@ func (l *loop) reconcile(p *pool) {
 		}
 		l.submitStatus(p)
 	}
-	for n := len(live); n < want && !time.Now().Before(p.retryAt); n++ {
+	for n := len(live); n < want && !l.s.clk.Now().Before(p.retryAt); n++ {
 		if err := l.startPod(p); err != nil {
 			l.s.log.Error("cannot start pod", "runtime", p.key.String(), "err", err)
 			l.failed(p, time.Time{})
@@ -573,7 +581,7 @@ func (l *loop) reconcile(p *pool) {
 // failed counts a pod failure of p and pushes its next start back.
 // readySince is when the failed pod became ready (zero if never).
 func (l *loop) failed(p *pool, readySince time.Time) {
-	now := time.Now()
+	now := l.s.clk.Now()
 	if !readySince.IsZero() && now.Sub(readySince) >= backoffMax {
 		p.failures = 0
 	}
@@ -590,7 +598,7 @@ func (l *loop) failed(p *pool, readySince time.Time) {
 func (l *loop) armRetry() {
 	var next time.Time
 	for _, p := range l.pools {
-		if p.deleted || !p.retryAt.After(time.Now()) {
+		if p.deleted || !p.retryAt.After(l.s.clk.Now()) {
 			continue
 		}
 		live := 0
@@ -606,7 +614,7 @@ func (l *loop) armRetry() {
 	l.retry.Stop()
 	l.retryArmed = !next.IsZero()
 	if l.retryArmed {
-		l.retry.Reset(time.Until(next))
+		l.retry.Reset(next.Sub(l.s.clk.Now()))
 	}
 }
 
@@ -628,7 +636,7 @@ func (l *loop) startPod(p *pool) error {
 		Addr:          "unix://" + filepath.Join(dir, socketName),
 		WorkspaceRoot: s.runsDir,
 	}
-	pr := &podRun{info: info, pool: p, started: time.Now(), stop: make(chan struct{})}
+	pr := &podRun{info: info, pool: p, started: s.clk.Now(), stop: make(chan struct{})}
 	p.pods[info.UID] = pr
 	l.wg.Add(1)
 	go func() {
@@ -688,7 +696,7 @@ func (l *loop) handleReport(r podReport) {
 		if pr.stopping {
 			return // never announced: it is on its way out
 		}
-		pr.readySince = time.Now()
+		pr.readySince = l.s.clk.Now()
 		log.Info("pod ready", "startup", pr.readySince.Sub(pr.started).Round(time.Millisecond))
 		l.s.publish(Event{Type: PodReady, Pod: pr.info})
 		l.submitStatus(p)
@@ -703,7 +711,7 @@ func (l *loop) handleReport(r podReport) {
 	}
 	if !pr.stopping {
 		l.failed(p, pr.readySince)
-		log.Info("replacing pod", "after", time.Until(p.retryAt).Round(time.Millisecond), "failures", p.failures)
+		log.Info("replacing pod", "after", p.retryAt.Sub(l.s.clk.Now()).Round(time.Millisecond), "failures", p.failures)
 	}
 	if p.deleted {
 		if len(p.pods) == 0 {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/shm"
@@ -644,6 +645,21 @@ func TestCrashLoopBacksOff(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), `"line":"dying"`) {
 		t.Error("the failing pod's output was not logged")
+	}
+}
+
+// The supervisor reads time from the injected clock: a pod's heartbeat in
+// the Runtime's status is the fake clock's time, not the real one.
+func TestSupervisorUsesTheInjectedClock(t *testing.T) {
+	t0 := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	fc := testingclock.NewFakeClock(t0)
+	h := newHarness(t, func(c *Config) { c.Clock = fc }, bashRuntime("bash", 1, 1))
+	h.expect(PodReady, "")
+	st := h.awaitStatus("bash", func(s v1alpha1.RuntimeStatus) bool {
+		return len(s.Pods) == 1 && s.Pods[0].Ready && s.Pods[0].LastHeartbeat != nil
+	})
+	if got := st.Pods[0].LastHeartbeat.Time; !got.Equal(t0) {
+		t.Fatalf("lastHeartbeat %v, want the fake clock's %v", got, t0)
 	}
 }
 

@@ -3,7 +3,6 @@ package pool
 import (
 	"context"
 	"errors"
-	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
@@ -26,11 +25,11 @@ func (s *Supervisor) watch(ctx context.Context, out chan<- rtMsg) {
 	delay := backoffBase
 	pause := func(err error, what string) bool {
 		s.log.Warn("runtime watch: "+what+" failed; retrying", "err", err, "after", delay)
-		t := time.NewTimer(delay)
+		t := s.clk.NewTimer(delay)
 		defer t.Stop()
 		delay = min(2*delay, backoffMax)
 		select {
-		case <-t.C:
+		case <-t.C():
 			return true
 		case <-ctx.Done():
 			return false
