@@ -463,6 +463,7 @@ func describeProcesses(ps []process) string {
 // invokeResult is one invocation's outcome.
 type invokeResult struct {
 	status int
+	header http.Header
 	body   []byte
 	err    error // transport error, the client timeout included
 }
@@ -482,9 +483,9 @@ func invokeEndpoint(client *http.Client, token, endpoint, body string) invokeRes
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return invokeResult{status: resp.StatusCode, err: err}
+		return invokeResult{status: resp.StatusCode, header: resp.Header, err: err}
 	}
-	return invokeResult{status: resp.StatusCode, body: b}
+	return invokeResult{status: resp.StatusCode, header: resp.Header, body: b}
 }
 
 // isTimeout reports whether err is a client timeout.

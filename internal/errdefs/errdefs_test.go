@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -80,5 +81,28 @@ func TestFromHTTP(t *testing.T) {
 	}
 	if got := FromHTTP(http.StatusTeapot, ""); got != nil {
 		t.Errorf("FromHTTP(418) = %v, want nil", got)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	base := Errorf(ErrUnavailable, "run a/b is Pending, not Ready")
+	err := fmt.Errorf("route: %w", WithRetryAfter(base, 1500*time.Millisecond))
+	if d, ok := RetryAfter(err); !ok || d != 1500*time.Millisecond {
+		t.Errorf("RetryAfter = %v, %v; want 1.5s, true", d, ok)
+	}
+	if s, ok := RetryAfterSeconds(err); !ok || s != 2 {
+		t.Errorf("RetryAfterSeconds = %d, %v; want 2, true", s, ok)
+	}
+	if s, _ := RetryAfterSeconds(WithRetryAfter(base, 0)); s != 1 {
+		t.Errorf("RetryAfterSeconds of 0 = %d, want 1", s)
+	}
+	if HTTPStatus(err) != http.StatusServiceUnavailable || !errors.Is(err, ErrUnavailable) || err.Error() != "route: "+base.Error() {
+		t.Errorf("the category or message changed: %d %v %q", HTTPStatus(err), errors.Is(err, ErrUnavailable), err)
+	}
+	if _, ok := RetryAfter(base); ok {
+		t.Error("RetryAfter of an unmarked error is set")
+	}
+	if WithRetryAfter(nil, time.Second) != nil {
+		t.Error("WithRetryAfter(nil) is not nil")
 	}
 }

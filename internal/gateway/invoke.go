@@ -8,6 +8,7 @@ import (
 	"errors"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,6 +125,9 @@ func writeError(w http.ResponseWriter, err error, invID string) {
 	body := errorBodyOf(err, invID)
 	if body.InvocationID != "" {
 		w.Header().Set(httpapi.HeaderInvocationID, body.InvocationID)
+	}
+	if secs, ok := errdefs.RetryAfterSeconds(err); ok {
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	writeJSON(w, errdefs.HTTPStatus(err), body)
 }

@@ -15,10 +15,14 @@
 // and decided again, so a Run another component finished meanwhile keeps
 // its terminal status.
 //
+// After a restart of the whole process, whose pods all died with it,
+// [Reaper.RecoverRestart] settles their Runs in the store before anything
+// else starts: functions and not yet started tasks are requeued without
+// spending an attempt, the rest go through the retry engine.
+//
 // A sweep at start (after the informer synced and the pod snapshot
 // arrived) and every SweepInterval looks for Runs assigned to a UID that
-// is not a live pod, e.g. after the whole process restarted and the pods
-// came back under new UIDs. A UID known to be gone is treated at once; an
+// is not a live pod. A UID known to be gone is treated at once; an
 // unknown UID after OrphanGrace, which covers a pod whose PodReady has not
 // reached the reaper yet while the scheduler already assigned to it.
 //
@@ -341,7 +345,7 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 	if deleting {
 		err = r.releaseFinalizer(ctx, run)
 	} else {
-		err = r.recover(ctx, run)
+		err = r.recover(ctx, run, r.goneMessage)
 	}
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("reaper: write failed, will try again", "run", informer.KeyOf(run).String(), "run_uid", run.UID, "error", err)
@@ -352,14 +356,14 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 // recover sends run, assigned to a pod that is gone, through the retry
 // engine. On a conflict it re-reads the Run and decides again; it writes
 // nothing once the Run is terminal or assigned elsewhere.
-func (r *Reaper) recover(ctx context.Context, run *v1alpha1.Run) error {
+func (r *Reaper) recover(ctx context.Context, run *v1alpha1.Run, message func(*v1alpha1.Run) string) error {
 	uid := run.Status.AssignedPodUID
 	err := store.RetryOnConflict(func() error {
 		if run.Status.Phase.Terminal() || run.Status.AssignedPodUID != uid || run.DeletionTimestamp != nil {
 			return nil
 		}
 		now := r.clk.Now()
-		d := retry.Decide(run, retry.PodGone, r.goneMessage(run), now)
+		d := retry.Decide(run, retry.PodGone, message(run), now)
 		next := run.DeepCopy()
 		retry.Apply(next, d)
 		stored, err := r.cfg.Runs.UpdateStatus(ctx, next)

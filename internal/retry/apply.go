@@ -85,3 +85,23 @@ func setCondition(st *v1alpha1.RunStatus, t string, status metav1.ConditionStatu
 	}
 	st.Conditions = append(st.Conditions, c)
 }
+
+// Requeue makes run Pending again without spending an attempt, for a loss
+// that is not the Run's failure (Stoke itself restarted): it records
+// reason and message, clears the assignment, sets any Scheduled and Ready
+// conditions False, and keeps status.attempt, status.startTime and
+// status.endpoint. No Retrying condition is set, so the scheduler may
+// assign the Run at once.
+func Requeue(run *v1alpha1.Run, reason Reason, message string, at time.Time) {
+	st := &run.Status
+	st.Phase = v1alpha1.PhasePending
+	st.Attempt = max(st.Attempt, 1)
+	st.Reason, st.Message = string(reason), message
+	st.AssignedPod, st.AssignedPodUID = "", ""
+	t := metav1.NewTime(at)
+	for _, ct := range []string{conditionScheduled, conditionReady} {
+		if c := meta.FindStatusCondition(st.Conditions, ct); c != nil && c.Status != metav1.ConditionFalse {
+			setCondition(st, ct, metav1.ConditionFalse, reason, message, t)
+		}
+	}
+}

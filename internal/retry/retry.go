@@ -71,6 +71,10 @@ const (
 	Unknown Reason = "Unknown"
 )
 
+// Restarted is the reason of a Run made Pending again by [Requeue] because
+// Stoke itself restarted: not a failure, no attempt spent.
+const Restarted Reason = "Restarted"
+
 var (
 	defaultRetryable = []Reason{RuntimeExecute, RegistrationFailed, ExecutionLost, PodGone}
 	neverRetried     = []Reason{Cancelled, IncompatibleRuntime, InvalidSpec, IdleTimeout, Unknown}

@@ -211,14 +211,18 @@ func (w *worker) stopRequested() (cancel, deleted bool) {
 
 func (w *worker) run(ctx context.Context) {
 	// Claim: Scheduled → Running with startTime. A conflict means the Run
-	// moved on (cancelled, reassigned): re-read and decide again.
+	// moved on (cancelled, reassigned): re-read and decide again. A
+	// function requeued after a restart keeps its first startTime: its
+	// reservation lifetime counts from there (a retry clears it).
 	now := metav1.NewTime(w.d.cfg.Now())
 	claimed, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
 		if r.Status.Phase != v1alpha1.PhaseScheduled {
 			return false
 		}
 		r.Status.Phase = v1alpha1.PhaseRunning
-		r.Status.StartTime = &now
+		if r.Status.StartTime == nil {
+			r.Status.StartTime = &now
+		}
 		r.Status.Reason, r.Status.Message = "", ""
 		return true
 	})

@@ -152,6 +152,17 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		st.Close()
 		return nil, err
 	}
+	// No pod of the previous process is alive (the supervisor kills what is
+	// left of them before it starts any): settle the Runs they held before
+	// the API serves, so that none is shown Ready on a pod that is gone.
+	sum, err := s.reaper.RecoverRestart(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("recovering runs after a restart: %w", err)
+	}
+	if sum != (reaper.RestartSummary{}) {
+		cfg.Logger.Info("runs of the previous process's pods", "requeued", sum.Requeued, "retried_or_failed", sum.Recovered, "finalizers_released", sum.Released)
+	}
 	// Route every Run event to the runtimed of the pod it is assigned to.
 	s.runInf.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{
 		AddFunc:    s.routeRun,
@@ -548,16 +559,35 @@ func (s *Standalone) ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v
 	return out, nil
 }
 
+// notReadyRetry is the Retry-After of an invocation of a function that is
+// not Ready yet but may become so (registering, or waiting for a pod).
+const notReadyRetry = time.Second
+
 // FunctionProxy returns the in-process proxy hop serving a Ready function
-// Run, or FailedPrecondition / Unavailable when the Run has no live
-// assignment.
+// Run. A task, or a Run that has ended, is FailedPrecondition; a function
+// that is not Ready yet (registering, or registered again after a
+// restart), or whose pod is gone, is Unavailable with a Retry-After.
 func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer, error) {
-	if run.Status.Phase != v1alpha1.PhaseReady {
-		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is %s, not Ready", run.Namespace, run.Name, run.Status.Phase)
+	phase := run.Status.Phase
+	switch {
+	case run.Spec.Mode.Function == nil:
+		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is a task, not a function", run.Namespace, run.Name)
+	case phase.Terminal():
+		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is %s, not Ready", run.Namespace, run.Name, phase)
+	case phase != v1alpha1.PhaseReady:
+		if phase == "" {
+			phase = v1alpha1.PhasePending
+		}
+		msg := fmt.Sprintf("run %s/%s is %s, not Ready yet", run.Namespace, run.Name, phase)
+		if run.Status.Reason != "" {
+			msg += " (" + run.Status.Reason + ")"
+		}
+		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "%s", msg), notReadyRetry)
 	}
 	pd := s.daemon(run.Status.AssignedPodUID)
 	if pd == nil {
-		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "run %s/%s: its pod %s is gone", run.Namespace, run.Name, run.Status.AssignedPod)
+		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,
+			"run %s/%s: its pod %s is gone", run.Namespace, run.Name, run.Status.AssignedPod), notReadyRetry)
 	}
 	return pd.d.Proxy(), nil
 }
