@@ -56,6 +56,18 @@ const (
 	// RuntimeRuns is the most Run slots per runtime pod: each slot is a
 	// working directory and, for a function, a warm process.
 	RuntimeRuns = 1024
+
+	// ExecFrame is the most stdin, stdout or stderr bytes one exec frame
+	// carries (gRPC or WebSocket), and so each exec pump's one buffer.
+	ExecFrame = 32 << 10
+	// ExecControlFrame bounds a WebSocket exec message that is not stdin:
+	// a resize or a close.
+	ExecControlFrame = 1 << 10
+	// ExecSessionsPerRun and ExecSessionsPerServer bound the concurrent
+	// exec sessions into one Run and on one Runtime Server; the next one
+	// is refused at once (ResourceExhausted, HTTP 429).
+	ExecSessionsPerRun    = 8
+	ExecSessionsPerServer = 64
 )
 
 // Server-side defaults for limits a request may leave at zero. Zero never

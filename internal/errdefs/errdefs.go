@@ -23,10 +23,13 @@ var (
 	ErrNotFound           = errors.New("not found")
 	ErrAlreadyExists      = errors.New("already exists")
 	ErrFailedPrecondition = errors.New("failed precondition")
-	ErrResourceExhausted  = errors.New("resource exhausted")
-	ErrDeadlineExceeded   = errors.New("deadline exceeded")
-	ErrUnavailable        = errors.New("unavailable")
-	ErrUnimplemented      = errors.New("unimplemented")
+	// ErrNotRunning means the operation needs a running task or a Ready
+	// function and the Run is in another phase (exec into a finished Run).
+	ErrNotRunning        = errors.New("not running")
+	ErrResourceExhausted = errors.New("resource exhausted")
+	ErrDeadlineExceeded  = errors.New("deadline exceeded")
+	ErrUnavailable       = errors.New("unavailable")
+	ErrUnimplemented     = errors.New("unimplemented")
 	// ErrMethodNotAllowed is an HTTP method the path does not serve.
 	ErrMethodNotAllowed = errors.New("method not allowed")
 	ErrCanceled         = errors.New("canceled")
@@ -56,6 +59,7 @@ var categories = []struct {
 	{ErrAlreadyExists, codes.AlreadyExists, http.StatusConflict},
 	{ErrUnavailable, codes.Unavailable, http.StatusServiceUnavailable},
 	{ErrFailedPrecondition, codes.FailedPrecondition, http.StatusServiceUnavailable},
+	{ErrNotRunning, codes.FailedPrecondition, http.StatusConflict},
 	{ErrResourceExhausted, codes.ResourceExhausted, http.StatusTooManyRequests},
 	{ErrDeadlineExceeded, codes.DeadlineExceeded, http.StatusGatewayTimeout},
 	{ErrUnimplemented, codes.Unimplemented, http.StatusNotImplemented},

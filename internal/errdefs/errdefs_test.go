@@ -22,6 +22,7 @@ func TestMapping(t *testing.T) {
 		{Errorf(ErrInvalidArgument, "x"), codes.InvalidArgument, 400},
 		{fmt.Errorf("wrapped: %w", Errorf(ErrNotFound, "run a")), codes.NotFound, 404},
 		{Errorf(ErrFailedPrecondition, "draining"), codes.FailedPrecondition, 503},
+		{Errorf(ErrNotRunning, "finished"), codes.FailedPrecondition, 409},
 		{Errorf(ErrUnavailable, "gone"), codes.Unavailable, 503},
 		{Errorf(ErrResourceExhausted, "busy"), codes.ResourceExhausted, 429},
 		{Errorf(ErrDeadlineExceeded, "slow"), codes.DeadlineExceeded, 504},

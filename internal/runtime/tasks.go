@@ -126,6 +126,9 @@ type execution struct {
 	done       chan struct{} // closed once the state is terminal
 
 	stdout, stderr tailBuffer
+	// dir and env are the execution's, for exec sessions into it.
+	dir string
+	env []string
 
 	mu       sync.Mutex
 	state    pb.ExecutionState

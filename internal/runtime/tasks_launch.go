@@ -1,12 +1,9 @@
 package runtime
 
 import (
-	"fmt"
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"time"
 
 	pb "stoke.dev/stoke/api/executor/v1"
@@ -38,28 +35,6 @@ func taskEnv(base, env map[string]string, outputsFile string) ([]string, string)
 	return MergeEnv(base, extra), path
 }
 
-// findExecutable resolves a command name the way execvp would in the child:
-// a name with a slash is used as given (relative to the working directory),
-// a bare name is searched in the child's PATH — never the server's own,
-// which exec.Command would use. Relative PATH entries are skipped, as
-// exec.LookPath refuses them, so the working directory cannot shadow a
-// command.
-func findExecutable(name, path string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if !filepath.IsAbs(dir) {
-			continue
-		}
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("executable %q not found in PATH", name)
-}
-
 // start starts e's process and hands it to a supervisor; t.wg was added
 // for e, and is released here when nothing starts.
 func (t *Tasks) start(e *execution, l launch) {
@@ -76,7 +51,7 @@ func (t *Tasks) start(e *execution, l launch) {
 		return
 	default:
 	}
-	path, err := findExecutable(l.argv[0], l.envPath)
+	path, err := proc.LookPath(l.argv[0], l.dir, l.envPath)
 	if err != nil {
 		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: "+err.Error())
 		return

@@ -94,6 +94,8 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 		stdout:    tailBuffer{max: bounds.CapturedStream},
 		stderr:    tailBuffer{max: bounds.CapturedStream},
 		state:     pb.ExecutionState_EXECUTION_STATE_PENDING,
+		dir:       l.dir,
+		env:       l.env,
 	}
 	t.execs[id] = e
 	// Added under t.mu while not closed, so Close's Wait covers it.

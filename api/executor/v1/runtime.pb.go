@@ -1320,6 +1320,531 @@ func (x *UnregisterFunctionResponse) GetRegistration() *FunctionRegistration {
 	return nil
 }
 
+type ExecRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*ExecRequest_Start
+	//	*ExecRequest_Stdin
+	//	*ExecRequest_StdinClose
+	//	*ExecRequest_Resize
+	//	*ExecRequest_Signal
+	Frame         isExecRequest_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecRequest) Reset() {
+	*x = ExecRequest{}
+	mi := &file_executor_v1_runtime_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecRequest) ProtoMessage() {}
+
+func (x *ExecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_v1_runtime_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
+func (*ExecRequest) Descriptor() ([]byte, []int) {
+	return file_executor_v1_runtime_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ExecRequest) GetFrame() isExecRequest_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetStart() *ExecStart {
+	if x != nil {
+		if x, ok := x.Frame.(*ExecRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*ExecRequest_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetStdinClose() *ExecStdinClose {
+	if x != nil {
+		if x, ok := x.Frame.(*ExecRequest_StdinClose); ok {
+			return x.StdinClose
+		}
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetResize() *TerminalSize {
+	if x != nil {
+		if x, ok := x.Frame.(*ExecRequest_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetSignal() int32 {
+	if x != nil {
+		if x, ok := x.Frame.(*ExecRequest_Signal); ok {
+			return x.Signal
+		}
+	}
+	return 0
+}
+
+type isExecRequest_Frame interface {
+	isExecRequest_Frame()
+}
+
+type ExecRequest_Start struct {
+	Start *ExecStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ExecRequest_Stdin struct {
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
+}
+
+type ExecRequest_StdinClose struct {
+	// Closes the command's stdin (EOF).
+	StdinClose *ExecStdinClose `protobuf:"bytes,3,opt,name=stdin_close,json=stdinClose,proto3,oneof"`
+}
+
+type ExecRequest_Resize struct {
+	Resize *TerminalSize `protobuf:"bytes,4,opt,name=resize,proto3,oneof"`
+}
+
+type ExecRequest_Signal struct {
+	// A signal number for the command's process group (with a TTY: the
+	// terminal's foreground process group).
+	Signal int32 `protobuf:"varint,5,opt,name=signal,proto3,oneof"`
+}
+
+func (*ExecRequest_Start) isExecRequest_Frame() {}
+
+func (*ExecRequest_Stdin) isExecRequest_Frame() {}
+
+func (*ExecRequest_StdinClose) isExecRequest_Frame() {}
+
+func (*ExecRequest_Resize) isExecRequest_Frame() {}
+
+func (*ExecRequest_Signal) isExecRequest_Frame() {}
+
+type ExecStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Run's UID; for a function, registration_id names the generation
+	// (stale ⇒ FailedPrecondition).
+	RunUid         string `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
+	RegistrationId string `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
+	// argv, executed directly (never through a shell), argv[0] resolved on
+	// the Run's PATH.
+	Command []string `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	Tty     bool     `protobuf:"varint,4,opt,name=tty,proto3" json:"tty,omitempty"`
+	// Without stdin the command's stdin is /dev/null (or, with a TTY, the
+	// terminal, never written to).
+	Stdin bool          `protobuf:"varint,5,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	Size  *TerminalSize `protobuf:"bytes,6,opt,name=size,proto3" json:"size,omitempty"`
+	// Added to the Run's environment.
+	Env           map[string]string `protobuf:"bytes,7,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecStart) Reset() {
+	*x = ExecStart{}
+	mi := &file_executor_v1_runtime_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecStart) ProtoMessage() {}
+
+func (x *ExecStart) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_v1_runtime_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
+func (*ExecStart) Descriptor() ([]byte, []int) {
+	return file_executor_v1_runtime_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ExecStart) GetRunUid() string {
+	if x != nil {
+		return x.RunUid
+	}
+	return ""
+}
+
+func (x *ExecStart) GetRegistrationId() string {
+	if x != nil {
+		return x.RegistrationId
+	}
+	return ""
+}
+
+func (x *ExecStart) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ExecStart) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecStart) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *ExecStart) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+func (x *ExecStart) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+type ExecStdinClose struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecStdinClose) Reset() {
+	*x = ExecStdinClose{}
+	mi := &file_executor_v1_runtime_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecStdinClose) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecStdinClose) ProtoMessage() {}
+
+func (x *ExecStdinClose) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_v1_runtime_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecStdinClose.ProtoReflect.Descriptor instead.
+func (*ExecStdinClose) Descriptor() ([]byte, []int) {
+	return file_executor_v1_runtime_proto_rawDescGZIP(), []int{23}
+}
+
+type TerminalSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Width         uint32                 `protobuf:"varint,1,opt,name=width,proto3" json:"width,omitempty"`
+	Height        uint32                 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_executor_v1_runtime_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_v1_runtime_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_executor_v1_runtime_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TerminalSize) GetWidth() uint32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetHeight() uint32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+type ExecResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*ExecResponse_Started
+	//	*ExecResponse_Stdout
+	//	*ExecResponse_Stderr
+	//	*ExecResponse_Exit
+	Frame         isExecResponse_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecResponse) Reset() {
+	*x = ExecResponse{}
+	mi := &file_executor_v1_runtime_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecResponse) ProtoMessage() {}
+
+func (x *ExecResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_v1_runtime_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
+func (*ExecResponse) Descriptor() ([]byte, []int) {
+	return file_executor_v1_runtime_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ExecResponse) GetFrame() isExecResponse_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetStarted() *ExecStarted {
+	if x != nil {
+		if x, ok := x.Frame.(*ExecResponse_Started); ok {
+			return x.Started
+		}
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetStdout() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*ExecResponse_Stdout); ok {
+			return x.Stdout
+		}
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetStderr() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*ExecResponse_Stderr); ok {
+			return x.Stderr
+		}
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetExit() *ExecExit {
+	if x != nil {
+		if x, ok := x.Frame.(*ExecResponse_Exit); ok {
+			return x.Exit
+		}
+	}
+	return nil
+}
+
+type isExecResponse_Frame interface {
+	isExecResponse_Frame()
+}
+
+type ExecResponse_Started struct {
+	Started *ExecStarted `protobuf:"bytes,1,opt,name=started,proto3,oneof"`
+}
+
+type ExecResponse_Stdout struct {
+	Stdout []byte `protobuf:"bytes,2,opt,name=stdout,proto3,oneof"`
+}
+
+type ExecResponse_Stderr struct {
+	Stderr []byte `protobuf:"bytes,3,opt,name=stderr,proto3,oneof"`
+}
+
+type ExecResponse_Exit struct {
+	Exit *ExecExit `protobuf:"bytes,4,opt,name=exit,proto3,oneof"`
+}
+
+func (*ExecResponse_Started) isExecResponse_Frame() {}
+
+func (*ExecResponse_Stdout) isExecResponse_Frame() {}
+
+func (*ExecResponse_Stderr) isExecResponse_Frame() {}
+
+func (*ExecResponse_Exit) isExecResponse_Frame() {}
+
+type ExecStarted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecStarted) Reset() {
+	*x = ExecStarted{}
+	mi := &file_executor_v1_runtime_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecStarted) ProtoMessage() {}
+
+func (x *ExecStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_v1_runtime_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecStarted.ProtoReflect.Descriptor instead.
+func (*ExecStarted) Descriptor() ([]byte, []int) {
+	return file_executor_v1_runtime_proto_rawDescGZIP(), []int{26}
+}
+
+type ExecExit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The exit status; 128+signal when a signal ended the command, 126 when
+	// it could not be executed, 127 when it was not found.
+	ExitCode int32 `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// The signal that ended the command, or 0.
+	Signal        int32 `protobuf:"varint,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecExit) Reset() {
+	*x = ExecExit{}
+	mi := &file_executor_v1_runtime_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecExit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecExit) ProtoMessage() {}
+
+func (x *ExecExit) ProtoReflect() protoreflect.Message {
+	mi := &file_executor_v1_runtime_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
+func (*ExecExit) Descriptor() ([]byte, []int) {
+	return file_executor_v1_runtime_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ExecExit) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ExecExit) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
 var File_executor_v1_runtime_proto protoreflect.FileDescriptor
 
 const file_executor_v1_runtime_proto_rawDesc = "" +
@@ -1414,7 +1939,40 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x10cancel_in_flight\x18\x02 \x01(\bR\x0ecancelInFlight\x120\n" +
 	"\x14drain_timeout_millis\x18\x03 \x01(\x03R\x12drainTimeoutMillis\"c\n" +
 	"\x1aUnregisterFunctionResponse\x12E\n" +
-	"\fregistration\x18\x01 \x01(\v2!.executor.v1.FunctionRegistrationR\fregistration*\xe4\x01\n" +
+	"\fregistration\x18\x01 \x01(\v2!.executor.v1.FunctionRegistrationR\fregistration\"\xed\x01\n" +
+	"\vExecRequest\x12.\n" +
+	"\x05start\x18\x01 \x01(\v2\x16.executor.v1.ExecStartH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x12>\n" +
+	"\vstdin_close\x18\x03 \x01(\v2\x1b.executor.v1.ExecStdinCloseH\x00R\n" +
+	"stdinClose\x123\n" +
+	"\x06resize\x18\x04 \x01(\v2\x19.executor.v1.TerminalSizeH\x00R\x06resize\x12\x18\n" +
+	"\x06signal\x18\x05 \x01(\x05H\x00R\x06signalB\a\n" +
+	"\x05frame\"\xa9\x02\n" +
+	"\tExecStart\x12\x17\n" +
+	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12'\n" +
+	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x12\x10\n" +
+	"\x03tty\x18\x04 \x01(\bR\x03tty\x12\x14\n" +
+	"\x05stdin\x18\x05 \x01(\bR\x05stdin\x12-\n" +
+	"\x04size\x18\x06 \x01(\v2\x19.executor.v1.TerminalSizeR\x04size\x121\n" +
+	"\x03env\x18\a \x03(\v2\x1f.executor.v1.ExecStart.EnvEntryR\x03env\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x10\n" +
+	"\x0eExecStdinClose\"<\n" +
+	"\fTerminalSize\x12\x14\n" +
+	"\x05width\x18\x01 \x01(\rR\x05width\x12\x16\n" +
+	"\x06height\x18\x02 \x01(\rR\x06height\"\xae\x01\n" +
+	"\fExecResponse\x124\n" +
+	"\astarted\x18\x01 \x01(\v2\x18.executor.v1.ExecStartedH\x00R\astarted\x12\x18\n" +
+	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
+	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12+\n" +
+	"\x04exit\x18\x04 \x01(\v2\x15.executor.v1.ExecExitH\x00R\x04exitB\a\n" +
+	"\x05frame\"\r\n" +
+	"\vExecStarted\"?\n" +
+	"\bExecExit\x12\x1b\n" +
+	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\x05R\x06signal*\xe4\x01\n" +
 	"\x0eExecutionState\x12\x1f\n" +
 	"\x1bEXECUTION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17EXECUTION_STATE_PENDING\x10\x01\x12\x1b\n" +
@@ -1441,7 +1999,9 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x10RegisterFunction\x12$.executor.v1.RegisterFunctionRequest\x1a%.executor.v1.RegisterFunctionResponse\x12Y\n" +
 	"\x0eFunctionStatus\x12\".executor.v1.FunctionStatusRequest\x1a#.executor.v1.FunctionStatusResponse\x12Y\n" +
 	"\x0eInvokeFunction\x12\".executor.v1.InvokeFunctionRequest\x1a#.executor.v1.InvokeFunctionResponse\x12e\n" +
-	"\x12UnregisterFunction\x12&.executor.v1.UnregisterFunctionRequest\x1a'.executor.v1.UnregisterFunctionResponseB,Z*stoke.dev/stoke/api/executor/v1;executorv1b\x06proto3"
+	"\x12UnregisterFunction\x12&.executor.v1.UnregisterFunctionRequest\x1a'.executor.v1.UnregisterFunctionResponse2G\n" +
+	"\x04Exec\x12?\n" +
+	"\x04Exec\x12\x18.executor.v1.ExecRequest\x1a\x19.executor.v1.ExecResponse(\x010\x01B,Z*stoke.dev/stoke/api/executor/v1;executorv1b\x06proto3"
 
 var (
 	file_executor_v1_runtime_proto_rawDescOnce sync.Once
@@ -1456,7 +2016,7 @@ func file_executor_v1_runtime_proto_rawDescGZIP() []byte {
 }
 
 var file_executor_v1_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_executor_v1_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_executor_v1_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_executor_v1_runtime_proto_goTypes = []any{
 	(ExecutionState)(0),                // 0: executor.v1.ExecutionState
 	(FunctionRegistrationState)(0),     // 1: executor.v1.FunctionRegistrationState
@@ -1481,17 +2041,25 @@ var file_executor_v1_runtime_proto_goTypes = []any{
 	(*InvokeFunctionResponse)(nil),     // 20: executor.v1.InvokeFunctionResponse
 	(*UnregisterFunctionRequest)(nil),  // 21: executor.v1.UnregisterFunctionRequest
 	(*UnregisterFunctionResponse)(nil), // 22: executor.v1.UnregisterFunctionResponse
-	nil,                                // 23: executor.v1.ExecuteRequest.EnvEntry
-	nil,                                // 24: executor.v1.StatusResponse.OutputsEntry
-	nil,                                // 25: executor.v1.RegisterFunctionRequest.EnvEntry
-	nil,                                // 26: executor.v1.InvokeFunctionResponse.OutputsEntry
+	(*ExecRequest)(nil),                // 23: executor.v1.ExecRequest
+	(*ExecStart)(nil),                  // 24: executor.v1.ExecStart
+	(*ExecStdinClose)(nil),             // 25: executor.v1.ExecStdinClose
+	(*TerminalSize)(nil),               // 26: executor.v1.TerminalSize
+	(*ExecResponse)(nil),               // 27: executor.v1.ExecResponse
+	(*ExecStarted)(nil),                // 28: executor.v1.ExecStarted
+	(*ExecExit)(nil),                   // 29: executor.v1.ExecExit
+	nil,                                // 30: executor.v1.ExecuteRequest.EnvEntry
+	nil,                                // 31: executor.v1.StatusResponse.OutputsEntry
+	nil,                                // 32: executor.v1.RegisterFunctionRequest.EnvEntry
+	nil,                                // 33: executor.v1.InvokeFunctionResponse.OutputsEntry
+	nil,                                // 34: executor.v1.ExecStart.EnvEntry
 }
 var file_executor_v1_runtime_proto_depIdxs = []int32{
-	23, // 0: executor.v1.ExecuteRequest.env:type_name -> executor.v1.ExecuteRequest.EnvEntry
+	30, // 0: executor.v1.ExecuteRequest.env:type_name -> executor.v1.ExecuteRequest.EnvEntry
 	0,  // 1: executor.v1.StatusResponse.state:type_name -> executor.v1.ExecutionState
-	24, // 2: executor.v1.StatusResponse.outputs:type_name -> executor.v1.StatusResponse.OutputsEntry
+	31, // 2: executor.v1.StatusResponse.outputs:type_name -> executor.v1.StatusResponse.OutputsEntry
 	5,  // 3: executor.v1.ListResponse.entries:type_name -> executor.v1.StatusResponse
-	25, // 4: executor.v1.RegisterFunctionRequest.env:type_name -> executor.v1.RegisterFunctionRequest.EnvEntry
+	32, // 4: executor.v1.RegisterFunctionRequest.env:type_name -> executor.v1.RegisterFunctionRequest.EnvEntry
 	14, // 5: executor.v1.RegisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
 	1,  // 6: executor.v1.RegisterFunctionResponse.state:type_name -> executor.v1.FunctionRegistrationState
 	14, // 7: executor.v1.FunctionStatusRequest.registration:type_name -> executor.v1.FunctionRegistration
@@ -1499,36 +2067,45 @@ var file_executor_v1_runtime_proto_depIdxs = []int32{
 	1,  // 9: executor.v1.FunctionStatusResponse.state:type_name -> executor.v1.FunctionRegistrationState
 	14, // 10: executor.v1.InvokeFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
 	14, // 11: executor.v1.InvokeFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
-	26, // 12: executor.v1.InvokeFunctionResponse.outputs:type_name -> executor.v1.InvokeFunctionResponse.OutputsEntry
+	33, // 12: executor.v1.InvokeFunctionResponse.outputs:type_name -> executor.v1.InvokeFunctionResponse.OutputsEntry
 	14, // 13: executor.v1.UnregisterFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
 	14, // 14: executor.v1.UnregisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
-	2,  // 15: executor.v1.Runtime.Execute:input_type -> executor.v1.ExecuteRequest
-	4,  // 16: executor.v1.Runtime.Status:input_type -> executor.v1.StatusRequest
-	6,  // 17: executor.v1.Runtime.List:input_type -> executor.v1.ListRequest
-	8,  // 18: executor.v1.Runtime.Cancel:input_type -> executor.v1.CancelRequest
-	10, // 19: executor.v1.Runtime.Forget:input_type -> executor.v1.ForgetRequest
-	12, // 20: executor.v1.Runtime.Health:input_type -> executor.v1.HealthRequest
-	4,  // 21: executor.v1.Runtime.Wait:input_type -> executor.v1.StatusRequest
-	15, // 22: executor.v1.FunctionRuntime.RegisterFunction:input_type -> executor.v1.RegisterFunctionRequest
-	17, // 23: executor.v1.FunctionRuntime.FunctionStatus:input_type -> executor.v1.FunctionStatusRequest
-	19, // 24: executor.v1.FunctionRuntime.InvokeFunction:input_type -> executor.v1.InvokeFunctionRequest
-	21, // 25: executor.v1.FunctionRuntime.UnregisterFunction:input_type -> executor.v1.UnregisterFunctionRequest
-	3,  // 26: executor.v1.Runtime.Execute:output_type -> executor.v1.ExecuteResponse
-	5,  // 27: executor.v1.Runtime.Status:output_type -> executor.v1.StatusResponse
-	7,  // 28: executor.v1.Runtime.List:output_type -> executor.v1.ListResponse
-	9,  // 29: executor.v1.Runtime.Cancel:output_type -> executor.v1.CancelResponse
-	11, // 30: executor.v1.Runtime.Forget:output_type -> executor.v1.ForgetResponse
-	13, // 31: executor.v1.Runtime.Health:output_type -> executor.v1.HealthResponse
-	5,  // 32: executor.v1.Runtime.Wait:output_type -> executor.v1.StatusResponse
-	16, // 33: executor.v1.FunctionRuntime.RegisterFunction:output_type -> executor.v1.RegisterFunctionResponse
-	18, // 34: executor.v1.FunctionRuntime.FunctionStatus:output_type -> executor.v1.FunctionStatusResponse
-	20, // 35: executor.v1.FunctionRuntime.InvokeFunction:output_type -> executor.v1.InvokeFunctionResponse
-	22, // 36: executor.v1.FunctionRuntime.UnregisterFunction:output_type -> executor.v1.UnregisterFunctionResponse
-	26, // [26:37] is the sub-list for method output_type
-	15, // [15:26] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	24, // 15: executor.v1.ExecRequest.start:type_name -> executor.v1.ExecStart
+	25, // 16: executor.v1.ExecRequest.stdin_close:type_name -> executor.v1.ExecStdinClose
+	26, // 17: executor.v1.ExecRequest.resize:type_name -> executor.v1.TerminalSize
+	26, // 18: executor.v1.ExecStart.size:type_name -> executor.v1.TerminalSize
+	34, // 19: executor.v1.ExecStart.env:type_name -> executor.v1.ExecStart.EnvEntry
+	28, // 20: executor.v1.ExecResponse.started:type_name -> executor.v1.ExecStarted
+	29, // 21: executor.v1.ExecResponse.exit:type_name -> executor.v1.ExecExit
+	2,  // 22: executor.v1.Runtime.Execute:input_type -> executor.v1.ExecuteRequest
+	4,  // 23: executor.v1.Runtime.Status:input_type -> executor.v1.StatusRequest
+	6,  // 24: executor.v1.Runtime.List:input_type -> executor.v1.ListRequest
+	8,  // 25: executor.v1.Runtime.Cancel:input_type -> executor.v1.CancelRequest
+	10, // 26: executor.v1.Runtime.Forget:input_type -> executor.v1.ForgetRequest
+	12, // 27: executor.v1.Runtime.Health:input_type -> executor.v1.HealthRequest
+	4,  // 28: executor.v1.Runtime.Wait:input_type -> executor.v1.StatusRequest
+	15, // 29: executor.v1.FunctionRuntime.RegisterFunction:input_type -> executor.v1.RegisterFunctionRequest
+	17, // 30: executor.v1.FunctionRuntime.FunctionStatus:input_type -> executor.v1.FunctionStatusRequest
+	19, // 31: executor.v1.FunctionRuntime.InvokeFunction:input_type -> executor.v1.InvokeFunctionRequest
+	21, // 32: executor.v1.FunctionRuntime.UnregisterFunction:input_type -> executor.v1.UnregisterFunctionRequest
+	23, // 33: executor.v1.Exec.Exec:input_type -> executor.v1.ExecRequest
+	3,  // 34: executor.v1.Runtime.Execute:output_type -> executor.v1.ExecuteResponse
+	5,  // 35: executor.v1.Runtime.Status:output_type -> executor.v1.StatusResponse
+	7,  // 36: executor.v1.Runtime.List:output_type -> executor.v1.ListResponse
+	9,  // 37: executor.v1.Runtime.Cancel:output_type -> executor.v1.CancelResponse
+	11, // 38: executor.v1.Runtime.Forget:output_type -> executor.v1.ForgetResponse
+	13, // 39: executor.v1.Runtime.Health:output_type -> executor.v1.HealthResponse
+	5,  // 40: executor.v1.Runtime.Wait:output_type -> executor.v1.StatusResponse
+	16, // 41: executor.v1.FunctionRuntime.RegisterFunction:output_type -> executor.v1.RegisterFunctionResponse
+	18, // 42: executor.v1.FunctionRuntime.FunctionStatus:output_type -> executor.v1.FunctionStatusResponse
+	20, // 43: executor.v1.FunctionRuntime.InvokeFunction:output_type -> executor.v1.InvokeFunctionResponse
+	22, // 44: executor.v1.FunctionRuntime.UnregisterFunction:output_type -> executor.v1.UnregisterFunctionResponse
+	27, // 45: executor.v1.Exec.Exec:output_type -> executor.v1.ExecResponse
+	34, // [34:46] is the sub-list for method output_type
+	22, // [22:34] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_executor_v1_runtime_proto_init() }
@@ -1536,15 +2113,28 @@ func file_executor_v1_runtime_proto_init() {
 	if File_executor_v1_runtime_proto != nil {
 		return
 	}
+	file_executor_v1_runtime_proto_msgTypes[21].OneofWrappers = []any{
+		(*ExecRequest_Start)(nil),
+		(*ExecRequest_Stdin)(nil),
+		(*ExecRequest_StdinClose)(nil),
+		(*ExecRequest_Resize)(nil),
+		(*ExecRequest_Signal)(nil),
+	}
+	file_executor_v1_runtime_proto_msgTypes[25].OneofWrappers = []any{
+		(*ExecResponse_Started)(nil),
+		(*ExecResponse_Stdout)(nil),
+		(*ExecResponse_Stderr)(nil),
+		(*ExecResponse_Exit)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_executor_v1_runtime_proto_rawDesc), len(file_executor_v1_runtime_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   33,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_executor_v1_runtime_proto_goTypes,
 		DependencyIndexes: file_executor_v1_runtime_proto_depIdxs,

@@ -608,3 +608,125 @@ var FunctionRuntime_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "executor/v1/runtime.proto",
 }
+
+const (
+	Exec_Exec_FullMethodName = "/executor.v1.Exec/Exec"
+)
+
+// ExecClient is the client API for Exec service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Exec is the optional service that runs a command inside a live Run: a task
+// while it runs, a function while it is registered. One bidirectional stream
+// is one exec session. The client's first frame is start; the server answers
+// started once the command runs (or ends the stream with an error status:
+// NotFound, FailedPrecondition for a stale registration or an ended Run,
+// ResourceExhausted past the session limits, InvalidArgument). Then the
+// client sends stdin, stdin_close, resize and signal frames, and the server
+// sends stdout and stderr (one merged stream with a TTY) and exactly one
+// exit frame, after all output, or an error status that says why the
+// session ended (its Run ended, its registration was replaced). Both
+// directions are flow controlled by the stream: nothing is dropped. A
+// Runtime Server without exec answers Unimplemented.
+type ExecClient interface {
+	Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error)
+}
+
+type execClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewExecClient(cc grpc.ClientConnInterface) ExecClient {
+	return &execClient{cc}
+}
+
+func (c *execClient) Exec(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Exec_ServiceDesc.Streams[0], Exec_Exec_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecRequest, ExecResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Exec_ExecClient = grpc.BidiStreamingClient[ExecRequest, ExecResponse]
+
+// ExecServer is the server API for Exec service.
+// All implementations must embed UnimplementedExecServer
+// for forward compatibility.
+//
+// Exec is the optional service that runs a command inside a live Run: a task
+// while it runs, a function while it is registered. One bidirectional stream
+// is one exec session. The client's first frame is start; the server answers
+// started once the command runs (or ends the stream with an error status:
+// NotFound, FailedPrecondition for a stale registration or an ended Run,
+// ResourceExhausted past the session limits, InvalidArgument). Then the
+// client sends stdin, stdin_close, resize and signal frames, and the server
+// sends stdout and stderr (one merged stream with a TTY) and exactly one
+// exit frame, after all output, or an error status that says why the
+// session ended (its Run ended, its registration was replaced). Both
+// directions are flow controlled by the stream: nothing is dropped. A
+// Runtime Server without exec answers Unimplemented.
+type ExecServer interface {
+	Exec(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error
+	mustEmbedUnimplementedExecServer()
+}
+
+// UnimplementedExecServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedExecServer struct{}
+
+func (UnimplementedExecServer) Exec(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error {
+	return status.Error(codes.Unimplemented, "method Exec not implemented")
+}
+func (UnimplementedExecServer) mustEmbedUnimplementedExecServer() {}
+func (UnimplementedExecServer) testEmbeddedByValue()              {}
+
+// UnsafeExecServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ExecServer will
+// result in compilation errors.
+type UnsafeExecServer interface {
+	mustEmbedUnimplementedExecServer()
+}
+
+func RegisterExecServer(s grpc.ServiceRegistrar, srv ExecServer) {
+	// If the following call panics, it indicates UnimplementedExecServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Exec_ServiceDesc, srv)
+}
+
+func _Exec_Exec_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ExecServer).Exec(&grpc.GenericServerStream[ExecRequest, ExecResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Exec_ExecServer = grpc.BidiStreamingServer[ExecRequest, ExecResponse]
+
+// Exec_ServiceDesc is the grpc.ServiceDesc for Exec service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Exec_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "executor.v1.Exec",
+	HandlerType: (*ExecServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Exec",
+			Handler:       _Exec_Exec_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "executor/v1/runtime.proto",
+}

@@ -31,6 +31,8 @@ import (
 type Services struct {
 	Runtime   pb.RuntimeServer
 	Functions pb.FunctionRuntimeServer
+	// Exec, optional, serves exec sessions into live Runs.
+	Exec pb.ExecServer
 }
 
 // GRPC is a configured gRPC server with its health service.
@@ -61,6 +63,10 @@ func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
 	if svcs.Functions != nil {
 		pb.RegisterFunctionRuntimeServer(s, svcs.Functions)
 		h.SetServingStatus(pb.FunctionRuntime_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
+	if svcs.Exec != nil {
+		pb.RegisterExecServer(s, svcs.Exec)
+		h.SetServingStatus(pb.Exec_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	}
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return &GRPC{Server: s, Health: h, log: log}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/bash"
@@ -165,7 +166,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns})
+	execs := exec.NewLocal(exec.LocalConfig{Targets: runtime.ExecTargets(tasks, fns), Logger: log})
+	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns, Exec: exec.NewGRPCServer(execs)})
 	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root())
 	if cfg.OnListen != nil {
 		cfg.OnListen(lis.Addr())
@@ -175,6 +177,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// cancelled; one-shot executions get SIGTERM at once and SIGKILL
 		// after the grace. The RPCs waiting on them return, so
 		// GracefulStop can complete.
+		execs.Close()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

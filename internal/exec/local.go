@@ -1,0 +1,138 @@
+package exec
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+)
+
+// Target is where a session runs: a live task execution or function
+// registration on this Runtime Server.
+type Target struct {
+	Dir string   // absolute working directory
+	Env []string // the Run's complete environment, "K=V"
+	// Ended is closed when the Run's execution ends or its registration
+	// is released or replaced; Reason then says which.
+	Ended  <-chan struct{}
+	Reason func() string
+}
+
+// Targets resolves a Run on this Runtime Server. Its errors are NotFound
+// (no such Run), NotRunning (the task finished) and FailedPrecondition (a
+// stale registration ID).
+type Targets interface {
+	ExecTarget(runUID, registrationID string) (Target, error)
+}
+
+// LocalConfig configures a Local executor.
+type LocalConfig struct {
+	Targets Targets
+	Logger  *slog.Logger
+	// MaxPerRun and MaxTotal bound concurrent sessions (defaults
+	// bounds.ExecSessionsPerRun and bounds.ExecSessionsPerServer).
+	MaxPerRun, MaxTotal int
+}
+
+// Local runs exec sessions on this machine: each command is the leader of
+// a session of its own (with a TTY, the terminal's controlling session),
+// which is killed whole when the exec ends, when its Run ends or its
+// registration is replaced, and on Close.
+type Local struct {
+	cfg LocalConfig
+	log *slog.Logger
+
+	mu     sync.Mutex
+	perRun map[string]int
+	total  int
+	live   map[*localSession]struct{}
+	closed bool
+}
+
+// NewLocal returns a Local executor.
+func NewLocal(cfg LocalConfig) *Local {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxPerRun <= 0 {
+		cfg.MaxPerRun = bounds.ExecSessionsPerRun
+	}
+	if cfg.MaxTotal <= 0 {
+		cfg.MaxTotal = bounds.ExecSessionsPerServer
+	}
+	return &Local{cfg: cfg, log: cfg.Logger, perRun: map[string]int{}, live: map[*localSession]struct{}{}}
+}
+
+// Start validates req, finds its Run, takes a slot and starts the command.
+func (l *Local) Start(_ context.Context, req Request) (Session, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	target, err := l.cfg.Targets.ExecTarget(req.RunUID, req.RegistrationID)
+	if err != nil {
+		return nil, err
+	}
+	s := &localSession{l: l, req: req, target: target, log: l.log.With("run_uid", req.RunUID)}
+	if err := l.acquire(s); err != nil {
+		return nil, err
+	}
+	if err := s.start(); err != nil {
+		l.release(s)
+		return nil, err
+	}
+	return s, nil
+}
+
+func (l *Local) acquire(s *localSession) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+		return errdefs.Errorf(errdefs.ErrUnavailable, "run %s: exec: the runtime server is shutting down", s.req.RunUID)
+	case l.total >= l.cfg.MaxTotal:
+		return errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: exec: %d sessions are open on this runtime server, the most allowed", s.req.RunUID, l.cfg.MaxTotal)
+	case l.perRun[s.req.RunUID] >= l.cfg.MaxPerRun:
+		return errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: exec: %d sessions are open into this run, the most allowed", s.req.RunUID, l.cfg.MaxPerRun)
+	}
+	l.total++
+	l.perRun[s.req.RunUID]++
+	l.live[s] = struct{}{}
+	return nil
+}
+
+func (l *Local) release(s *localSession) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.live[s]; !ok {
+		return
+	}
+	delete(l.live, s)
+	l.total--
+	if l.perRun[s.req.RunUID]--; l.perRun[s.req.RunUID] == 0 {
+		delete(l.perRun, s.req.RunUID)
+	}
+}
+
+// Open returns the number of open sessions.
+func (l *Local) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// Close refuses new sessions and ends every open one, killing its
+// processes.
+func (l *Local) Close() {
+	l.mu.Lock()
+	l.closed = true
+	live := make([]*localSession, 0, len(l.live))
+	for s := range l.live {
+		live = append(live, s)
+	}
+	l.mu.Unlock()
+	for _, s := range live {
+		_ = s.Close()
+	}
+}
