@@ -48,6 +48,15 @@ const (
 	// ObjectBody bounds a Run or Runtime sent to the HTTP API: a Source in
 	// base64 plus every argument at its bound fits.
 	ObjectBody = 4 << 20
+	// ObjectJSON bounds an object's JSON without its status, as the store
+	// encodes it: an ObjectBody request plus the defaults and system
+	// metadata Stoke adds. Fields each within their own bound may still
+	// sum, or escape ('<' is six bytes of JSON), past it.
+	ObjectJSON = ObjectBody + 64<<10
+	// StoredObject bounds one object in the store: an ObjectJSON object
+	// plus a status with every field at its bound (outputs, message,
+	// conditions), each byte escaped at worst as \u00XX.
+	StoredObject = ObjectJSON + 1<<20
 	// RetryAttempts is the largest spec.retryPolicy.maxAttempts.
 	RetryAttempts = 100
 	// RuntimeReplicas is the most pods one Runtime pool may have; bigger

@@ -101,7 +101,7 @@ type reply struct {
 	body   []byte
 }
 
-func (r reply) String() string { return fmt.Sprintf("%d %s", r.status, r.body) }
+func (r reply) String() string { return fmt.Sprintf("%d %.500s", r.status, r.body) }
 
 // do sends a request with the token unless hdr sets Authorization ("" sends
 // none).
@@ -139,13 +139,13 @@ func wantError(t *testing.T, r reply, status int, errorType string, invoke bool)
 	t.Helper()
 	var body httpapi.ErrorBody
 	if r.status != status {
-		t.Errorf("status %d, want %d: %s", r.status, status, r.body)
+		t.Errorf("status %d, want %d: %s", r.status, status, r)
 	}
 	if ct := r.header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("Content-Type %q, want application/json: %s", ct, r.body)
+		t.Errorf("Content-Type %q, want application/json: %s", ct, r)
 	}
 	if err := json.Unmarshal(r.body, &body); err != nil {
-		t.Fatalf("error body %q: %v", r.body, err)
+		t.Fatalf("error body %s: %v", r, err)
 	}
 	if body.ErrorType != errorType || body.ErrorMessage == "" {
 		t.Errorf("error body %+v, want errorType %s and a message", body, errorType)
@@ -403,4 +403,49 @@ func TestWatchEndsWithErrorWhenServerStops(t *testing.T) {
 	if last.Type != "ERROR" || last.Object.ErrorType != "Stoke.Unavailable" {
 		t.Fatalf("last line %+v, want an ERROR of Stoke.Unavailable", last)
 	}
+}
+
+// The largest legal Run — its JSON exactly the documented 4 MiB, source and
+// arguments at their bounds — is taken and stored; one byte more is 413.
+func TestLargestLegalRun(t *testing.T) {
+	url := serve(t, gateway.Config{})
+	args := make([]string, bounds.Args)
+	for i := range args {
+		args[i] = strings.Repeat("a", bounds.Arg)
+	}
+	run := &v1alpha1.Run{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindRun},
+		ObjectMeta: metav1.ObjectMeta{Name: "largest", Namespace: "default"},
+		Spec: v1alpha1.RunSpec{Runtime: "bash", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: args}},
+			Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "main.sh", Text: strings.Repeat("s", bounds.Source)}},
+			Env:    []v1alpha1.EnvVar{{Name: "FILL"}}},
+	}
+	body := func() string {
+		b, err := json.Marshal(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	run.Spec.Env[0].Value = strings.Repeat("e", bounds.ObjectBody-len(body()))
+	if len(body()) != bounds.ObjectBody {
+		t.Fatalf("body is %d bytes", len(body()))
+	}
+	t.Cleanup(func() {
+		for _, name := range []string{"largest", "largest-plus-one", "escaped"} {
+			_, _ = plane.DeleteRun(context.Background(), "default", name)
+		}
+	})
+	if r := do(t, http.MethodPost, url+"/v1/namespaces/default/runs", body(), nil); r.status != http.StatusCreated {
+		t.Fatalf("create the largest legal Run: %s", r)
+	}
+	run.Name = "largest-plus-one"
+	run.Spec.Env[0].Value += "e"
+	wantError(t, do(t, http.MethodPost, url+"/v1/namespaces/default/runs", body(), nil), http.StatusRequestEntityTooLarge, "Stoke.InvalidArgument", false)
+	// Within the body bound, but over it once encoded: 413 from validation.
+	run.Name = "escaped"
+	run.Spec.Env[0].Value = strings.Repeat("<", bounds.ObjectBody/4)
+	yamlBody := strings.Replace(runYAML("escaped"), "  mode:", "  env:\n  - name: LT\n    value: \""+run.Spec.Env[0].Value+"\"\n  mode:", 1)
+	wantError(t, do(t, http.MethodPost, url+"/v1/namespaces/default/runs", yamlBody, map[string]string{"Content-Type": "application/yaml"}),
+		http.StatusRequestEntityTooLarge, "Stoke.InvalidArgument", false)
 }

@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -42,7 +43,25 @@ func ValidateRun(run *v1alpha1.Run) error {
 	validateTypeMeta(&e, run.TypeMeta, v1alpha1.KindRun)
 	validateObjectMeta(&e, &run.ObjectMeta, k8svalidation.IsDNS1123Subdomain)
 	validateRunSpec(&e, &run.Spec, field.NewPath("spec"))
-	return e.err()
+	if err := e.err(); err != nil {
+		return err
+	}
+	return objectSize(run, v1alpha1.Run{TypeMeta: run.TypeMeta, ObjectMeta: run.ObjectMeta, Spec: run.Spec})
+}
+
+// objectSize refuses an object whose JSON without its status — as the
+// store encodes it — is over bounds.ObjectJSON: every field may be within
+// its own bound while their sum, or their escaping (a '<' is six bytes of
+// JSON), is not. Within it, the object is storable with any status.
+func objectSize(obj metav1.Object, withoutStatus any) error {
+	b, err := json.Marshal(withoutStatus)
+	if err != nil {
+		return errdefs.InvalidArgument("metadata.name", "%q cannot be encoded: %v", obj.GetName(), err)
+	}
+	if len(b) > bounds.ObjectJSON {
+		return errdefs.Errorf(errdefs.ErrTooLarge, "%s/%s: its JSON is %d bytes, at most %d allowed", obj.GetNamespace(), obj.GetName(), len(b), bounds.ObjectJSON)
+	}
+	return nil
 }
 
 // ValidateRunUpdate checks an update of old to new. The spec is immutable
@@ -75,7 +94,10 @@ func ValidateRunUpdate(old, new *v1alpha1.Run) error {
 		e.add(spec.Child("cancelRequested"), "cannot be unset once true")
 	}
 	validateTTL(&e, n.TTLSecondsAfterFinished, spec.Child("ttlSecondsAfterFinished"))
-	return e.err()
+	if err := e.err(); err != nil {
+		return err
+	}
+	return objectSize(new, v1alpha1.Run{TypeMeta: new.TypeMeta, ObjectMeta: new.ObjectMeta, Spec: new.Spec})
 }
 
 // ValidateRuntime checks a Runtime on creation or, through
@@ -87,7 +109,10 @@ func ValidateRuntime(rt *v1alpha1.Runtime) error {
 		return e.err()
 	}
 	validateRuntime(&e, rt)
-	return e.err()
+	if err := e.err(); err != nil {
+		return err
+	}
+	return objectSize(rt, v1alpha1.Runtime{TypeMeta: rt.TypeMeta, ObjectMeta: rt.ObjectMeta, Spec: rt.Spec})
 }
 
 // ValidateRuntimeUpdate checks an update of old to new: new must be valid;
@@ -103,7 +128,10 @@ func ValidateRuntimeUpdate(old, new *v1alpha1.Runtime) error {
 	validateRuntime(&e, new)
 	validateObjectMetaUpdate(&e, &old.ObjectMeta, &new.ObjectMeta)
 	immutable(&e, field.NewPath("spec", "server"), old.Spec.Server, new.Spec.Server)
-	return e.err()
+	if err := e.err(); err != nil {
+		return err
+	}
+	return objectSize(new, v1alpha1.Runtime{TypeMeta: new.TypeMeta, ObjectMeta: new.ObjectMeta, Spec: new.Spec})
 }
 
 func validateRuntime(e *errorList, rt *v1alpha1.Runtime) {

@@ -45,6 +45,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/store"
 )
@@ -56,9 +57,9 @@ const FileName = "stoke.db"
 const schemaVersion = 1
 
 // maxObjectBytes bounds one stored object, like the Kubernetes API server's
-// request limit for etcd, so that a Run carrying a large archive fails on
-// create in both modes.
-const maxObjectBytes = 3 << 19 // 1.5 MiB
+// request limit for etcd: whatever the API takes (bounds.ObjectBody) is
+// storable with its status at every bound.
+const maxObjectBytes = bounds.StoredObject
 
 // ddl creates the tables. objects' primary key is its identity; the
 // phase index serves the scheduler's and reaper's "Runs in these phases".
