@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
@@ -204,7 +205,7 @@ func TestCreateRefuses(t *testing.T) {
 		{"InvalidNamespace", func() *v1alpha1.Run { return newRun("Not_A_Namespace", "huge") }, errdefs.ErrInvalidArgument},
 		{"TooLarge", func() *v1alpha1.Run {
 			r := newRun("default", "huge")
-			r.Spec.Source.Inline.Text = strings.Repeat("x", 2<<20)
+			r.Spec.Source.Inline.Text = strings.Repeat("x", bounds.StoredObject)
 			return r
 		}, errdefs.ErrTooLarge},
 		{"InvalidFinalizer", func() *v1alpha1.Run {
