@@ -147,7 +147,9 @@ func (w *worker) waitExecution(ctx context.Context, id string) (*pb.StatusRespon
 var errUpdated = errors.New("run updated")
 
 // waitOrUpdate is one Wait call that also returns early (errUpdated) when
-// the Run changes, so that a cancel request is acted on at once.
+// the Run is cancelled or deleted, so that the request is acted on at
+// once. Other changes (runtimed's own status writes and their echo from
+// the informer) leave the call waiting.
 func (w *worker) waitOrUpdate(ctx context.Context, id string) (*pb.StatusResponse, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -160,13 +162,18 @@ func (w *worker) waitOrUpdate(ctx context.Context, id string) (*pb.StatusRespons
 		st, err := w.d.runtime.Wait(ctx, &pb.StatusRequest{Id: id})
 		done <- result{st, err}
 	}()
-	select {
-	case r := <-done:
-		return r.st, r.err
-	case <-w.updates:
-		cancel()
-		<-done
-		return nil, errUpdated
+	for {
+		select {
+		case r := <-done:
+			return r.st, r.err
+		case <-w.updates:
+			if cancelReq, deleted := w.stopRequested(); !cancelReq && !deleted {
+				continue
+			}
+			cancel()
+			<-done
+			return nil, errUpdated
+		}
 	}
 }
 
