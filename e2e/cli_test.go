@@ -353,6 +353,26 @@ func TestCLI(t *testing.T) {
 			t.Errorf("apply of a bad document: %s", r)
 		}
 		s.fails(t, 1, "not found", "get", "run", "not-sent")
+		// Many Runs are created concurrently: the output keeps file order,
+		// and a refused Run in the middle does not stop the others.
+		var many, wantOut strings.Builder
+		for i := range 40 {
+			name := fmt.Sprintf("many-%02d", i)
+			if i == 20 {
+				name = "hello-task" // exists, with another spec
+			} else {
+				fmt.Fprintf(&wantOut, "run/%s created\n", name)
+			}
+			fmt.Fprintf(&many, "---\napiVersion: stoke.dev/v1alpha1\nkind: Run\nmetadata: {name: %s}\nspec: {runtime: bash, mode: {task: {args: [true]}}}\n", name)
+		}
+		r = stoke(t, s.env(), many.String(), "apply", "-f", "-")
+		if r.code != 1 || r.stdout != wantOut.String() || !strings.Contains(r.stderr, "run/hello-task: a run of this name exists with another spec") ||
+			!strings.Contains(r.stderr, "1 of 40 objects were not applied") {
+			t.Errorf("apply of 40 Runs, one refused: %s", r)
+		}
+		for _, name := range []string{"many-00", "many-19", "many-21", "many-39"} {
+			s.ok(t, "get", "run", name)
+		}
 		if out := s.ok(t, "invoke", "bash-echo", "-d", `{"applied":true}`); !strings.Contains(out, `"echo":{"applied":true}`) {
 			t.Errorf("invoke bash-echo: %q", out)
 		}

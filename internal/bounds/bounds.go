@@ -21,6 +21,10 @@ const (
 	// OutputsTotal bounds all keys and values of one outputs map together.
 	OutputsTotal = 64 << 10
 
+	// ApplyCreates is how many Run creates `stoke apply` keeps in flight
+	// at once (and how many idle connections a client keeps to its server).
+	ApplyCreates = 16
+
 	// Message bounds fatal_error, status.message and function error messages.
 	Message = 4 << 10
 	// StackTrace bounds the stack trace carried with a function error.

@@ -4,63 +4,111 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/cli/manifest"
 	"stoke.dev/stoke/internal/client"
 	"stoke.dev/stoke/internal/errdefs"
 )
 
-// Apply sends parsed manifest objects to the server: every Runtime first
-// (so that Runs in the same files can name them), then every Run, each in
-// file order. A Runtime is created or updated ("created", "configured",
+// Apply sends parsed manifest objects to the server: every Runtime first,
+// one by one (so that Runs in the same files can name them), then every
+// Run, bounds.ApplyCreates at a time; the results are printed in file
+// order. A Runtime is created or updated ("created", "configured",
 // "unchanged"); a Run is created, or left "unchanged" when a Run of that
 // name exists with the same spec. A Run of that name with another spec is
 // an error, since a Run cannot change: it is reported, the rest is still
-// applied, and Apply fails at the end.
+// applied, and Apply fails at the end. A server that cannot be reached
+// stops the apply: the rest would fail the same way.
 func Apply(ctx context.Context, c *client.Client, objs []manifest.Object, s Streams) error {
-	var ordered []manifest.Object
+	var runtimes, runs []manifest.Object
 	for _, o := range objs {
-		if o.Runtime != nil {
-			ordered = append(ordered, o)
-		}
-	}
-	for _, o := range objs {
-		if o.Run != nil {
-			ordered = append(ordered, o)
+		switch {
+		case o.Runtime != nil:
+			runtimes = append(runtimes, o)
+		case o.Run != nil:
+			runs = append(runs, o)
 		}
 	}
 	failed := 0
-	for _, o := range ordered {
-		var (
-			result string
-			err    error
-		)
-		if o.Runtime != nil {
-			result, err = applyRuntime(ctx, c, o.Runtime)
-		} else {
-			result, err = applyRun(ctx, c, o.Run)
-		}
+	report := func(o manifest.Object, r applyResult) error {
 		if ctx.Err() != nil {
 			return interrupted()
 		}
-		if err != nil {
+		if r.err != nil {
 			var unreachable *client.UnreachableError
-			if errors.As(err, &unreachable) {
-				return err // the rest would fail the same way
+			if errors.As(r.err, &unreachable) {
+				return r.err
 			}
 			failed++
-			s.note("%s: %v", o.Ref(), Hint(err))
-			continue
+			s.note("%s: %v", o.Ref(), Hint(r.err))
+			return nil
 		}
-		fmt.Fprintln(s.Out, result)
+		fmt.Fprintln(s.Out, r.result)
+		return nil
+	}
+	for _, o := range runtimes {
+		result, err := applyRuntime(ctx, c, o.Runtime)
+		if err := report(o, applyResult{result, err}); err != nil {
+			return err
+		}
+	}
+	// The creates go out concurrently; each result is reported in file
+	// order once it and those before it are in.
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel() // the creates not yet sent are not sent
+		wg.Wait()
+	}()
+	results := make([]chan applyResult, len(runs))
+	for i := range results {
+		results[i] = make(chan applyResult, 1)
+	}
+	next := make(chan int)
+	for range min(bounds.ApplyCreates, len(runs)) {
+		wg.Go(func() {
+			for i := range next {
+				result, err := applyRun(ctx, c, runs[i].Run)
+				results[i] <- applyResult{result, err}
+			}
+		})
+	}
+	go func() {
+		defer close(next)
+		for i := range runs {
+			select {
+			case next <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for i, o := range runs {
+		var r applyResult
+		select {
+		case r = <-results[i]:
+		case <-ctx.Done():
+			return interrupted()
+		}
+		if err := report(o, r); err != nil {
+			return err
+		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d objects were not applied", failed, len(ordered))
+		return fmt.Errorf("%d of %d objects were not applied", failed, len(runtimes)+len(runs))
 	}
 	return nil
+}
+
+// applyResult is what applying one object printed, or its error.
+type applyResult struct {
+	result string
+	err    error
 }
 
 func applyRuntime(ctx context.Context, c *client.Client, rt *v1alpha1.Runtime) (string, error) {

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 )
 
@@ -113,6 +114,9 @@ func newHTTPClient(caFile string) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	tr.TLSHandshakeTimeout = 10 * time.Second
+	// `stoke apply` sends this many creates at once; each keeps its
+	// connection for the next one.
+	tr.MaxIdleConnsPerHost = bounds.ApplyCreates
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
