@@ -2,13 +2,18 @@ package archtest
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
 type pkg struct {
 	ImportPath string
+	Dir        string
+	GoFiles    []string
 	Doc        string
 	Imports    []string
 	Name       string
@@ -78,6 +83,28 @@ func TestImportsPointOneWay(t *testing.T) {
 				if strings.HasPrefix(imp, "stoke.dev/stoke/internal/runtime/") {
 					t.Errorf("internal/runtime imports its adapter %s", imp)
 				}
+			}
+		}
+	}
+}
+
+// TestNoGlobalLogger holds internal/ to the one logger rule (package
+// logging): loggers are passed in, so nothing below cmd/ reads or sets
+// slog's global default, or logs through it with the package-level
+// functions.
+func TestNoGlobalLogger(t *testing.T) {
+	global := regexp.MustCompile(`\bslog\.(Default|SetDefault|Debug|Info|Warn|Error|Log|DebugContext|InfoContext|WarnContext|ErrorContext|LogAttrs)\(`)
+	for _, p := range listPackages(t) {
+		if !strings.HasPrefix(p.ImportPath, "stoke.dev/stoke/internal/") {
+			continue
+		}
+		for _, f := range p.GoFiles {
+			src, err := os.ReadFile(filepath.Join(p.Dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range global.FindAll(src, -1) {
+				t.Errorf("%s/%s uses the global logger: %s", p.ImportPath, f, m)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/store"
 )
@@ -85,9 +86,7 @@ type Gateway struct {
 
 // New returns the gateway's HTTP handler.
 func New(cfg Config) *Gateway {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	if cfg.Router == nil && cfg.API != nil {
 		cfg.Router = cfg.API
 	}

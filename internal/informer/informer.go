@@ -38,6 +38,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -85,11 +86,11 @@ func (f HandlerFuncs[T]) OnDelete(obj T) {
 }
 
 // Options configures an Informer. The zero value watches every namespace
-// with the default logger and the real clock.
+// with no logger and the real clock.
 type Options struct {
 	// Namespace limits the informer to one namespace; "" means all.
 	Namespace string
-	// Logger receives watch and re-list errors; nil means slog.Default.
+	// Logger receives watch and re-list errors; nil discards them.
 	Logger *slog.Logger
 	// Clock times the backoff after a failed list or watch; nil means the
 	// real clock.
@@ -135,10 +136,7 @@ type registration[T store.Object] struct {
 
 // New returns an Informer over res; Run starts it.
 func New[T store.Object](res store.Resource[T], opts Options) *Informer[T] {
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := logging.OrDiscard(opts.Logger)
 	clk := opts.Clock
 	if clk == nil {
 		clk = clock.RealClock{}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/store"
 )
@@ -139,9 +140,7 @@ func NewSupervisor(cfg Config) (*Supervisor, error) {
 		}
 		cfg.Command = func(_ Pod, args []string) *exec.Cmd { return exec.Command(exe, args...) }
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	setDefault(&cfg.HealthInterval, DefaultHealthInterval)
 	setDefault(&cfg.CheckTimeout, DefaultCheckTimeout)
 	setDefault(&cfg.StartTimeout, DefaultStartTimeout)

@@ -56,6 +56,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
@@ -88,7 +89,7 @@ type Config struct {
 	Pods        Pods
 	// Clock defaults to the real clock.
 	Clock clock.Clock
-	// Logger defaults to slog.Default().
+	// Logger: nil discards (internal/logging).
 	Logger *slog.Logger
 	// SweepInterval defaults to DefaultSweepInterval.
 	SweepInterval time.Duration
@@ -145,9 +146,7 @@ func New(cfg Config) (*Reaper, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = DefaultSweepInterval
 	}

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"stoke.dev/stoke/internal/logging"
 )
 
 // MaxBytes bounds one Run's output in its log file; past it a truncation
@@ -77,9 +79,7 @@ func New(dir string, log *slog.Logger) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("run logs: %w", err)
 	}
-	if log == nil {
-		log = slog.Default()
-	}
+	log = logging.OrDiscard(log)
 	return &Store{dir: dir, log: log, files: map[string]*file{}, lru: list.New(), changed: make(chan struct{})}, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/outputs"
 	"stoke.dev/stoke/internal/validation"
 )
@@ -62,9 +63,7 @@ func NewFunctions(cfg FunctionsConfig) (*Functions, error) {
 	if cfg.Adapter == nil || cfg.Workspace == nil || cfg.ScratchRoot == "" {
 		return nil, errors.New("functions: adapter, workspace and scratch root are required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	if cfg.DefaultInvokeTimeout <= 0 {
 		cfg.DefaultInvokeTimeout = bounds.DefaultInvokeTimeout
 	}

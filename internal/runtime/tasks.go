@@ -14,6 +14,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/logging"
 )
 
 // Defaults for TasksConfig fields left at zero.
@@ -90,9 +91,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if cfg.Adapter == nil || cfg.Workspace == nil || cfg.ScratchRoot == "" {
 		return nil, errors.New("tasks: adapter, workspace and scratch root are required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	if cfg.MaxTaskDuration <= 0 {
 		cfg.MaxTaskDuration = bounds.MaxTaskDuration
 	}

@@ -25,6 +25,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
@@ -73,9 +74,7 @@ type Daemon struct {
 
 // New returns a Daemon; Run starts it.
 func New(cfg Config) *Daemon {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -62,6 +62,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
@@ -115,7 +116,7 @@ type Config struct {
 	Pods Pods
 	// Clock defaults to the real clock.
 	Clock clock.Clock
-	// Logger defaults to slog.Default().
+	// Logger: nil discards (internal/logging).
 	Logger *slog.Logger
 	// OnScheduled, when set, is called after each assignment is stored,
 	// with the Run as stored and the scheduling latency: the time from
@@ -176,9 +177,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	if cfg.UnschedulableAfter == 0 {
 		cfg.UnschedulableAfter = DefaultUnschedulableAfter
 	}

@@ -26,6 +26,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/reaper"
 	"stoke.dev/stoke/internal/runlog"
@@ -111,9 +112,7 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("standalone: a data directory is required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	if cfg.DefaultRuntimes == nil {
 		cfg.DefaultRuntimes = DefaultRuntimes()
 	}

@@ -17,6 +17,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/gateway"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/standalone"
 )
@@ -58,9 +59,7 @@ var _ gateway.API = (*standalone.Standalone)(nil)
 // Run serves until ctx ends, then stops accepting requests, stops the
 // control plane and its pods, and returns.
 func Run(ctx context.Context, cfg Config) error {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	if cfg.Listen == "" {
 		cfg.Listen = datadir.DefaultListen
 	}

@@ -74,7 +74,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
@@ -82,6 +81,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/validation"
 )
@@ -227,9 +227,7 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	case !fi.Mode().IsRegular():
 		return nil, fmt.Errorf("handler file %s is not a regular file", file)
 	}
-	if spec.Logger == nil {
-		spec.Logger = slog.New(slog.DiscardHandler)
-	}
+	spec.Logger = logging.OrDiscard(spec.Logger)
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:]) // never fails on Linux
 

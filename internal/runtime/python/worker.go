@@ -18,6 +18,7 @@ import (
 
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/runtime"
 )
@@ -120,10 +121,7 @@ var _ runtime.Instance = (*instance)(nil)
 // Load starts a worker for spec.Handler and waits until it has imported the
 // handler (READY) or failed to (an *InitError).
 func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.Instance, error) {
-	log := spec.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := logging.OrDiscard(spec.Logger)
 	env := spec.Env
 	if env == nil {
 		env = []string{} // nil would hand the worker the server's environment

@@ -14,6 +14,7 @@ import (
 
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/bash"
@@ -92,10 +93,7 @@ func NewAdapter(ctx context.Context, name, pythonPath, bashPath string) (runtime
 
 // Run serves a Runtime Server until ctx ends, then drains and exits.
 func Run(ctx context.Context, cfg Config) error {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := logging.OrDiscard(cfg.Logger)
 	log = log.With("runtime", cfg.Runtime)
 	// A Runtime Server whose supervisor dies gets SIGTERM (its
 	// parent-death signal) and drains, logging as it goes to a pipe that
