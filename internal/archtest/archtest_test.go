@@ -2,21 +2,27 @@ package archtest
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
 
 type pkg struct {
-	ImportPath string
-	Dir        string
-	GoFiles    []string
-	Doc        string
-	Imports    []string
-	Name       string
+	ImportPath   string
+	Dir          string
+	GoFiles      []string
+	TestGoFiles  []string
+	XTestGoFiles []string
+	Doc          string
+	Imports      []string
+	Name         string
 }
 
 func listPackages(t *testing.T) []pkg {
@@ -106,6 +112,49 @@ func TestNoGlobalLogger(t *testing.T) {
 			for _, m := range global.FindAll(src, -1) {
 				t.Errorf("%s/%s uses the global logger: %s", p.ImportPath, f, m)
 			}
+		}
+	}
+}
+
+// TestNoFatalOffTheTestGoroutine checks every go statement of every test
+// (and test helper package): t.Fatal, FailNow and Skip end only the
+// goroutine that calls them, so called elsewhere they leave the test
+// running without its assertion. A goroutine may call t.Error, or hand
+// its error back; it may not call the Fatal family itself or pass the
+// test's t, b or tb to a helper, which may.
+func TestNoFatalOffTheTestGoroutine(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, p := range listPackages(t) {
+		for _, name := range slices.Concat(p.GoFiles, p.TestGoFiles, p.XTestGoFiles) {
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				g, ok := n.(*ast.GoStmt)
+				if !ok {
+					return true
+				}
+				ast.Inspect(g.Call, func(n ast.Node) bool {
+					call, ok := n.(*ast.CallExpr)
+					if !ok {
+						return true
+					}
+					if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+						switch sel.Sel.Name {
+						case "Fatal", "Fatalf", "FailNow", "Skip", "Skipf", "SkipNow":
+							t.Errorf("%s: a goroutine calls %s", fset.Position(call.Pos()), sel.Sel.Name)
+						}
+					}
+					for _, a := range call.Args {
+						if id, ok := a.(*ast.Ident); ok && (id.Name == "t" || id.Name == "b" || id.Name == "tb") {
+							t.Errorf("%s: a goroutine passes %s to a helper", fset.Position(a.Pos()), id.Name)
+						}
+					}
+					return true
+				})
+				return false
+			})
 		}
 	}
 }

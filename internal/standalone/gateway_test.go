@@ -30,9 +30,19 @@ type reply struct {
 
 func post(t *testing.T, url, token, body string, header map[string]string) reply {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	r, err := postErr(url, token, body, header)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return r
+}
+
+// postErr is post for a goroutine other than the test's, which must not
+// call t.Fatal.
+func postErr(url, token, body string, header map[string]string) (reply, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return reply{}, err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -43,11 +53,11 @@ func post(t *testing.T, url, token, body string, header map[string]string) reply
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return reply{}, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return reply{resp.StatusCode, resp.Header, b}
+	return reply{resp.StatusCode, resp.Header, b}, nil
 }
 
 // The invoke path through a real HTTP gateway: one status per row of the
@@ -133,15 +143,21 @@ def handle(event, context):
 	var wg sync.WaitGroup
 	wg.Add(1)
 	slow := make(chan reply, 1)
+	slowErr := make(chan error, 1)
 	go func() {
 		defer wg.Done()
-		slow <- post(t, url, testToken, `"slow"`, nil)
+		r, err := postErr(url, testToken, `"slow"`, nil)
+		slow <- r
+		slowErr <- err
 	}()
 	waitInFlight(t, p, created.UID)
 	if r := post(t, url, testToken, `1`, nil); r.status != http.StatusTooManyRequests {
 		t.Fatalf("concurrent call: %d %s", r.status, r.body)
 	}
 	wg.Wait()
+	if err := <-slowErr; err != nil {
+		t.Fatalf("slow call: %v", err)
+	}
 	if r := <-slow; r.status != http.StatusOK {
 		t.Fatalf("slow call: %d %s", r.status, r.body)
 	}

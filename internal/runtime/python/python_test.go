@@ -629,8 +629,9 @@ time.sleep(60)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
+	interpreter := testInterpreter(t) // may call t.Fatal: not in the goroutine
 	go func() {
-		inst, err := New(Config{Interpreter: testInterpreter(t)}).Load(ctx, spec)
+		inst, err := New(Config{Interpreter: interpreter}).Load(ctx, spec)
 		if err == nil {
 			_ = inst.Close()
 		}
