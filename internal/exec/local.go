@@ -7,6 +7,7 @@ import (
 
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/logging"
 )
 
 // Target is where a session runs: a live task execution or function
@@ -53,9 +54,7 @@ type Local struct {
 
 // NewLocal returns a Local executor.
 func NewLocal(cfg LocalConfig) *Local {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	if cfg.MaxPerRun <= 0 {
 		cfg.MaxPerRun = bounds.ExecSessionsPerRun
 	}
