@@ -42,6 +42,9 @@ type API interface {
 	ListRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Run, string, error)
 	WatchRuns(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Run], error)
 	CancelRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error)
+	// PatchRun applies a JSON merge patch to a Run's labels, annotations,
+	// finalizers and mutable spec fields.
+	PatchRun(ctx context.Context, namespace, name string, patch []byte) (*v1alpha1.Run, error)
 	DeleteRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error)
 
 	ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v1alpha1.Runtime, error)

@@ -32,6 +32,7 @@ func (g *Gateway) routeObjects() {
 		listOrWatch(g, w, r, "", v1alpha1.KindRun, api.ListRuns, api.WatchRuns)
 	})
 	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs/{name}", byName(g, http.StatusOK, api.GetRun))
+	g.mux.HandleFunc("PATCH /v1/namespaces/{ns}/runs/{name}", g.patchRun)
 	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/cancel", byName(g, http.StatusOK, api.CancelRun))
 	g.mux.HandleFunc("DELETE /v1/namespaces/{ns}/runs/{name}", byName(g, http.StatusAccepted, api.DeleteRun))
 	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs/{name}/logs", g.logs)
@@ -190,6 +191,25 @@ func (g *Gateway) createRun(w http.ResponseWriter, r *http.Request) {
 		run, err = g.cfg.API.CreateRun(r.Context(), run)
 	}
 	g.reply(w, r, http.StatusCreated, run, err)
+}
+
+// patchRun takes a JSON merge patch (RFC 7386), the patch type kubectl
+// and Kubernetes clients send with application/merge-patch+json; a plain
+// JSON body (curl's) is read as one too.
+func (g *Gateway) patchRun(w http.ResponseWriter, r *http.Request) {
+	var run *v1alpha1.Run
+	body, err := readBody(w, r, bounds.ObjectBody)
+	if err == nil {
+		switch mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt {
+		case "application/merge-patch+json", "application/json", "", formEncoded:
+		default:
+			err = errdefs.InvalidArgument("Content-Type", "%q is not supported; send a JSON merge patch (application/merge-patch+json)", mt)
+		}
+	}
+	if err == nil {
+		run, err = g.cfg.API.PatchRun(r.Context(), r.PathValue("ns"), r.PathValue("name"), body)
+	}
+	g.reply(w, r, http.StatusOK, run, err)
 }
 
 func (g *Gateway) applyRuntime(w http.ResponseWriter, r *http.Request) {

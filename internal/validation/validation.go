@@ -42,6 +42,7 @@ func ValidateRun(run *v1alpha1.Run) error {
 	}
 	validateTypeMeta(&e, run.TypeMeta, v1alpha1.KindRun)
 	validateObjectMeta(&e, &run.ObjectMeta, k8svalidation.IsDNS1123Subdomain)
+	validateNoStokeFinalizers(&e, run.Finalizers)
 	validateRunSpec(&e, &run.Spec, field.NewPath("spec"))
 	if err := e.err(); err != nil {
 		return err
@@ -188,6 +189,21 @@ func validateObjectMeta(e *errorList, m *metav1.ObjectMeta, nameRule func(string
 	e.addList(metav1validation.ValidateLabels(m.Labels, meta.Child("labels")))
 	e.addList(apivalidation.ValidateAnnotations(m.Annotations, meta.Child("annotations")))
 	e.addList(apivalidation.ValidateFinalizers(m.Finalizers, meta.Child("finalizers")))
+}
+
+// IsStokeFinalizer reports whether a finalizer is one of Stoke's own
+// (stoke.dev/…), which only Stoke sets and removes: a client's could keep
+// a Run from ever going away.
+func IsStokeFinalizer(f string) bool {
+	return strings.HasPrefix(f, v1alpha1.Group+"/")
+}
+
+func validateNoStokeFinalizers(e *errorList, finalizers []string) {
+	for i, f := range finalizers {
+		if IsStokeFinalizer(f) {
+			e.add(field.NewPath("metadata", "finalizers").Index(i), "%s is Stoke's own; only Stoke sets and removes it", quote(f))
+		}
+	}
 }
 
 func validateObjectMetaUpdate(e *errorList, old, new *metav1.ObjectMeta) {

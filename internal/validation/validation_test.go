@@ -133,7 +133,8 @@ func TestValidateRun(t *testing.T) {
 		{"label value 63", taskRun, func(r *v1alpha1.Run) { r.Labels = map[string]string{"k": strings.Repeat("v", 63)} }, ""},
 		{"label value 64", taskRun, func(r *v1alpha1.Run) { r.Labels = map[string]string{"k": strings.Repeat("v", 64)} }, "metadata.labels"},
 		{"annotation key", taskRun, func(r *v1alpha1.Run) { r.Annotations = map[string]string{"bad key": "v"} }, "metadata.annotations"},
-		{"finalizer", taskRun, func(r *v1alpha1.Run) { r.Finalizers = []string{"stoke.dev/cleanup"} }, ""},
+		{"finalizer", taskRun, func(r *v1alpha1.Run) { r.Finalizers = []string{"example.com/cleanup"} }, ""},
+		{"Stoke's finalizer", taskRun, func(r *v1alpha1.Run) { r.Finalizers = []string{"example.com/a", v1alpha1.FinalizerRuntimed} }, "metadata.finalizers[1]"},
 		{"bad finalizer", taskRun, func(r *v1alpha1.Run) { r.Finalizers = []string{"not a finalizer"} }, "metadata.finalizers"},
 
 		// spec.runtime

@@ -37,7 +37,7 @@ func fullRun(t *testing.T) *v1alpha1.Run {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "build-42", Namespace: "ci", UID: "6f1c3a52-7d0e-4b8e-9a51-0c7c2b5e9d11",
 			ResourceVersion: "17", Labels: map[string]string{"app": "ci"},
-			Finalizers: []string{"stoke.dev/cleanup"},
+			Finalizers: []string{"example.com/cleanup"},
 		},
 		Spec: v1alpha1.RunSpec{
 			Runtime: "bash",
