@@ -1,3 +1,4 @@
 // Package archtest holds tests that enforce Stoke's architecture: package
-// documentation and the one-way direction of imports.
+// documentation, the one-way direction of imports, and docs that stay true
+// to the repository (links that resolve inside it, the `make bench` list).
 package archtest
