@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"stoke.dev/stoke/internal/logging"
 )
 
 func newRootCommand() *cobra.Command {
@@ -21,7 +23,7 @@ func newRootCommand() *cobra.Command {
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
-			slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+			slog.SetDefault(slog.New(logging.NewJSONHandler(os.Stderr, level)))
 			return nil
 		},
 	}

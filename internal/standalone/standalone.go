@@ -317,7 +317,6 @@ func (s *Standalone) startDaemon(parent context.Context, p pool.Pod) (*podDaemon
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: dial: %w", p.Name, err)
 	}
-	log := s.log.With("pod", p.Name)
 	var defaultTask, defaultFn time.Duration
 	if rt, ok := s.rtInf.Get(p.Namespace, p.Runtime); ok {
 		if d := rt.Spec.DefaultTaskTimeout; d != nil {
@@ -327,7 +326,7 @@ func (s *Standalone) startDaemon(parent context.Context, p pool.Pod) (*podDaemon
 			defaultFn = d.Duration
 		}
 	}
-	d := runtimed.New(runtimed.Config{Pod: p, Runs: s.store.Runs(), Conn: conn, Logger: log,
+	d := runtimed.New(runtimed.Config{Pod: p, Runs: s.store.Runs(), Conn: conn, Logger: s.log, // runtimed names its pod itself
 		StatusPoll: s.cfg.StatusPoll, DefaultTaskTimeout: defaultTask, DefaultFunctionTimeout: defaultFn,
 		Endpoint: s.endpoint})
 	ctx, cancel := context.WithCancel(parent)
