@@ -28,9 +28,10 @@ type resource[T store.Object] struct {
 	// watchers are the live watches of this kind; guarded by c.mu.
 	watchers map[*watcher[T]]struct{}
 	// cache holds the current state of recently written objects, for
-	// the writer only; guarded by c.mu. Entries change only after a
-	// commit, under the same lock as every write, so an entry is always
-	// what the database holds.
+	// the writer only; guarded by c.mu. Entries change as a batch of
+	// writes runs, under the same lock as every batch, so an entry is
+	// what the batch's transaction holds; a batch that does not commit
+	// clears the cache.
 	cache      map[objectKey]*current[T]
 	cacheBytes int // the bodies' size in all
 	// The cache's bounds: writeCacheEntries and writeCacheBytes, smaller
@@ -325,44 +326,42 @@ func (r *resource[T]) create(ctx context.Context, obj T) (T, error) {
 	}
 	stored := obj.DeepCopyObject().(T) // obj is reused if a generated name clashes
 	c := r.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tx, ctx, err := c.begin(ctx)
+	var out T
+	err = c.write(ctx, func(ctx context.Context, tx *sql.Tx, rv int64) (func(), error) {
+		res, err := tx.StmtContext(ctx, c.insertObject).ExecContext(ctx, r.k.name, namespace, name, string(obj.GetUID()), rv, r.k.phase(obj), body)
+		if err != nil {
+			return nil, fmt.Errorf("create %s %s/%s: %w", r.k.noun, namespace, name, err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return nil, fmt.Errorf("%s %s/%s: %w", r.k.noun, namespace, name, errdefs.ErrAlreadyExists)
+		}
+		stored.SetResourceVersion(formatRV(rv))
+		return r.record(ctx, tx, store.Added, &current[T]{rv: rv, body: body, obj: stored}, &out)
+	})
 	if err != nil {
-		return zero, fmt.Errorf("create %s %s/%s: %w", r.k.noun, namespace, name, err)
+		return zero, err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	rv := c.rv + 1
-	res, err := tx.StmtContext(ctx, c.insertObject).ExecContext(ctx, r.k.name, namespace, name, string(obj.GetUID()), rv, r.k.phase(obj), body)
-	if err != nil {
-		return zero, fmt.Errorf("create %s %s/%s: %w", r.k.noun, namespace, name, err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return zero, fmt.Errorf("%s %s/%s: %w", r.k.noun, namespace, name, errdefs.ErrAlreadyExists)
-	}
-	stored.SetResourceVersion(formatRV(rv))
-	return r.finish(ctx, tx, store.Added, &current[T]{rv: rv, body: body, obj: stored})
+	return out, nil
 }
 
-// finish appends the event for the new state, commits, updates the write
-// cache and hands the state to the watchers and, as its own copy, to the
-// caller. The caller holds c.mu.
-func (r *resource[T]) finish(ctx context.Context, tx *sql.Tx, typ store.EventType, next *current[T]) (T, error) {
-	var zero T
+// record appends the event for the new state and updates the write cache,
+// inside the batch's transaction; it sets *out to the caller's own copy of
+// the new state, and returns what hands the state to the watchers once
+// the batch has committed. The caller holds c.mu.
+func (r *resource[T]) record(ctx context.Context, tx *sql.Tx, typ store.EventType, next *current[T], out *T) (func(), error) {
 	namespace, name := next.obj.GetNamespace(), next.obj.GetName()
 	if err := r.c.appendEvent(ctx, tx, next.rv, r.k.name, typ, namespace, name, next.body); err != nil {
-		return zero, fmt.Errorf("%s %s/%s: record event: %w", r.k.noun, namespace, name, err)
-	}
-	if err := r.c.commit(ctx, tx, next.rv); err != nil {
-		return zero, fmt.Errorf("write %s %s/%s: %w", r.k.noun, namespace, name, err)
+		return nil, fmt.Errorf("%s %s/%s: record event: %w", r.k.noun, namespace, name, err)
 	}
 	if typ == store.Deleted {
 		r.forget(objectKey{namespace, name})
 	} else {
 		r.remember(next)
 	}
-	r.fanout(typ, next.obj)
-	return next.obj.DeepCopyObject().(T), nil
+	if out != nil {
+		*out = next.obj.DeepCopyObject().(T)
+	}
+	return func() { r.fanout(typ, next.obj) }, nil
 }
 
 // Update implements store.Writer.
@@ -399,125 +398,117 @@ func (r *resource[T]) update(ctx context.Context, in T, spec bool) (T, error) {
 		}
 	}
 	c := r.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tx, ctx, err := c.begin(ctx)
-	if err != nil {
-		return zero, fmt.Errorf("%s %s %s/%s: %w", verb, r.k.noun, namespace, name, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	cur, err := r.load(ctx, tx, namespace, name)
-	if err != nil {
-		return zero, err
-	}
-	old := cur.obj
-	if got, stored := in.GetResourceVersion(), old.GetResourceVersion(); got != stored {
-		return zero, r.errorf(namespace, name, errdefs.ErrConflict, "%s: resourceVersion %s is stale, the stored object is at %s; re-read and retry", verb, got, stored)
-	}
-	if uid := in.GetUID(); uid != "" && uid != old.GetUID() {
-		return zero, r.errorf(namespace, name, errdefs.ErrConflict, "%s: uid %s does not match the stored object's %s", verb, uid, old.GetUID())
-	}
-	next := old.DeepCopyObject().(T)
-	if !spec {
-		if err := r.k.setStatus(next, in); err != nil {
-			return zero, r.errorf(namespace, name, errdefs.ErrInvalidArgument, "%s: %v", verb, err)
-		}
-	} else {
-		newSpec, err := r.k.setSpec(next, in)
+	var out T
+	err := c.write(ctx, func(ctx context.Context, tx *sql.Tx, rv int64) (func(), error) {
+		cur, err := r.load(ctx, tx, namespace, name)
 		if err != nil {
-			return zero, r.errorf(namespace, name, errdefs.ErrInvalidArgument, "%s: %v", verb, err)
+			return nil, err
 		}
-		next.SetLabels(cloneMap(in.GetLabels()))
-		next.SetAnnotations(cloneMap(in.GetAnnotations()))
-		next.SetFinalizers(cloneSlice(in.GetFinalizers()))
-		next.SetOwnerReferences(cloneOwners(in.GetOwnerReferences()))
-		if old.GetDeletionTimestamp() != nil {
-			for _, f := range next.GetFinalizers() {
-				if !slices.Contains(old.GetFinalizers(), f) {
-					return zero, r.errorf(namespace, name, errdefs.ErrInvalidArgument, "%s: finalizer %q cannot be added to an object being deleted", verb, f)
+		old := cur.obj
+		if got, stored := in.GetResourceVersion(), old.GetResourceVersion(); got != stored {
+			return nil, r.errorf(namespace, name, errdefs.ErrConflict, "%s: resourceVersion %s is stale, the stored object is at %s; re-read and retry", verb, got, stored)
+		}
+		if uid := in.GetUID(); uid != "" && uid != old.GetUID() {
+			return nil, r.errorf(namespace, name, errdefs.ErrConflict, "%s: uid %s does not match the stored object's %s", verb, uid, old.GetUID())
+		}
+		next := old.DeepCopyObject().(T)
+		if !spec {
+			if err := r.k.setStatus(next, in); err != nil {
+				return nil, r.errorf(namespace, name, errdefs.ErrInvalidArgument, "%s: %v", verb, err)
+			}
+		} else {
+			newSpec, err := r.k.setSpec(next, in)
+			if err != nil {
+				return nil, r.errorf(namespace, name, errdefs.ErrInvalidArgument, "%s: %v", verb, err)
+			}
+			next.SetLabels(cloneMap(in.GetLabels()))
+			next.SetAnnotations(cloneMap(in.GetAnnotations()))
+			next.SetFinalizers(cloneSlice(in.GetFinalizers()))
+			next.SetOwnerReferences(cloneOwners(in.GetOwnerReferences()))
+			if old.GetDeletionTimestamp() != nil {
+				for _, f := range next.GetFinalizers() {
+					if !slices.Contains(old.GetFinalizers(), f) {
+						return nil, r.errorf(namespace, name, errdefs.ErrInvalidArgument, "%s: finalizer %q cannot be added to an object being deleted", verb, f)
+					}
 				}
 			}
+			oldSpec, err := r.k.spec(old)
+			if err != nil {
+				return nil, r.errorf(namespace, name, errdefs.ErrInvalidArgument, "%s: encode spec: %v", verb, err)
+			}
+			if !bytes.Equal(oldSpec, newSpec) {
+				next.SetGeneration(old.GetGeneration() + 1)
+			}
 		}
-		oldSpec, err := r.k.spec(old)
+		body, err := r.encode(next)
 		if err != nil {
-			return zero, r.errorf(namespace, name, errdefs.ErrInvalidArgument, "%s: encode spec: %v", verb, err)
+			return nil, err
 		}
-		if !bytes.Equal(oldSpec, newSpec) {
-			next.SetGeneration(old.GetGeneration() + 1)
+		if bytes.Equal(body, cur.body) {
+			// Nothing changed: like the API server, write nothing, keep the
+			// version and wake no watcher.
+			out = old.DeepCopyObject().(T)
+			return nil, nil
 		}
-	}
-	body, err := r.encode(next)
+		next.SetResourceVersion(formatRV(rv))
+		if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
+			// The last finalizer is gone: the deletion completes now.
+			if _, err := tx.StmtContext(ctx, c.deleteObject).ExecContext(ctx, r.k.name, namespace, name); err != nil {
+				return nil, fmt.Errorf("%s %s %s/%s: %w", verb, r.k.noun, namespace, name, err)
+			}
+			return r.record(ctx, tx, store.Deleted, &current[T]{rv: rv, body: body, obj: next}, &out)
+		}
+		if _, err := tx.StmtContext(ctx, c.updateObject).ExecContext(ctx, rv, r.k.phase(next), body, r.k.name, namespace, name); err != nil {
+			return nil, fmt.Errorf("%s %s %s/%s: %w", verb, r.k.noun, namespace, name, err)
+		}
+		return r.record(ctx, tx, store.Modified, &current[T]{rv: rv, body: body, obj: next}, &out)
+	})
 	if err != nil {
 		return zero, err
 	}
-	if bytes.Equal(body, cur.body) {
-		// Nothing changed: like the API server, write nothing, keep the
-		// version and wake no watcher.
-		return old.DeepCopyObject().(T), nil
-	}
-	rv := c.rv + 1
-	next.SetResourceVersion(formatRV(rv))
-	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
-		// The last finalizer is gone: the deletion completes now.
-		if _, err := tx.StmtContext(ctx, c.deleteObject).ExecContext(ctx, r.k.name, namespace, name); err != nil {
-			return zero, fmt.Errorf("%s %s %s/%s: %w", verb, r.k.noun, namespace, name, err)
-		}
-		return r.finish(ctx, tx, store.Deleted, &current[T]{rv: rv, body: body, obj: next})
-	}
-	if _, err := tx.StmtContext(ctx, c.updateObject).ExecContext(ctx, rv, r.k.phase(next), body, r.k.name, namespace, name); err != nil {
-		return zero, fmt.Errorf("%s %s %s/%s: %w", verb, r.k.noun, namespace, name, err)
-	}
-	return r.finish(ctx, tx, store.Modified, &current[T]{rv: rv, body: body, obj: next})
+	return out, nil
 }
 
 // Delete implements store.Writer.
 func (r *resource[T]) Delete(ctx context.Context, namespace, name string, opts store.DeleteOptions) error {
 	namespace = defaultNamespace(namespace)
 	c := r.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tx, ctx, err := c.begin(ctx)
-	if err != nil {
-		return fmt.Errorf("delete %s %s/%s: %w", r.k.noun, namespace, name, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	cur, err := r.load(ctx, tx, namespace, name)
-	if err != nil {
-		return err
-	}
-	old := cur.obj
-	if uid := opts.Preconditions.UID; uid != "" && uid != string(old.GetUID()) {
-		return r.errorf(namespace, name, errdefs.ErrConflict, "delete: precondition uid %s does not match the stored object's %s", uid, old.GetUID())
-	}
-	if v := opts.Preconditions.ResourceVersion; v != "" && v != old.GetResourceVersion() {
-		return r.errorf(namespace, name, errdefs.ErrConflict, "delete: precondition resourceVersion %s does not match the stored object's %s", v, old.GetResourceVersion())
-	}
-	rv := c.rv + 1
-	if len(old.GetFinalizers()) == 0 {
-		if _, err := tx.StmtContext(ctx, c.deleteObject).ExecContext(ctx, r.k.name, namespace, name); err != nil {
-			return fmt.Errorf("delete %s %s/%s: %w", r.k.noun, namespace, name, err)
+	return c.write(ctx, func(ctx context.Context, tx *sql.Tx, rv int64) (func(), error) {
+		cur, err := r.load(ctx, tx, namespace, name)
+		if err != nil {
+			return nil, err
 		}
-		last := old.DeepCopyObject().(T)
-		last.SetResourceVersion(formatRV(rv))
-		_, err := r.finish(ctx, tx, store.Deleted, &current[T]{rv: rv, body: cur.body, obj: last})
-		return err
-	}
-	if old.GetDeletionTimestamp() != nil {
-		return nil // already being deleted; waiting for its finalizers
-	}
-	next := old.DeepCopyObject().(T)
-	now := metav1.NewTime(storedTime(c.opts.now()))
-	next.SetDeletionTimestamp(&now)
-	next.SetResourceVersion(formatRV(rv))
-	body, err := r.encode(next)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.StmtContext(ctx, c.updateObject).ExecContext(ctx, rv, r.k.phase(next), body, r.k.name, namespace, name); err != nil {
-		return fmt.Errorf("delete %s %s/%s: %w", r.k.noun, namespace, name, err)
-	}
-	_, err = r.finish(ctx, tx, store.Modified, &current[T]{rv: rv, body: body, obj: next})
-	return err
+		old := cur.obj
+		if uid := opts.Preconditions.UID; uid != "" && uid != string(old.GetUID()) {
+			return nil, r.errorf(namespace, name, errdefs.ErrConflict, "delete: precondition uid %s does not match the stored object's %s", uid, old.GetUID())
+		}
+		if v := opts.Preconditions.ResourceVersion; v != "" && v != old.GetResourceVersion() {
+			return nil, r.errorf(namespace, name, errdefs.ErrConflict, "delete: precondition resourceVersion %s does not match the stored object's %s", v, old.GetResourceVersion())
+		}
+		if len(old.GetFinalizers()) == 0 {
+			if _, err := tx.StmtContext(ctx, c.deleteObject).ExecContext(ctx, r.k.name, namespace, name); err != nil {
+				return nil, fmt.Errorf("delete %s %s/%s: %w", r.k.noun, namespace, name, err)
+			}
+			last := old.DeepCopyObject().(T)
+			last.SetResourceVersion(formatRV(rv))
+			return r.record(ctx, tx, store.Deleted, &current[T]{rv: rv, body: cur.body, obj: last}, nil)
+		}
+		if old.GetDeletionTimestamp() != nil {
+			return nil, nil // already being deleted; waiting for its finalizers
+		}
+		next := old.DeepCopyObject().(T)
+		now := metav1.NewTime(storedTime(c.opts.now()))
+		next.SetDeletionTimestamp(&now)
+		next.SetResourceVersion(formatRV(rv))
+		body, err := r.encode(next)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.StmtContext(ctx, c.updateObject).ExecContext(ctx, rv, r.k.phase(next), body, r.k.name, namespace, name); err != nil {
+			return nil, fmt.Errorf("delete %s %s/%s: %w", r.k.noun, namespace, name, err)
+		}
+		return r.record(ctx, tx, store.Modified, &current[T]{rv: rv, body: body, obj: next}, nil)
+	})
 }
 
 // storedTime is t as a metav1.Time comes back from JSON: whole seconds,

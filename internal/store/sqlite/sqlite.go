@@ -5,11 +5,14 @@
 // The database has two tables. objects holds the current state of every Run
 // and Runtime (kind, namespace, name, uid, resource_version, phase and the
 // object as JSON). events is the change log that Watch replays: one row per
-// write, keyed by the resourceVersion the write produced. Every write is one
-// transaction that changes objects and appends to events, and writes are
+// write, keyed by the resourceVersion the write produced. Every write changes
+// objects and appends to events in one transaction, and writes are
 // serialised in-process by one mutex around one writer connection, so
 // resourceVersions are consecutive integers, event order is commit order,
-// and the log has no gaps. Live watchers are fed from memory right after
+// and the log has no gaps. Writes that arrive while a transaction commits
+// share the next one, each in a savepoint of its own (group commit,
+// batch.go); none is delayed to wait for others, and none returns before
+// its transaction has committed. Live watchers are fed from memory right after
 // the commit, still under the mutex; a watcher that starts in the past
 // replays the events table up to the version at which it was registered and
 // then continues with the live events it was given since, so it sees no gap
@@ -152,7 +155,11 @@ type core struct {
 
 	closedFlag atomic.Bool // read without mu by readers
 
-	mu         sync.Mutex // serialises writes; guards the fields below and each kind's watchers and write cache
+	qmu     sync.Mutex // guards queue and leading (group commit, batch.go)
+	queue   []*writeOp // writes waiting for the next batch
+	leading bool       // a write is leading a batch
+
+	mu         sync.Mutex // serialises batches of writes; guards the fields below and each kind's watchers and write cache
 	rv         int64      // resourceVersion of the last commit
 	oldest     int64      // lowest rv left in events; rv+1 when the log is empty
 	sincePrune int64
@@ -363,35 +370,19 @@ func (c *core) readErr(err error) error {
 	return err
 }
 
-// begin starts a write transaction; the caller holds mu. The caller's
-// context only gates the start: the write runs to its end on the context
-// begin returns, because a write cancelled half-way would be worth nothing
-// and one cancelled during COMMIT could leave its outcome unknown.
-func (c *core) begin(ctx context.Context) (*sql.Tx, context.Context, error) {
-	if c.closed {
-		return nil, nil, errClosed()
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	ctx = context.WithoutCancel(ctx)
-	tx, err := c.w.BeginTx(ctx, nil)
-	return tx, ctx, err
-}
-
 // appendEvent records a write in the log.
 func (c *core) appendEvent(ctx context.Context, tx *sql.Tx, rv int64, kind string, typ store.EventType, namespace, name string, body []byte) error {
 	_, err := tx.StmtContext(ctx, c.insertEvent).ExecContext(ctx, rv, kind, string(typ), namespace, name, body)
 	return err
 }
 
-// commit prunes the log when a batch is due and commits the write that
-// produced rv; the caller holds mu.
-func (c *core) commit(ctx context.Context, tx *sql.Tx, rv int64) error {
+// commit prunes the log when a batch is due and commits the n writes
+// whose last produced rv; the caller holds mu.
+func (c *core) commit(ctx context.Context, tx *sql.Tx, rv, n int64) error {
 	// Prune every retention/16 writes, so that the log holds between
 	// retention and retention*17/16 events and the delete is amortised.
 	pruneTo := int64(0)
-	if c.sincePrune+1 >= max(c.opts.retention/16, 1) && rv-c.opts.retention+1 > c.oldest {
+	if c.sincePrune+n >= max(c.opts.retention/16, 1) && rv-c.opts.retention+1 > c.oldest {
 		pruneTo = rv - c.opts.retention + 1
 		if _, err := tx.StmtContext(ctx, c.pruneEvents).ExecContext(ctx, pruneTo); err != nil {
 			return fmt.Errorf("prune events: %w", err)
@@ -401,7 +392,7 @@ func (c *core) commit(ctx context.Context, tx *sql.Tx, rv int64) error {
 		return c.resync(fmt.Errorf("commit: %w", err))
 	}
 	c.rv = rv
-	c.sincePrune++
+	c.sincePrune += n
 	if pruneTo > 0 {
 		c.oldest = pruneTo
 		c.sincePrune = 0
