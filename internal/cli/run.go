@@ -209,9 +209,11 @@ func RunFunction(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts 
 	endpoint := Endpoint(c, ready)
 	fmt.Fprintln(s.Out, endpoint)
 	if !opts.Quiet {
-		s.note("%s is Ready; invoke it with", Ref(ready))
-		fmt.Fprintf(s.Err, "  stoke invoke %s%s -d '{\"name\":\"world\"}'\n", ready.Name, namespaceFlag(ready.Namespace))
-		fmt.Fprintf(s.Err, "  curl -H \"Authorization: Bearer $%s\" -d '{\"name\":\"world\"}' %s\n", client.EnvToken, endpoint)
+		// Stoke knows nothing of the input a handler expects, so the hint
+		// shows none: both send {}, and -d gives the function its own.
+		s.note("%s is Ready; invoke it with (-d JSON for an input other than {})", Ref(ready))
+		fmt.Fprintf(s.Err, "  stoke invoke %s%s\n", ready.Name, namespaceFlag(ready.Namespace))
+		fmt.Fprintf(s.Err, "  curl -H \"Authorization: Bearer $%s\" -d '{}' %s\n", client.EnvToken, endpoint)
 	}
 	return nil
 }
