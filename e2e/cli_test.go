@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -268,10 +269,29 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("version", func(t *testing.T) {
+		v := s.ok(t, "version")
+		if !strings.HasPrefix(v, "stoke ") || !strings.Contains(v, ", commit ") || !strings.HasSuffix(v, "built with "+runtime.Version()+"\n") {
+			t.Errorf("stoke version: %q", v)
+		}
+		if flag := s.ok(t, "--version"); flag != v {
+			t.Errorf("stoke --version %q, stoke version %q", flag, v)
+		}
+	})
+
 	t.Run("bash function", func(t *testing.T) {
-		endpoint := strings.TrimSpace(s.ok(t, "run", "--runtime", "bash", "--source", "examples/bash-echo", "--handler", "handler.handle", "--name", "echo"))
-		if !strings.HasPrefix(endpoint, s.URL+"/v1/namespaces/default/runs/echo/") {
-			t.Fatalf("endpoint %q", endpoint)
+		ran := stoke(t, s.env(), "", "run", "--runtime", "bash", "--source", "examples/bash-echo", "--handler", "handler.handle", "--name", "echo")
+		endpoint := strings.TrimSpace(ran.stdout)
+		if ran.code != 0 || !strings.HasPrefix(endpoint, s.URL+"/v1/namespaces/default/runs/echo/") {
+			t.Fatalf("run: %s", ran)
+		}
+		// The hint assumes no input of its own (the function's is unknown):
+		// its commands work as printed.
+		if !strings.Contains(ran.stderr, "\n  stoke invoke echo\n") || !strings.Contains(ran.stderr, "-d '{}' "+endpoint+"\n") {
+			t.Errorf("hint: %s", ran.stderr)
+		}
+		if out := s.ok(t, "invoke", "echo"); !strings.Contains(out, `"echo":{}`) {
+			t.Errorf("the hint's stoke invoke: %q", out)
 		}
 		r := stoke(t, s.env(), "", "invoke", "echo", "-d", `{"hello":"world"}`, "-v")
 		if r.code != 0 || r.stdout != `{"echo":{"hello":"world"},"bytes":17,"runtime":"bash"}`+"\n" || !strings.Contains(r.stderr, "stoke: output INPUT_BYTES=17") {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/version"
 )
 
 func newRootCommand() *cobra.Command {
@@ -27,10 +28,12 @@ func newRootCommand() *cobra.Command {
 			return nil
 		},
 	}
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: "+strings.Join([]string{"debug", "info", "warn", "error"}, ", "))
 	root.AddCommand(newRuntimeServerCommand())
 	root.AddCommand(newRunCommand(), newApplyCommand(), newGetCommand(), newDescribeCommand(),
 		newLogsCommand(), newInvokeCommand(), newCancelCommand(), newDeleteCommand())
-	root.AddCommand(newUpCommand())
+	root.AddCommand(newUpCommand(), newVersionCommand())
 	return root
 }
