@@ -37,6 +37,7 @@ bench:
 	$(BENCH) 'CreateToReady' -benchtime 50x ./internal/standalone/
 	$(BENCH) 'UpInvoke' -benchtime 3000x ./internal/up/
 	$(BENCH) 'UpTasks300' -benchtime 5x ./internal/up/
+	$(BENCH) 'UpCreate200|UpApply300' -benchtime 3x ./internal/up/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
 
 lint:
