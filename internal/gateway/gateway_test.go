@@ -316,6 +316,48 @@ func TestInvokeErrors(t *testing.T) {
 			}
 		})
 	}
+	// A call while another is in flight is 429 at once; the first is
+	// unharmed. (The slow call itself may meet a probe in flight and be
+	// refused: then it is sent again.)
+	slow := func() <-chan reply {
+		done := make(chan reply, 1)
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, fn, strings.NewReader(`"slow"`))
+			req.Header.Set("Authorization", "Bearer "+token)
+			var r reply
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				r.status, r.header = resp.StatusCode, resp.Header
+				r.body, _ = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			done <- r
+		}()
+		return done
+	}
+	first := slow()
+	deadline := time.Now().Add(30 * time.Second)
+	for refused := false; !refused; {
+		select {
+		case r := <-first:
+			if r.status != http.StatusTooManyRequests || time.Now().After(deadline) {
+				t.Fatalf("the slow call ended before any call beside it was refused: %s", r)
+			}
+			first = slow()
+			continue
+		default:
+		}
+		r := do(t, http.MethodPost, fn, `"fast"`, nil)
+		switch {
+		case r.status == http.StatusTooManyRequests:
+			wantError(t, r, http.StatusTooManyRequests, "Stoke.ResourceExhausted", true)
+			refused = true
+		case r.status != http.StatusOK || time.Now().After(deadline):
+			t.Fatalf("call beside a slow one: %s", r)
+		}
+	}
+	if r := <-first; r.status != http.StatusOK || string(r.body) != `{"got":"slow"}` {
+		t.Errorf("the slow call: %s", r)
+	}
 	// A given, fit ID is echoed, on errors too.
 	r := do(t, http.MethodPost, fn, `"fail"`, map[string]string{httpapi.HeaderInvocationID: "trace-1"})
 	if body := wantError(t, r, 500, "Runtime.ExitError", true); body.InvocationID != "trace-1" {
