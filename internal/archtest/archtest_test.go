@@ -60,6 +60,8 @@ var forbidden = map[string][]string{
 	"stoke.dev/stoke/internal/runtime/python": {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/bash"},
 	"stoke.dev/stoke/internal/store":          {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/gateway"},
 	"stoke.dev/stoke/internal/retry":          {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime"},
+	// Metrics over gRPC know neither who serves them nor who scrapes.
+	"stoke.dev/stoke/internal/metricsrpc": {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/gateway"},
 	// The exec core is below the Runtime Server, runtimed and the gateway,
 	// which all reuse it.
 	"stoke.dev/stoke/internal/exec": {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store"},

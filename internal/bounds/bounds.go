@@ -25,6 +25,10 @@ const (
 	// at once (and how many idle connections a client keeps to its server).
 	ApplyCreates = 16
 
+	// MetricsScrape bounds the metric families one process hands out on
+	// the metrics.v1 gRPC service (a Runtime Server's are a few KiB).
+	MetricsScrape = 1 << 20
+
 	// Message bounds fatal_error, status.message and function error messages.
 	Message = 4 << 10
 	// StackTrace bounds the stack trace carried with a function error.

@@ -17,6 +17,7 @@ import (
 // scheduler's latency, plus the Go and process collectors.
 type Metrics struct {
 	reg           *prometheus.Registry
+	included      prometheus.Gatherers // more families served on /metrics
 	invocations   *prometheus.CounterVec
 	invokeLatency *prometheus.HistogramVec
 	apiRequests   *prometheus.CounterVec
@@ -74,8 +75,14 @@ func (m *Metrics) observeAPI(method string, status int) {
 	m.apiRequests.WithLabelValues(method, strconv.Itoa(status)).Inc()
 }
 
+// Include serves g's families on /metrics too: stoke up includes its
+// pods' Runtime Server metrics. Call it before New.
+func (m *Metrics) Include(g prometheus.Gatherer) {
+	m.included = append(m.included, g)
+}
+
 func (m *Metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(append(prometheus.Gatherers{m.reg}, m.included...), promhttp.HandlerOpts{})
 }
 
 // phaseCollector reports Runs by phase at scrape time, so nothing is

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/metricsrpc"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/reaper"
 	"stoke.dev/stoke/internal/runlog"
@@ -180,6 +182,26 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	}
 	return s, nil
 }
+
+// PodMetrics gathers the metrics of every pod's Runtime Server over the
+// gRPC connection its runtimed already has (metrics.v1 on the pod's Unix
+// socket), labelled with the pod, its Runtime and namespace: stoke up
+// serves them on its own authenticated /metrics, so no pod opens a port.
+func (s *Standalone) PodMetrics() prometheus.Gatherer {
+	return metricsrpc.NewGatherer(func() []metricsrpc.Target {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		targets := make([]metricsrpc.Target, 0, len(s.daemons))
+		for _, pd := range s.daemons {
+			targets = append(targets, metricsrpc.Target{Conn: pd.conn, Labels: map[string]string{
+				"namespace": pd.pod.Namespace, "runtime": pd.pod.Runtime, "pod": pd.pod.Name}})
+		}
+		return targets
+	}, podScrapeTimeout, s.log)
+}
+
+// podScrapeTimeout bounds the scrape of one pod's metrics.
+const podScrapeTimeout = 2 * time.Second
 
 func (s *Standalone) daemon(podUID string) *podDaemon {
 	if podUID == "" {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,6 +137,24 @@ func TestFunctionThroughTheAPI(t *testing.T) {
 		if !strings.Contains(string(m.body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// The pods' Runtime Server metrics, scraped over their Unix sockets,
+	// are on the same authenticated /metrics, labelled with their pod
+	// (labels in name order).
+	pod := `namespace="default",pod="[a-z0-9-]+",runtime="bash"`
+	for _, want := range []string{
+		`stoke_runtime_invocations_total\{namespace="default",pod="[a-z0-9-]+",result="ok",runtime="bash"\} 1\n`,
+		`stoke_runtime_invocation_duration_seconds_count\{namespace="default",pod="[a-z0-9-]+",result="ok",runtime="bash"\} 1\n`,
+		`stoke_runtime_registrations\{` + pod + `,state="ready"\} 1\n`,
+		`stoke_runtime_invocations_in_flight\{` + pod + `\} 0\n`,
+		`stoke_runtime_server_up\{` + pod + `\} 1\n`,
+	} {
+		if !regexp.MustCompile(want).Match(m.body) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", m.body)
 	}
 }
 

@@ -109,6 +109,7 @@ func Run(ctx context.Context, cfg Config) error {
 		lis.Close()
 		return err
 	}
+	metrics.Include(s.PodMetrics())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv := gateway.New(gateway.Config{API: s, Token: token, Metrics: metrics, Logger: cfg.Logger, Timeouts: cfg.HTTPTimeouts}).Server()

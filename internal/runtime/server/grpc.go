@@ -1,8 +1,9 @@
 // Package server is the gRPC edge of a Runtime Server: it serves the
 // executor.v1 Runtime and FunctionRuntime implementations from
-// internal/runtime with health checking and reflection, translates error
-// categories to status codes once (in an interceptor), recovers panics, logs
-// every call, and stops gracefully.
+// internal/runtime with health checking, reflection and its Prometheus
+// metrics (metrics.v1, on the same port), translates error categories to
+// status codes once (in an interceptor), recovers panics, logs every call,
+// and stops gracefully.
 package server
 
 import (
@@ -22,8 +23,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "stoke.dev/stoke/api/executor/v1"
+	metricsv1 "stoke.dev/stoke/api/metrics/v1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/metricsrpc"
 )
 
 // Services are the executor.v1 implementations one gRPC server exposes.
@@ -33,6 +36,9 @@ type Services struct {
 	Functions pb.FunctionRuntimeServer
 	// Exec, optional, serves exec sessions into live Runs.
 	Exec pb.ExecServer
+	// Metrics, optional, observes invocations and is served on the
+	// metrics.v1 service.
+	Metrics *Metrics
 }
 
 // GRPC is a configured gRPC server with its health service.
@@ -45,8 +51,12 @@ type GRPC struct {
 // NewGRPC builds a gRPC server for svcs. Every RPC passes through one
 // interceptor chain: panic recovery, then error translation and logging.
 func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
+	unary := []grpc.UnaryServerInterceptor{recoverUnary(log), translateUnary(log)}
+	if svcs.Metrics != nil {
+		unary = append(unary, svcs.Metrics.unary())
+	}
 	opts = append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(recoverUnary(log), translateUnary(log)),
+		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(recoverStream(log), translateStream(log)),
 		// Room for the largest invocation input plus framing.
 		grpc.MaxRecvMsgSize(bounds.InvokeBody + 64<<10),
@@ -67,6 +77,9 @@ func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
 	if svcs.Exec != nil {
 		pb.RegisterExecServer(s, svcs.Exec)
 		h.SetServingStatus(pb.Exec_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	}
+	if svcs.Metrics != nil {
+		metricsv1.RegisterMetricsServiceServer(s, metricsrpc.NewServer(svcs.Metrics.reg))
 	}
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return &GRPC{Server: s, Health: h, log: log}

@@ -165,7 +165,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	execs := exec.NewLocal(exec.LocalConfig{Targets: runtime.ExecTargets(tasks, fns), Logger: log})
-	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns, Exec: exec.NewGRPCServer(execs)})
+	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns, Exec: exec.NewGRPCServer(execs),
+		Metrics: NewMetrics(fns.RegistrationStates)})
 	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root())
 	if cfg.OnListen != nil {
 		cfg.OnListen(lis.Addr())
