@@ -163,20 +163,20 @@ func (e *env) create(name, runtime string, mutate ...func(*v1alpha1.Run)) *v1alp
 // setStatus writes a status on top of the stored Run.
 func (e *env) setStatus(name string, mutate func(*v1alpha1.RunStatus)) *v1alpha1.Run {
 	e.t.Helper()
-	for {
+	var got *v1alpha1.Run
+	err := store.RetryOnConflict(func() error {
 		r, err := e.runs.Get(e.ctx, "", name)
 		if err != nil {
-			e.t.Fatal(err)
+			return err
 		}
 		mutate(&r.Status)
-		got, err := e.runs.UpdateStatus(e.ctx, r)
-		if err == nil {
-			return got
-		}
-		if !isConflict(err) {
-			e.t.Fatal(err)
-		}
+		got, err = e.runs.UpdateStatus(e.ctx, r)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
 	}
+	return got
 }
 
 func (e *env) send(ev pool.Event) {
