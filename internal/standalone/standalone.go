@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pb "stoke.dev/stoke/api/executor/v1"
@@ -32,6 +31,7 @@ import (
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/reaper"
 	"stoke.dev/stoke/internal/runlog"
+	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/scheduler"
 	"stoke.dev/stoke/internal/store"
@@ -335,7 +335,7 @@ func (s *Standalone) podReady(ctx context.Context, p pool.Pod) {
 }
 
 func (s *Standalone) startDaemon(parent context.Context, p pool.Pod) (*podDaemon, error) {
-	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.Addr, server.DialOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: dial: %w", p.Name, err)
 	}

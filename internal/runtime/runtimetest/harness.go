@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/runtime/server"
@@ -125,8 +124,10 @@ func StartServer(t testing.TB, h Harness, configure func(*server.Config)) *Serve
 		cancel()
 		t.Fatalf("runtime server did not start: %v", err)
 	}
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))
+	// As runtimed dials, but sending more than the server takes, so that
+	// the suite sees the server's own limit.
+	conn, err := grpc.NewClient(addr.String(), append(server.DialOptions(),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)))...)
 	if err != nil {
 		t.Fatal(err)
 	}

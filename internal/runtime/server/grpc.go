@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -48,6 +49,34 @@ type GRPC struct {
 	log    *slog.Logger
 }
 
+// Message and flow-control bounds of a connection to a Runtime Server.
+const (
+	// maxRecvMsg is room for the largest invocation input plus framing.
+	maxRecvMsg = bounds.InvokeBody + 64<<10
+	// maxSendMsg is room for the largest output with both captured streams.
+	maxSendMsg = bounds.InvokeBody + 4*bounds.CapturedStream
+	// streamWindow and connWindow are set on both ends. A window set
+	// explicitly turns off grpc-go's bandwidth-delay estimation, which
+	// answers a received message with a PING that the other end must
+	// read and acknowledge: extra frames and wake-ups of both processes
+	// on every call, for nothing on a local socket. A stream's window
+	// holds the largest message, so that none waits for a window update.
+	streamWindow = maxSendMsg
+	connWindow   = 4 * streamWindow
+)
+
+// DialOptions are how a client (runtimed) connects to a Runtime Server:
+// plaintext, as the server listens on a pod-local socket, with the
+// server's windows, taking every message the server may send.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxSendMsg)),
+	}
+}
+
 // NewGRPC builds a gRPC server for svcs. Every RPC passes through one
 // interceptor chain: panic recovery, then error translation and logging.
 func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
@@ -58,9 +87,10 @@ func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
 	opts = append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(recoverStream(log), translateStream(log)),
-		// Room for the largest invocation input plus framing.
-		grpc.MaxRecvMsgSize(bounds.InvokeBody + 64<<10),
-		grpc.MaxSendMsgSize(bounds.InvokeBody + 4*bounds.CapturedStream),
+		grpc.MaxRecvMsgSize(maxRecvMsg),
+		grpc.MaxSendMsgSize(maxSendMsg),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 	}, opts...)
 	s := grpc.NewServer(opts...)
 	h := health.NewServer()
