@@ -748,3 +748,69 @@ func assertGone(t *testing.T, pid int) {
 		return
 	}
 }
+
+// A child left idle rehearses the request path before it blocks for a
+// request; one forked while a request waits does not. Either way the
+// handler starts from the state right after registration: the same
+// variables (plus the request's: __stoke_seq, MAPFILE and the two
+// STOKE_ variables of the call), the same functions, MAPFILE holding the
+// request alone.
+func TestIdleChildStartsFromRegistrationState(t *testing.T) {
+	f := newFixture(t, map[string]string{"v.sh": `
+vars() {
+	builtin printf '"%s|%s|%s"' "$(compgen -v | grep -vE '^(BASH_.*|_|FUNCNAME|PIPESTATUS|LINENO|SECONDS|RANDOM|SRANDOM|EPOCH.*|BASHPID|PPID)$' | tr '\n' ' ')" \
+		"${#MAPFILE[@]}:${MAPFILE[1]}" "$(declare -F | tr '\n' ' ')"
+}
+`})
+	in := f.mustLoad("v.vars")
+	var first string
+	for i := range 4 {
+		if i%2 == 0 {
+			awaitIdleChild(t, in)
+		}
+		call := "call-" + strconv.Itoa(i)
+		res, err := f.invoke(in, `"`+call+`"`, invokeTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.ReplaceAll(string(res.Output), call, "call-N")
+		if i == 0 {
+			first = got
+			if !strings.Contains(got, `|2:"call-N"|`) {
+				t.Fatalf("call 0: %s, want MAPFILE to hold the ID and the payload alone", got)
+			}
+			vars, _, _ := strings.Cut(got, "|")
+			if n := strings.Count(vars, "__stoke_"); n != 1 || !strings.Contains(vars, " __stoke_seq ") {
+				t.Fatalf("call 0: variables %s, want __stoke_seq alone of the bootstrap's", vars)
+			}
+			continue
+		}
+		if got != first {
+			t.Fatalf("call %d (idle child: %v) started from\n%s\nbut call 0 from\n%s", i, i%2 == 0, got, first)
+		}
+	}
+}
+
+// awaitIdleChild waits until the warm shell's newest child is blocked
+// reading its control pipe (fd 4): past anything it does before a request.
+func awaitIdleChild(t *testing.T, in *instance) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		in.mu.Lock()
+		c := in.cur
+		in.mu.Unlock()
+		if c != nil {
+			// /proc/PID/syscall: the number of the syscall it is blocked
+			// in (0 is read) and its first argument, the fd.
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(c.pid) + "/syscall"); err == nil &&
+				strings.HasPrefix(string(b), "0 0x4 ") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the warm shell's child did not block on its control pipe within 10 s")
+		}
+		time.Sleep(time.Millisecond) // /proc has no event to await
+	}
+}

@@ -48,6 +48,19 @@ __stoke_child() {
 	# function name, and the bootstrap's variables go: the handler sees the
 	# state right after registration, plus __stoke_seq (the request number)
 	# and MAPFILE (its invocation ID and payload).
+	# Unless a request is waiting already, rehearse the request path with
+	# nothing (in the warm shell's options, untraced): the pages of the
+	# warm shell it writes are copied for this child (copy-on-write) now,
+	# not while a request waits. Where fork is slow, so are those copies.
+	if ! builtin read -t 0 -u 4; then
+		__stoke_seq=0
+		builtin mapfile -d '' -t -n 2 </dev/null
+		{
+			STOKE_INVOCATION_ID= STOKE_OUTPUTS= __stoke_rehearse "" 4<&- 5>&- 6>&-
+			builtin echo -n "" >&6
+		} 6>/dev/null >&6
+		builtin unset -v __stoke_seq MAPFILE
+	fi
 	builtin set "${__stoke_setargs[@]}" -- "$__stoke_nonce" "$__stoke_dir" "$__stoke_fn"
 	builtin unset -v __stoke_fn __stoke_dir __stoke_nonce __stoke_setargs __stoke_pid __stoke_rc __stoke_pending
 	# A line left over from a cancelled request (or a piece of one) names
@@ -65,6 +78,8 @@ __stoke_child() {
 		builtin echo -n $'\036'"$1 done $__stoke_seq $BASHPID $?"$'\n' >&6
 	} 6>"$2/out.$__stoke_seq" >&6
 }
+
+__stoke_rehearse() { builtin printf '%s' "$1"; }
 
 __stoke_serve() {
 	exec 5>/dev/null
