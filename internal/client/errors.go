@@ -116,8 +116,6 @@ func Category(status int, errorType string) error {
 		return cat
 	}
 	switch status {
-	case http.StatusForbidden:
-		return errdefs.ErrUnauthenticated
 	case http.StatusBadGateway:
 		return errdefs.ErrUnavailable
 	}

@@ -35,7 +35,7 @@ func TestCategoryOfOtherStatuses(t *testing.T) {
 	}{
 		{http.StatusConflict, errdefs.ErrAlreadyExists},
 		{http.StatusServiceUnavailable, errdefs.ErrUnavailable},
-		{http.StatusForbidden, errdefs.ErrUnauthenticated},
+		{http.StatusForbidden, errdefs.ErrPermissionDenied},
 		{http.StatusMethodNotAllowed, errdefs.ErrMethodNotAllowed},
 		{http.StatusBadGateway, errdefs.ErrUnavailable},
 		{http.StatusTeapot, errdefs.ErrInvalidArgument},

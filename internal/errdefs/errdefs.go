@@ -35,6 +35,9 @@ var (
 	ErrCanceled         = errors.New("canceled")
 	ErrTooLarge         = errors.New("too large")
 	ErrUnauthenticated  = errors.New("unauthenticated")
+	// ErrPermissionDenied refuses an authenticated request (a cross-origin
+	// WebSocket upgrade).
+	ErrPermissionDenied = errors.New("permission denied")
 	ErrInternal         = errors.New("internal error")
 	// ErrConflict is an optimistic-concurrency failure: the object changed
 	// since it was read (its resourceVersion is stale). Callers re-read and
@@ -67,6 +70,7 @@ var categories = []struct {
 	{ErrCanceled, codes.Canceled, 499}, // nginx's "client closed request"
 	{ErrTooLarge, codes.InvalidArgument, http.StatusRequestEntityTooLarge},
 	{ErrUnauthenticated, codes.Unauthenticated, http.StatusUnauthorized},
+	{ErrPermissionDenied, codes.PermissionDenied, http.StatusForbidden},
 	{ErrInternal, codes.Internal, http.StatusInternalServerError},
 	{ErrConflict, codes.Aborted, http.StatusConflict},
 	{ErrExpired, codes.OutOfRange, http.StatusGone},

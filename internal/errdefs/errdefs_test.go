@@ -28,6 +28,7 @@ func TestMapping(t *testing.T) {
 		{Errorf(ErrDeadlineExceeded, "slow"), codes.DeadlineExceeded, 504},
 		{Errorf(ErrTooLarge, "big"), codes.InvalidArgument, 413},
 		{Errorf(ErrUnauthenticated, "who"), codes.Unauthenticated, 401},
+		{Errorf(ErrPermissionDenied, "cross-origin"), codes.PermissionDenied, 403},
 		{Errorf(ErrConflict, "stale rv"), codes.Aborted, 409},
 		{Errorf(ErrExpired, "too old"), codes.OutOfRange, 410},
 		{Errorf(ErrMethodNotAllowed, "PUT"), codes.Unimplemented, 405},

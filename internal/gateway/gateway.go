@@ -62,6 +62,8 @@ type Config struct {
 	API API
 	// Router routes invocations; nil means API.
 	Router Router
+	// Exec, when set, serves exec sessions into Runs (exec.go).
+	Exec ExecRouter
 	// Token is the bearer token every request must carry.
 	Token string
 	// Metrics, when set, is served on /metrics and observes invocations.
@@ -104,6 +106,9 @@ func New(cfg Config) *Gateway {
 	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/{uid}/invoke", g.invoke)
 	if cfg.API != nil {
 		g.routeObjects()
+	}
+	if cfg.Exec != nil {
+		g.mux.HandleFunc(execPath, g.exec)
 	}
 	if cfg.Metrics != nil {
 		g.mux.Handle("GET /metrics", cfg.Metrics.handler())

@@ -22,6 +22,7 @@ type Metrics struct {
 	invokeLatency *prometheus.HistogramVec
 	apiRequests   *prometheus.CounterVec
 	schedLatency  prometheus.Histogram
+	exec          execMetrics
 }
 
 // NewMetrics builds the registry; runPhases counts the Runs by phase at
@@ -50,6 +51,7 @@ func NewMetrics(runPhases func() map[v1alpha1.Phase]int) *Metrics {
 		&phaseCollector{count: runPhases, desc: prometheus.NewDesc("stoke_runs",
 			"Runs by phase, as the control plane's memory holds them.", []string{"phase"}, nil)},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.exec = newExecMetrics(m.reg)
 	return m
 }
 

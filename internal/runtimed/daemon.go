@@ -132,7 +132,7 @@ func (d *Daemon) OnRun(run *v1alpha1.Run) {
 		return
 	}
 	ctx, cancel := context.WithCancel(d.ctx)
-	w := &worker{d: d, uid: uid, cancel: cancel, updates: make(chan struct{}, 1), latest: run,
+	w := &worker{d: d, uid: uid, cancel: cancel, updates: make(chan struct{}, 1), latest: run, executing: make(chan struct{}),
 		log: d.log.With("run_uid", uid, "run", run.Namespace+"/"+run.Name, "attempt", run.Status.Attempt)}
 	d.workers[uid] = w
 	d.wg.Add(1)
@@ -175,6 +175,9 @@ type worker struct {
 	latest  *v1alpha1.Run
 	deleted bool
 	updates chan struct{} // signalled when latest changes
+	// executing is closed once a task's execution was started on the
+	// Runtime Server, so that an exec can wait for it.
+	executing chan struct{}
 }
 
 func (w *worker) update(run *v1alpha1.Run) {

@@ -22,7 +22,7 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	task := run.Spec.Mode.Task
 	// One execution ID per attempt: a retried attempt never finds the
 	// previous attempt's execution.
-	execID := fmt.Sprintf("%s.%d", w.uid, run.Status.Attempt)
+	execID := executionID(w.uid, run.Status.Attempt)
 	timeout := w.d.cfg.DefaultTaskTimeout
 	if run.Spec.Timeout != nil && run.Spec.Timeout.Duration > 0 {
 		timeout = run.Spec.Timeout.Duration
@@ -39,6 +39,9 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 		_, err := w.d.runtime.Execute(ctx, req)
 		return err
 	})
+	if err == nil {
+		close(w.executing)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return

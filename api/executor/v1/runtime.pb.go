@@ -1455,7 +1455,8 @@ func (*ExecRequest_Signal) isExecRequest_Frame() {}
 
 type ExecStart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The Run's UID; for a function, registration_id names the generation
+	// The Run's UID — for a task, the id its execution was started with —
+	// and, for a function, registration_id names the generation
 	// (stale ⇒ FailedPrecondition).
 	RunUid         string `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
 	RegistrationId string `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`

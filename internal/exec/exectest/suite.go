@@ -44,8 +44,9 @@ type Harness struct {
 	// Task starts a task Run that runs until it is ended.
 	Task func(t *testing.T) Run
 	// Signals reports whether the hop carries Session.Signal (the
-	// Kubernetes WebSocket protocol has no signal channel).
-	Signals bool
+	// Kubernetes WebSocket protocol has no signal channel); RequestEnv
+	// whether it carries Request.Env (the HTTP endpoint does not).
+	Signals, RequestEnv bool
 	// BigBytes is how much the backpressure test pipes through cat each
 	// way (default 8 MiB).
 	BigBytes int
@@ -71,7 +72,7 @@ func Test(t *testing.T, h Harness) {
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
 	t.Run("SessionLimit", func(t *testing.T) { testLimit(t, h) })
 	t.Run("EndsWithRun", func(t *testing.T) { testEndsWithRun(t, h) })
-	t.Run("Backpressure", func(t *testing.T) { testBackpressure(t, h) })
+	t.Run("Backpressure", func(t *testing.T) { Backpressure(t, h) })
 	if h.Signals {
 		t.Run("Signal", func(t *testing.T) { testSignal(t, h) })
 	}
@@ -197,8 +198,7 @@ func testInteractive(t *testing.T, h Harness) {
 	ctx := ctxT(t)
 	sess, err := h.Executor.Start(ctx, exec.Request{
 		RunUID: run.UID, RegistrationID: run.RegistrationID, TTY: true, Stdin: true,
-		Command: []string{"bash", "--norc", "--noprofile", "-i"},
-		Env:     map[string]string{"PS1": "$ "}, Size: exec.TermSize{Width: 80, Height: 24},
+		Command: []string{"bash", "--norc", "--noprofile", "-i"}, Size: exec.TermSize{Width: 80, Height: 24},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -272,16 +272,18 @@ func testDirEnv(t *testing.T, h Harness) {
 	for k := range run.Env {
 		script += fmt.Sprintf(`; echo "%s=$%s"`, k, k)
 	}
-	out, _, exit, err := Collect(ctx, h.Executor, exec.Request{
-		RunUID: run.UID, RegistrationID: run.RegistrationID, Command: []string{"bash", "-c", script},
-		Env: map[string]string{"EXTRA": "yes"},
-	}, nil)
+	req := exec.Request{RunUID: run.UID, RegistrationID: run.RegistrationID, Command: []string{"bash", "-c", script}}
+	wantX := "x="
+	if h.RequestEnv {
+		req.Env, wantX = map[string]string{"EXTRA": "yes"}, "x=yes"
+	}
+	out, _, exit, err := Collect(ctx, h.Executor, req, nil)
 	if err != nil || exit.Code != 0 {
 		t.Fatalf("exit %+v, %v", exit, err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) < 3 || lines[0] != run.Dir || lines[1] != "x=yes" || lines[2] != "outputs=unset" {
-		t.Fatalf("output %q; want the working directory %s, x=yes, outputs=unset", out, run.Dir)
+	if len(lines) < 3 || lines[0] != run.Dir || lines[1] != wantX || lines[2] != "outputs=unset" {
+		t.Fatalf("output %q; want the working directory %s, %s, outputs=unset", out, run.Dir, wantX)
 	}
 	for k, v := range run.Env {
 		if !strings.Contains(out, k+"="+v+"\n") {
@@ -317,7 +319,7 @@ func testBadInput(t *testing.T, h Harness) {
 	}{
 		{"EmptyCommand", exec.Request{RunUID: run.UID, RegistrationID: run.RegistrationID}, errdefs.ErrInvalidArgument},
 		{"EmptyArgv0", exec.Request{RunUID: run.UID, RegistrationID: run.RegistrationID, Command: []string{""}}, errdefs.ErrInvalidArgument},
-		{"UnknownRun", exec.Request{RunUID: "no-such-run-" + Marker(), Command: []string{"true"}}, errdefs.ErrNotFound},
+		{"UnknownRun", exec.Request{RunUID: run.UID + "-nope", RegistrationID: run.RegistrationID, Command: []string{"true"}}, errdefs.ErrNotFound},
 	} {
 		_, _, _, err := Collect(ctx, h.Executor, tc.req, nil)
 		if !errors.Is(err, tc.want) {
@@ -456,10 +458,15 @@ func (w *stallingWriter) Write(p []byte) (int, error) {
 	return w.sum.Write(p)
 }
 
-func testBackpressure(t *testing.T, h Harness) {
+// Backpressure pipes h.BigBytes through cat each way with a reader that
+// stalls for h.Stall at a time, and checks that every byte came back in
+// order.
+func Backpressure(t *testing.T, h Harness) {
+	if h.Stall == 0 {
+		h.Stall = time.Second
+	}
 	run := h.Task(t)
-	ctx := ctxT(t)
-	ctx, cancel := context.WithTimeout(ctx, 10*Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*Timeout)
 	defer cancel()
 	sess, err := h.Executor.Start(ctx, exec.Request{RunUID: run.UID, RegistrationID: run.RegistrationID, Command: []string{"cat"}, Stdin: true})
 	if err != nil {

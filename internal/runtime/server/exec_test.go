@@ -44,10 +44,11 @@ func execTask(t *testing.T, srv *runtimetest.Server) exectest.Run {
 func TestExec(t *testing.T) {
 	srv := runtimetest.StartServer(t, runtimetest.Harness{Runtime: "bash"}, nil)
 	exectest.Test(t, exectest.Harness{
-		Executor: exec.NewGRPCClient(srv.Conn),
-		Task:     func(t *testing.T) exectest.Run { return execTask(t, srv) },
-		Signals:  true,
-		BigBytes: 32 << 20,
+		Executor:   exec.NewGRPCClient(srv.Conn),
+		Task:       func(t *testing.T) exectest.Run { return execTask(t, srv) },
+		Signals:    true,
+		RequestEnv: true,
+		BigBytes:   32 << 20,
 	})
 }
 

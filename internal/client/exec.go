@@ -1,0 +1,89 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/exec/channel"
+)
+
+// handshakeTimeout bounds an exec's WebSocket handshake.
+const handshakeTimeout = 30 * time.Second
+
+// Exec returns an exec.Executor through the server's exec endpoint
+// (docs/http-api.md, "Exec"): at this hop a Request's RunUID names the Run
+// as "namespace/name", and its RegistrationID and Env must be empty (the
+// endpoint takes neither). Errors before the session starts are
+// *APIError; a session's own end comes from its status channel.
+func (c *Client) Exec() exec.Executor { return &wsExecutor{c: c} }
+
+type wsExecutor struct{ c *Client }
+
+func (e *wsExecutor) Start(ctx context.Context, req exec.Request) (exec.Session, error) {
+	ns, name, ok := strings.Cut(req.RunUID, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, errdefs.InvalidArgument("run", "%q: want namespace/name", req.RunUID)
+	}
+	if req.RegistrationID != "" || len(req.Env) > 0 {
+		return nil, errdefs.InvalidArgument("request", "the exec endpoint takes no registration ID or env")
+	}
+	q := url.Values{"command": req.Command}
+	q.Set("stdout", "true")
+	q.Set("stderr", strconv.FormatBool(!req.TTY))
+	q.Set("stdin", strconv.FormatBool(req.Stdin))
+	q.Set("tty", strconv.FormatBool(req.TTY))
+	u := e.c.url(q, "v1", "namespaces", ns, "runs", name, "exec")
+	switch u.Scheme {
+	case "https":
+		u.Scheme = "wss"
+	default:
+		u.Scheme = "ws"
+	}
+	d := websocket.Dialer{
+		Subprotocols:     []string{channel.Protocol},
+		HandshakeTimeout: handshakeTimeout,
+		Proxy:            http.ProxyFromEnvironment,
+		ReadBufferSize:   bounds.ExecFrame + 1,
+		WriteBufferSize:  bounds.ExecFrame + 1,
+	}
+	if tr, ok := e.c.hc.Transport.(*http.Transport); ok && tr != nil {
+		d.TLSClientConfig = tr.TLSClientConfig
+		if tr.DialContext != nil {
+			d.NetDialContext = tr.DialContext
+		}
+	}
+	h := http.Header{}
+	if e.c.token != "" {
+		h.Set("Authorization", "Bearer "+e.c.token)
+	}
+	conn, resp, err := d.DialContext(ctx, u.String(), h)
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, readError(resp)
+		}
+		return nil, &UnreachableError{Server: e.c.base.String(), Err: err}
+	}
+	if conn.Subprotocol() != channel.Protocol {
+		_ = conn.Close()
+		return nil, errdefs.Errorf(errdefs.ErrUnimplemented, "exec: the server did not agree to %s", channel.Protocol)
+	}
+	if req.TTY && req.Size != (exec.TermSize{}) {
+		s := channel.NewSession(conn, req)
+		if err := s.Resize(req.Size); err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("exec: initial size: %w", err)
+		}
+		return s, nil
+	}
+	return channel.NewSession(conn, req), nil
+}
