@@ -38,14 +38,14 @@ func execTask(t *testing.T) exectest.Run {
 	ctx, cancel := context.WithTimeout(context.Background(), exectest.Timeout)
 	defer cancel()
 	name := fmt.Sprintf("exec-%d", execRuns.Add(1))
-	run, err := plane.CreateRun(ctx, &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+	_, err := plane.CreateRun(ctx, &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: v1alpha1.RunSpec{Runtime: "bash", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"sleep", "100000"}}},
 			Env: []v1alpha1.EnvVar{{Name: "RUN_VAR", Value: "run-value"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = plane.DeleteRun(context.Background(), "default", name) })
-	run = awaitPhase(t, name, v1alpha1.PhaseRunning)
+	run := awaitPhase(t, name, v1alpha1.PhaseRunning)
 	var dir string
 	for _, p := range plane.Pods() {
 		if p.UID == run.Status.AssignedPodUID {
