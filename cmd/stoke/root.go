@@ -33,7 +33,7 @@ func newRootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: "+strings.Join([]string{"debug", "info", "warn", "error"}, ", "))
 	root.AddCommand(newRuntimeServerCommand())
 	root.AddCommand(newRunCommand(), newApplyCommand(), newGetCommand(), newDescribeCommand(),
-		newLogsCommand(), newInvokeCommand(), newCancelCommand(), newDeleteCommand())
+		newLogsCommand(), newInvokeCommand(), newExecCommand(), newCancelCommand(), newDeleteCommand())
 	root.AddCommand(newUpCommand(), newVersionCommand())
 	return root
 }

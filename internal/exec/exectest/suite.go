@@ -164,9 +164,9 @@ func (s *Screen) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Expect waits until the output after the previous match holds want and
-// consumes it up to the match.
-func (s *Screen) Expect(t *testing.T, want string) {
+// Expect waits until the output after the previous match holds want,
+// consumes it up to the match and returns what came before want.
+func (s *Screen) Expect(t *testing.T, want string) string {
 	t.Helper()
 	deadline := time.NewTimer(Timeout)
 	defer deadline.Stop()
@@ -174,9 +174,9 @@ func (s *Screen) Expect(t *testing.T, want string) {
 		s.mu.Lock()
 		i := strings.Index(s.buf.String(), want)
 		if i >= 0 {
-			s.buf.Next(i + len(want))
+			before := string(s.buf.Next(i + len(want))[:i])
 			s.mu.Unlock()
-			return
+			return before
 		}
 		changed, seen := s.changed, s.buf.String()
 		s.mu.Unlock()

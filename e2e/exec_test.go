@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/exec/exectest"
+)
+
+// awaitRunPhase polls `stoke get` until the Run reaches phase.
+func (s *cliServer) awaitRunPhase(t *testing.T, name string, phase v1alpha1.Phase) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for s.getRun(t, name).Status.Phase != phase {
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s did not reach %s", name, phase)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stoke exec behaves as kubectl exec and docker exec: exit statuses, stdin,
+// a real terminal with resize and ^C, Ctrl-C without one, completion.
+func TestExecCLI(t *testing.T) {
+	s := startCLIServer(t)
+	s.ok(t, "run", "--runtime", "bash", "--name", "shell", "--detach", "--", "sleep", "100000")
+	s.awaitRunPhase(t, "shell", v1alpha1.PhaseRunning)
+
+	t.Run("exit status and separate streams", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			code int
+		}{
+			{[]string{"sh", "-c", "echo out; echo err >&2; exit 3"}, 3},
+			{[]string{"no-such-command-stoke"}, 127},
+			{[]string{"/etc/hostname"}, 126},
+			{[]string{"sh", "-c", "kill -TERM $$"}, 128 + int(syscall.SIGTERM)},
+			{[]string{"true"}, 0},
+		} {
+			r := stoke(t, s.env(), "", append([]string{"exec", "shell", "--"}, tc.args...)...)
+			if r.code != tc.code {
+				t.Errorf("%q: %s; want exit %d", tc.args, r, tc.code)
+			}
+			if tc.code == 3 && (r.stdout != "out\n" || r.stderr != "err\n") {
+				t.Errorf("streams: %s", r)
+			}
+		}
+	})
+
+	t.Run("stdin", func(t *testing.T) {
+		if r := stoke(t, s.env(), "hello", "exec", "-i", "shell", "--", "wc", "-c"); r.code != 0 || r.stdout != "5\n" {
+			t.Errorf("%s", r)
+		}
+		// -t without a terminal on stdin runs without one, as kubectl does.
+		r := stoke(t, s.env(), "typed", "exec", "-it", "shell", "--", "cat")
+		if r.code != 0 || r.stdout != "typed" || !strings.Contains(r.stderr, "not a terminal") {
+			t.Errorf("%s", r)
+		}
+	})
+
+	t.Run("terminal", func(t *testing.T) {
+		cmd := cliCommand(t.Context(), s.env(), "exec", "-it", "shell", "--", "bash", "--norc", "--noprofile")
+		term, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer term.Close()
+		screen := exectest.NewScreen()
+		go func() { _, _ = io.Copy(screen, term) }()
+		typed := func(s string) {
+			if _, err := io.WriteString(term, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		typed("echo $((6*7))\r")
+		screen.Expect(t, "42\r\n")
+		// Resizing the local terminal sends SIGWINCH to the CLI, which
+		// resizes the remote one.
+		if err := pty.Setsize(term, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			typed(`printf 'S%sE\n' "$(stty size)"` + "\r")
+			if strings.HasSuffix(screen.Expect(t, "E\r\n"), "S30 100") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the remote terminal did not follow the resize")
+			}
+			time.Sleep(20 * time.Millisecond) // the resize travels apart from the typed bytes
+		}
+		marker := exectest.Marker()
+		typed("sleep " + marker + "\r")
+		exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 1 })
+		typed("\x03") // raw mode: a byte for the remote terminal, not a local SIGINT
+		exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 0 })
+		typed("echo alive-$?\r")
+		screen.Expect(t, "alive-130")
+		typed("exit 3\r")
+		var ee *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Fatalf("stoke exec -it: %v, want exit 3", err)
+		}
+	})
+
+	t.Run("Ctrl-C without a terminal", func(t *testing.T) {
+		marker := exectest.Marker()
+		cmd := cliCommand(context.Background(), s.env(), "exec", "shell", "--", "bash", "-c", "sleep "+marker+" & sleep "+marker)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 2 })
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		var ee *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Fatalf("after Ctrl-C: %v, want exit 130", err)
+		}
+		exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 0 })
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		s.fails(t, 1, "not found", "exec", "no-such-run", "--", "true")
+		s.fails(t, 1, "usage", "exec", "shell", "true")
+		s.ok(t, "run", "--runtime", "bash", "--name", "finished", "--", "true")
+		s.fails(t, 1, "exec needs a running task", "exec", "finished", "--", "true")
+	})
+
+	t.Run("completion", func(t *testing.T) {
+		if out := s.ok(t, "__complete", "exec", "sh"); !strings.Contains(out, "shell") {
+			t.Errorf("completion: %q", out)
+		}
+	})
+
+	if run := s.getRun(t, "shell"); run.Status.Phase != v1alpha1.PhaseRunning {
+		t.Errorf("after every exec the run is %s", run.Status.Phase)
+	}
+}
