@@ -18,7 +18,9 @@ func newUpCommand() *cobra.Command {
 directory), the bash and python runtime pools, the scheduler, and the HTTP API
 with the invoke gateway. On first start it writes a random API token to
 <data-dir>/token (mode 0600); the CLI on this machine reads it from there.
-SIGINT or SIGTERM stops it; Runs survive a restart.
+SIGINT or SIGTERM stops it (under go run, so does the end of the go
+command); Runs survive a restart. The data directory must be private (mode
+0700, owned by you); one stoke up serves it at a time.
 
 A finished Run (and its log) is deleted --finished-run-ttl after it finished
 unless its spec sets ttlSecondsAfterFinished, which wins; 0 keeps finished
@@ -36,6 +38,9 @@ Runs until they are deleted.`,
 				cfg.DataDir = d
 			}
 			cfg.Logger = slog.Default()
+			if err := up.StopWithGoRun(); err != nil {
+				return err
+			}
 			return up.Run(cmd.Context(), cfg)
 		},
 	}

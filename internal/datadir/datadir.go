@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // DefaultListen is the address `stoke up` serves its HTTP API on, and the
@@ -32,6 +33,30 @@ func Default() (string, error) {
 		return "", fmt.Errorf("no data directory: %w (pass --data-dir)", err)
 	}
 	return filepath.Join(home, ".local", "state", "stoke"), nil
+}
+
+// Prepare creates the data directory dir (mode 0700) if it does not exist
+// and refuses one that another user could use: it holds every Run's source
+// and output and the API token, so it must belong to this user and be
+// closed to group and others. The error says how to fix it.
+func Prepare(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating the data directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("the data directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("the data directory %s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("the data directory %s belongs to uid %d, not to this user (uid %d): use a directory of your own (--data-dir)", dir, st.Uid, os.Geteuid())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("the data directory %s has mode %#o: other users could read or change every Run's source and the API token; make it private with: chmod 700 %s", dir, perm, dir)
+	}
+	return nil
 }
 
 // TokenPath is the token file of the data directory dir.

@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -51,4 +52,73 @@ func TestDefaultFollowsXDGStateHome(t *testing.T) {
 	if d, err := Default(); err != nil || d != "/home/u/.local/state/stoke" {
 		t.Errorf("Default = %q, %v", d, err)
 	}
+}
+
+func TestPrepareCreatesAPrivateDirectory(t *testing.T) {
+	dir := t.TempDir() + "/a/data"
+	if err := Prepare(dir); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("stat %s: %v %v, want mode 0700", dir, fi.Mode().Perm(), err)
+	}
+	if err := Prepare(dir); err != nil {
+		t.Errorf("second Prepare of a private directory: %v", err)
+	}
+}
+
+func TestPrepareRefusesADirectoryOthersCanUse(t *testing.T) {
+	for _, mode := range []os.FileMode{0o755, 0o750, 0o770, 0o701, 0o702, 0o704, 0o710, 0o720, 0o740} {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		err := Prepare(dir)
+		if err == nil || !strings.Contains(err.Error(), "chmod 700 "+dir) {
+			t.Errorf("mode %#o: Prepare = %v; want a refusal that says chmod 700 %s", mode, err, dir)
+		}
+	}
+}
+
+func TestPrepareRefusesADirectoryOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		// Only root can give a directory away; as another user, /
+		// belongs to root.
+		if err := Prepare("/"); err == nil || !strings.Contains(err.Error(), "belongs to uid 0") {
+			t.Fatalf("Prepare(/) = %v; want a refusal naming its owner", err)
+		}
+		return
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := Prepare(dir); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Fatalf("Prepare = %v; want a refusal naming uid 65534", err)
+	}
+}
+
+func TestLockNamesTheHolder(t *testing.T) {
+	dir := t.TempDir()
+	release, err := Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flock locks belong to the open file description: a second open in
+	// this process conflicts as another process's would.
+	_, err = Lock(dir)
+	want := fmt.Sprintf("another stoke up (pid %d) serves this data directory (%s)", os.Getpid(), dir)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("second Lock = %v; want %q", err, want)
+	}
+	release()
+	again, err := Lock(dir)
+	if err != nil {
+		t.Fatalf("Lock after release: %v", err)
+	}
+	again()
 }

@@ -224,7 +224,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return errors.New("pool: Run called twice")
 	}
 	defer s.endSubscriptions()
-	if err := os.MkdirAll(s.runsDir, 0o755); err != nil {
+	if err := os.MkdirAll(s.runsDir, 0o700); err != nil {
 		return fmt.Errorf("pool: workspace root: %w", err)
 	}
 	// Pod directories left by an earlier supervisor belong to pods that

@@ -32,7 +32,7 @@ func materialise(dir string, src *v1alpha1.Source) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("clean working directory: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
 	switch {
@@ -55,7 +55,7 @@ func writeFile(dir, rel string, r io.Reader, mode os.FileMode) error {
 	if !runtime.Within(dir, p) {
 		return errdefs.InvalidArgument("source path", "%q leaves the working directory", rel)
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return fmt.Errorf("source: %w", err)
 	}
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscallNoFollow, mode.Perm())
@@ -95,7 +95,7 @@ func extract(dir string, tgz []byte) error {
 			if err := validation.RelativePath("spec.source.archive", name); err != nil {
 				return err
 			}
-			if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Join(dir, name), 0o700); err != nil {
 				return fmt.Errorf("source: %w", err)
 			}
 		case tar.TypeReg:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,11 @@ type Up struct {
 // and returns once it has logged the URL it serves and its token is in
 // dataDir/token. Whoever gets an Up must end it with Stop or Close.
 func StartUp(bin, dataDir string, extra ...string) (*Up, error) {
+	// A test's temporary directory has mode 0755 under the usual umask;
+	// stoke up refuses a data directory that is not private.
+	if err := os.Chmod(dataDir, 0o700); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("stoke up: %w", err)
+	}
 	cmd := exec.Command(bin, append([]string{"up", "--data-dir", dataDir, "--listen", "127.0.0.1:0"}, extra...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// Our own pipe rather than StderrPipe: Cmd.Wait must not depend on

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -76,6 +77,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	if err := datadir.Prepare(dataDir); err != nil {
+		return err
+	}
+	// Before binding: a second stoke up on this directory says who serves
+	// it rather than failing on a port in use.
+	unlock, err := datadir.Lock(dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	token, err := datadir.EnsureToken(dataDir)
 	if err != nil {
 		return err
@@ -91,6 +102,9 @@ func Run(ctx context.Context, cfg Config) error {
 		scheme = "https"
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("listening for the HTTP API: %s is in use by another program (this data directory is not served yet); stop that program or pass another --listen address", cfg.Listen)
+	}
 	if err != nil {
 		return fmt.Errorf("listening for the HTTP API: %w", err)
 	}

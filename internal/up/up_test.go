@@ -59,6 +59,9 @@ func oneOfEach(cfg *up.Config) {
 func startUp(t testing.TB, opts ...option) *server {
 	t.Helper()
 	dataDir := t.TempDir()
+	if err := os.Chmod(dataDir, 0o700); err != nil { // stoke up wants it private
+		t.Fatal(err)
+	}
 	urlc := make(chan string, 1)
 	cfg := up.Config{
 		DataDir: dataDir, Listen: "127.0.0.1:0",

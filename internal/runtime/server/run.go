@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.WorkspaceRoot == "" {
 		return errors.New("a workspace root is required")
 	}
-	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o700); err != nil {
 		return fmt.Errorf("workspace root: %w", err)
 	}
 	ws, err := runtime.NewWorkspace(cfg.WorkspaceRoot)
