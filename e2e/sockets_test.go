@@ -20,7 +20,9 @@ import (
 // (each invoked once) opens no socket that another local user could use:
 // its only TCP listener is the gateway, which refuses a request without
 // the token; every Unix socket it listens on lies in a directory of mode
-// 0700 owned by this user; it has no UDP socket.
+// 0700 owned by this user; it has no UDP socket. No process of its tree
+// shows a Run UID or the token in its arguments (/proc/PID/cmdline is
+// readable by every user).
 func TestUpOpensNoUnauthenticatedSocket(t *testing.T) {
 	dir := t.TempDir()
 	u := startUp(t, dir)
@@ -139,8 +141,33 @@ func TestUpOpensNoUnauthenticatedSocket(t *testing.T) {
 		t.Errorf("no listening Unix socket found in the tree: the pods serve on Unix sockets, so the scan is broken")
 	}
 
+	for _, p := range tree {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		args := string(b)
+		for uid, name := range uids {
+			if strings.Contains(args, uid) {
+				t.Errorf("pid %d shows the UID of Run %s in its arguments: %q", p.pid, name, shorten(strings.Split(args, "\x00")))
+			}
+		}
+		if strings.Contains(args, u.Token) {
+			t.Errorf("pid %d shows the API token in its arguments", p.pid)
+		}
+	}
 	w.stop()
 	u.stop(t)
+}
+
+// shorten cuts each argument to 200 bytes, for a readable message.
+func shorten(args []string) []string {
+	for i, a := range args {
+		if len(a) > 200 {
+			args[i] = a[:200] + "…"
+		}
+	}
+	return args
 }
 
 // socketInodes returns the inodes of the sockets pid holds open.

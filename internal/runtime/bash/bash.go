@@ -4,9 +4,10 @@
 // A handler "path/file.function" names the function "function" in
 // "path/file.sh" under the working directory. Load starts one long-lived
 // bash, in a process group of its own, running the embedded bootstrap.sh
-// with the file and the function as positional arguments, never as script
-// text. The bootstrap sources the file once, checks that the function exists
-// and reports ready on a status pipe.
+// with the file and the function in its environment (not its arguments,
+// which every user can read), never as script text. The bootstrap sources
+// the file once, checks that the function exists and reports ready on a
+// status pipe.
 //
 // Forking costs 0.5–2 ms here and every bash command tens of microseconds
 // when cold, so the request path avoids the one and skimps on the other.
@@ -87,7 +88,7 @@ import (
 )
 
 // bootstrapSource is the warm shell's program. It is passed with -c and
-// receives everything variable as positional arguments.
+// receives everything variable in its environment.
 //
 //go:embed bootstrap.sh
 var bootstrapSource string

@@ -1,6 +1,10 @@
 # Bootstrap of Stoke's warm Bash runtime; run as
-#   bash --noprofile --norc -c "$BOOTSTRAP" stoke-bash FILE FUNCTION SCRATCH NONCE RUN_UID
-# with fd 3 a status pipe to Stoke and fd 4 a control pipe from Stoke.
+#   bash --noprofile --norc -c "$BOOTSTRAP" stoke-bash
+# with FILE, FUNCTION, SCRATCH and NONCE in the environment variables
+# __stoke_file, __stoke_fn, __stoke_dir and __stoke_nonce, STOKE_RUN_UID set
+# too, fd 3 a status pipe to Stoke and fd 4 a control pipe from Stoke. They
+# are not arguments because every user can read a process's arguments and
+# only its owner its environment: FILE's path holds the Run UID.
 #
 # FILE (absolute, already confined to the working directory) is sourced once;
 # then this shell pre-forks one child at a time. The child blocks reading a
@@ -98,12 +102,10 @@ __stoke_serve() {
 	done
 }
 
-__stoke_fn=$2 __stoke_dir=$3 __stoke_nonce=$4
-export STOKE_RUN_UID="$5"
+# The bootstrap's own variables stay in this shell: no command inherits them.
+builtin export -n __stoke_fn __stoke_dir __stoke_nonce __stoke_file
 # The handler file sees no positional parameters and neither pipe; what it
 # prints while it is sourced is logged.
-__stoke_file=$1
-shift 5
 source -- "$__stoke_file" 3>&- 4<&-
 __stoke_rc=$?
 builtin unset -v __stoke_file

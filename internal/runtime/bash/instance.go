@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -128,13 +129,12 @@ func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *i
 	}
 	statusR, statusW, ctlR, ctlW, stderrR, stderrW := pipes[0], pipes[1], pipes[2], pipes[3], pipes[4], pipes[5]
 
-	cmd := exec.Command(a.bash, "--noprofile", "--norc", "-c", bootstrap, "stoke-bash",
-		path, fn, scratch, nonce, spec.RunUID)
+	// Not arguments, which every user can read: see bootstrap.sh.
+	cmd := exec.Command(a.bash, "--noprofile", "--norc", "-c", bootstrap, "stoke-bash")
 	cmd.Dir = spec.WorkingDir
-	cmd.Env = spec.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{} // nil would mean the server's own environment
-	}
+	// Never nil, which would mean the server's own environment.
+	cmd.Env = append(slices.Clip(spec.Env), "__stoke_file="+path, "__stoke_fn="+fn, "__stoke_dir="+scratch,
+		"__stoke_nonce="+nonce, "STOKE_RUN_UID="+spec.RunUID)
 	// Stdin stays nil: /dev/null. Stdout of the warm shell is what the
 	// file prints while it is sourced: a log, not an output.
 	cmd.Stdout, cmd.Stderr = stderrW, stderrW

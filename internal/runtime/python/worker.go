@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,12 +141,14 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	reqR, reqW, respR, respW := pipes[0], pipes[1], pipes[2], pipes[3]
 	outR, outW, errR, errW := pipes[4], pipes[5], pipes[6], pipes[7]
 
-	cmd := exec.Command(a.interpreter, "-s", "-c", workerSource,
-		spec.WorkingDir, spec.Handler, spec.RunUID,
+	// The Run UID, and the working directory whose path holds it, go in
+	// the environment, which only this user can read, not in the
+	// arguments, which every user can; the worker removes them.
+	cmd := exec.Command(a.interpreter, "-s", "-c", workerSource, spec.Handler,
 		strconv.Itoa(bounds.InvokeBody), strconv.Itoa(bounds.OutputKeys), strconv.Itoa(bounds.OutputsTotal),
 		strconv.Itoa(bounds.Message), strconv.Itoa(bounds.StackTrace))
 	cmd.Dir = spec.WorkingDir
-	cmd.Env = env
+	cmd.Env = append(slices.Clip(env), "__STOKE_WORKDIR="+spec.WorkingDir, "__STOKE_RUN_UID="+spec.RunUID)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW}
 	p, err := proc.Start(cmd)

@@ -1,7 +1,13 @@
 # Stoke's warm Python worker, embedded in internal/runtime/python and run as
 #
-#   python3 -s -c <this program> WORKDIR HANDLER RUN_UID \
+#   python3 -s -c <this program> HANDLER \
 #       MAX_OUTPUT MAX_OUTPUT_KEYS MAX_OUTPUTS_TOTAL MAX_MESSAGE MAX_STACK
+#
+# with the working directory and the Run UID in the environment variables
+# __STOKE_WORKDIR and __STOKE_RUN_UID, which it removes before the handler
+# loads: every user can read a process's arguments, only its owner its
+# environment, and the Run UID (which the working directory's path holds)
+# must not be shown to other users.
 #
 # It imports the handler's module once, resolves the function, reports READY
 # (or INIT_ERROR) and then serves one invocation at a time over two inherited
@@ -345,8 +351,10 @@ def _load(workdir, handler, limits):
 
 
 def main():
-    workdir, handler, run_uid = sys.argv[1:4]
-    limits = [int(v) for v in sys.argv[4:9]]
+    workdir = os.environ.pop('__STOKE_WORKDIR')
+    run_uid = os.environ.pop('__STOKE_RUN_UID')
+    handler = sys.argv[1]
+    limits = [int(v) for v in sys.argv[2:7]]
     max_output, max_keys, max_outputs_total = limits[0], limits[1], limits[2]
     # Children the handler starts must not hold the protocol pipes.
     os.set_inheritable(REQ_FD, False)
