@@ -25,6 +25,7 @@ work, lets work in flight finish for --shutdown-grace, kills the rest and exits 
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.Default()
+			cfg.Subreaper = true
 			return server.Run(cmd.Context(), cfg)
 		},
 	}

@@ -38,6 +38,7 @@ Runs until they are deleted.`,
 				cfg.DataDir = d
 			}
 			cfg.Logger = slog.Default()
+			cfg.Subreaper = true
 			if err := up.StopWithGoRun(); err != nil {
 				return err
 			}

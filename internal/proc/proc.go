@@ -3,7 +3,8 @@
 // observed by one waiter started with it (so an early exit is never
 // missed), one helper kills the whole group, politely first and forcibly
 // after a bound, and one kills a whole session. Every caller that starts
-// user code uses it.
+// user code uses it. A Subreaper collects and kills the orphans that
+// escape all of that (setsid, double forks, daemons).
 package proc
 
 import (
@@ -78,12 +79,20 @@ func Start(cmd *exec.Cmd, opts ...Option) (*Process, error) {
 		cmd.SysProcAttr.Setpgid = true
 	}
 	cmd.SysProcAttr.Pdeathsig = o.deathSig
-	if err := cmd.Start(); err != nil {
+	// Recorded before a Subreaper can see it (see tracked).
+	startMu.RLock()
+	err := cmd.Start()
+	if err == nil {
+		track(cmd.Process.Pid)
+	}
+	startMu.RUnlock()
+	if err != nil {
 		return nil, err
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
+		untrack(cmd.Process.Pid)
 		close(p.done)
 	}()
 	return p, nil

@@ -195,6 +195,7 @@ func SessionMembers(sid int) ([]int, error) {
 // stat is what this package needs from /proc/PID/stat.
 type stat struct {
 	state byte
+	ppid  int
 	sid   int
 	start uint64 // clock ticks after boot
 }
@@ -230,10 +231,11 @@ func parseStat(b []byte) (stat, error) {
 	if len(f) <= startField || len(f[0]) != 1 {
 		return stat{}, fmt.Errorf("parse /proc stat %q: too few fields", b)
 	}
+	ppid, err0 := strconv.Atoi(string(f[1]))
 	sid, err1 := strconv.Atoi(string(f[3]))
 	start, err2 := strconv.ParseUint(string(f[startField]), 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
+	if err := errors.Join(err0, err1, err2); err != nil {
 		return stat{}, fmt.Errorf("parse /proc stat: %w", err)
 	}
-	return stat{state: f[0][0], sid: sid, start: start}, nil
+	return stat{state: f[0][0], ppid: ppid, sid: sid, start: start}, nil
 }

@@ -10,7 +10,22 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"stoke.dev/stoke/internal/proc"
 )
+
+// Scopes tracks what each task, registration and invocation starts, so
+// that nothing outlives it (proc.Subreaper): a process started with
+// proc.ScopeEnv=name belongs to scope name between Begin and End, and End
+// kills what is left of it that escaped its process group. A nil Scopes
+// tracks nothing; process groups are still killed.
+type Scopes interface {
+	Begin(name string)
+	End(name string)
+}
+
+// scopeEnv is the environment entry that puts a process in scope name.
+func scopeEnv(name string) string { return proc.ScopeEnv + "=" + name }
 
 // Adapter is one language's way of running user code.
 type Adapter interface {
@@ -51,6 +66,10 @@ type Invocation struct {
 	Input    []byte // valid JSON, at most bounds.InvokeBody
 	Deadline time.Time
 	Logger   *slog.Logger // carries run_uid and invocation_id
+	// Scope is the value of proc.ScopeEnv for the processes the call
+	// starts, so that any it leaves behind are traced to it and killed;
+	// "" when the server tracks no scopes.
+	Scope string
 }
 
 // Result is what a successful invocation returns.

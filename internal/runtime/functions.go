@@ -10,6 +10,7 @@ import (
 	"mime"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,10 @@ type FunctionsConfig struct {
 	DefaultInvokeTimeout time.Duration
 	MaxInvokeTimeout     time.Duration
 	InitTimeout          time.Duration
+	// Scopes, when set, tracks each registration's and each invocation's
+	// processes: what an invocation leaves running is killed when it
+	// ends, what a registration started when it is released.
+	Scopes Scopes
 }
 
 // Functions is the FunctionRuntime implementation of one Runtime Server: the
@@ -102,6 +107,7 @@ type registration struct {
 
 	busy         atomic.Bool // one invocation in flight
 	lastActivity atomic.Int64
+	invocations  atomic.Uint64 // numbers each invocation's scope
 
 	mu        sync.Mutex
 	state     pb.FunctionRegistrationState
@@ -257,6 +263,12 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 		Env:        MergeEnv(BaseEnv(workingDir, tmp), req.GetEnv()),
 		ScratchDir: ipc,
 		Logger:     log,
+	}
+	if sc := f.cfg.Scopes; sc != nil {
+		// The registration's ID is unique and random: its scope's name.
+		// Last, so that it wins over the registration's own env.
+		sc.Begin(id)
+		r.spec.Env = append(r.spec.Env, scopeEnv(id))
 	}
 	return r, nil
 }
@@ -513,7 +525,13 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 
 	deadline, _ := invCtx.Deadline()
 	start := time.Now()
-	res, err := inst.Invoke(invCtx, Invocation{ID: invID, RunUID: r.uid, Input: input, Deadline: deadline, Logger: log})
+	call := Invocation{ID: invID, RunUID: r.uid, Input: input, Deadline: deadline, Logger: log}
+	if sc := f.cfg.Scopes; sc != nil {
+		call.Scope = r.id + "." + strconv.FormatUint(r.invocations.Add(1), 10)
+		sc.Begin(call.Scope)
+		defer sc.End(call.Scope)
+	}
+	res, err := inst.Invoke(invCtx, call)
 	if err == nil && invCtx.Err() != nil {
 		err = invCtx.Err()
 	}
@@ -676,6 +694,9 @@ func (r *registration) release(ctx context.Context, drain time.Duration) {
 			r.mu.Unlock()
 			if inst != nil {
 				_ = inst.Close()
+			}
+			if sc := r.f.cfg.Scopes; sc != nil {
+				sc.End(r.id)
 			}
 			// spec.ScratchDir may lie outside scratch, on IPCRoot.
 			for _, dir := range []string{r.spec.ScratchDir, r.scratch} {

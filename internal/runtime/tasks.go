@@ -56,6 +56,10 @@ type TasksConfig struct {
 	// MaxTerminal bounds the finished executions remembered; past it the
 	// oldest finished one is forgotten. Running ones are never forgotten.
 	MaxTerminal int
+	// Scopes, when set, tracks each execution's processes, so that those
+	// that left its process group (setsid, a double fork) are killed when
+	// it ends too.
+	Scopes Scopes
 }
 
 // Tasks is the Runtime (one-shot) implementation of one Runtime Server: the
@@ -116,6 +120,7 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 // execution is one one-shot program run.
 type execution struct {
 	id      string
+	scope   string // of its processes (TasksConfig.Scopes)
 	scratch string
 	log     *slog.Logger
 	timeout time.Duration
@@ -144,6 +149,10 @@ type execution struct {
 // files it among the finished executions, forgetting the oldest past the
 // bound.
 func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg string, outs map[string]string) {
+	if t.cfg.Scopes != nil {
+		// The process group is dead: what escaped it goes now.
+		t.cfg.Scopes.End(e.scope)
+	}
 	if err := os.RemoveAll(e.scratch); err != nil {
 		e.log.Warn("removing scratch directory", "error", err)
 	}

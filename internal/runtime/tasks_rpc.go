@@ -71,6 +71,11 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	}
 	l := launch{argv: argv, dir: workingDir, outputs: filepath.Join(scratch, "outputs")}
 	l.env, l.envPath = taskEnv(BaseEnv(workingDir, tmp), req.GetEnv(), l.outputs)
+	// The scratch directory's name is unique and random: the scope's.
+	scope := filepath.Base(scratch)
+	if t.cfg.Scopes != nil {
+		l.env = append(l.env, scopeEnv(scope)) // last: it wins over the request's env
+	}
 
 	t.mu.Lock()
 	if t.closed {
@@ -86,6 +91,7 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	}
 	e := &execution{
 		id:        id,
+		scope:     scope,
 		scratch:   scratch,
 		log:       t.log.With("execution_id", id),
 		timeout:   timeout,
@@ -101,6 +107,9 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	// Added under t.mu while not closed, so Close's Wait covers it.
 	t.wg.Add(1)
 	t.mu.Unlock()
+	if t.cfg.Scopes != nil {
+		t.cfg.Scopes.Begin(scope)
+	}
 
 	t.start(e, l)
 	return &pb.ExecuteResponse{Id: id}, nil

@@ -20,6 +20,7 @@ import (
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/standalone"
 )
 
@@ -48,6 +49,12 @@ type Config struct {
 	// HTTPTimeouts bound slow clients; zero fields take
 	// gateway.DefaultTimeouts.
 	HTTPTimeouts gateway.Timeouts
+	// Subreaper makes stoke up the child subreaper of its pods: what a pod
+	// killed with SIGKILL leaves running outside its session (a process
+	// that called setsid) is orphaned to stoke up, which kills it. `stoke
+	// up` sets it; a test that runs Run in its own process must not, as
+	// its other children would be taken for orphans.
+	Subreaper bool
 }
 
 // DefaultFinishedRunTTL is `stoke up`'s default FinishedRunTTL: a day to
@@ -114,6 +121,28 @@ func Run(ctx context.Context, cfg Config) error {
 	lis = gateway.Listener(lis)
 	url := scheme + "://" + lis.Addr().String()
 
+	if cfg.Subreaper {
+		// No scopes: stoke up starts nothing but pods, so every orphan is
+		// what a dead pod left, and is killed when found.
+		reaper, err := proc.NewSubreaper(cfg.Logger)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = reaper.Run(rctx)
+		}()
+		defer func() {
+			cancel()
+			<-done
+			if err := reaper.Sweep(2 * time.Second); err != nil {
+				cfg.Logger.Warn("orphans left at exit", "error", err)
+			}
+		}()
+	}
 	var s *standalone.Standalone
 	metrics := gateway.NewMetrics(func() map[v1alpha1.Phase]int { return s.RunPhases() })
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,

@@ -25,12 +25,14 @@
 //     opened the FIFO for reading (non-blocking) and for writing (a
 //     "keeper" write end, so that reading does not see end-of-file before
 //     the child opens it).
-//   - Invoke writes the invocation ID and the payload over req.N (bash reads
+//   - Invoke writes the invocation ID, the payload and the invocation's
+//     scope (runtime.Invocation.Scope) over req.N (bash reads
 //     a regular file in blocks, a pipe one byte at a time) and the line "N"
 //     to the control pipe.
 //   - The child reads "N", reads req.N into MAPFILE and calls the function
-//     with the payload as its one argument, STOKE_INVOCATION_ID and
-//     STOKE_OUTPUTS in its environment and its stdout on out.N. No request
+//     with the payload as its one argument, STOKE_INVOCATION_ID,
+//     STOKE_SCOPE and STOKE_OUTPUTS in its environment and its stdout on
+//     out.N. No request
 //     byte is ever parsed as shell.
 //   - Invoke reads the FIFO itself while the function runs. When the
 //     function returns, the child writes a trailer after its output,

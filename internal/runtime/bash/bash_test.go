@@ -671,7 +671,7 @@ func TestEnvIsExact(t *testing.T) {
 		k, _, _ := strings.Cut(kv, "=")
 		got[k] = true
 	}
-	want := map[string]bool{"STOKE_INVOCATION_ID": true, "STOKE_OUTPUTS": true, "STOKE_RUN_UID": true,
+	want := map[string]bool{"STOKE_INVOCATION_ID": true, "STOKE_OUTPUTS": true, "STOKE_RUN_UID": true, "STOKE_SCOPE": true,
 		// bash's own
 		"PWD": true, "SHLVL": true, "OLDPWD": true, "_": true}
 	for _, kv := range f.spec.Env {

@@ -9,8 +9,9 @@
 # FILE (absolute, already confined to the working directory) is sourced once;
 # then this shell pre-forks one child at a time. The child blocks reading a
 # request number N from fd 4, reads the request file SCRATCH/req.N (the
-# invocation ID and the payload, each ending in a NUL) and calls FUNCTION
-# with the payload as its one argument and its stdout on the FIFO
+# invocation ID, the payload and the invocation's scope, each ending in a
+# NUL) and calls FUNCTION with the payload as its one argument, the scope
+# in STOKE_SCOPE (see Stoke's proc.Subreaper) and its stdout on the FIFO
 # SCRATCH/out.N. Request data is only ever held in variables and passed as
 # an argument: it is never parsed as shell.
 #
@@ -71,14 +72,14 @@ __stoke_child() {
 	# a request file that does not exist: skip it.
 	while :; do
 		IFS= builtin read -r -u 4 __stoke_seq || builtin exit 125
-		builtin mapfile -d '' -t -n 2 <"$2/req.$__stoke_seq" 2>&5 && break
+		builtin mapfile -d '' -t -n 3 <"$2/req.$__stoke_seq" 2>&5 && break
 	done
 	# The function runs with its stdout on the FIFO (fd 6, then 1) and
 	# without fds 4 to 6, which come back afterwards whatever it did with
 	# them; the trailer follows its output on fd 6. (No "|| exit" around
 	# the call: it would turn set -e off inside the function.)
 	{
-		STOKE_INVOCATION_ID=${MAPFILE[0]} STOKE_OUTPUTS=$2/outputs.$__stoke_seq "$3" "${MAPFILE[1]}" 4<&- 5>&- 6>&-
+		STOKE_INVOCATION_ID=${MAPFILE[0]} STOKE_SCOPE=${MAPFILE[2]:-${STOKE_SCOPE-}} STOKE_OUTPUTS=$2/outputs.$__stoke_seq "$3" "${MAPFILE[1]}" 4<&- 5>&- 6>&-
 		builtin echo -n $'\036'"$1 done $__stoke_seq $BASHPID $?"$'\n' >&6
 	} 6>"$2/out.$__stoke_seq" >&6
 }

@@ -47,13 +47,15 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 	}
 	n := strconv.FormatUint(s.seq, 10)
 
-	// The request file holds the ID and the payload, each ending in a NUL;
-	// a bash variable cannot hold NUL, so the ID loses any. It is written
-	// over the zeros prepare put there: see reqPrefill.
+	// The request file holds the ID, the payload and the invocation's
+	// scope, each ending in a NUL; a bash variable cannot hold NUL, so the
+	// ID loses any. It is written over the zeros prepare put there: see
+	// reqPrefill.
 	id := strings.ReplaceAll(inv.ID, "\x00", "")
-	req := make([]byte, 0, len(id)+len(inv.Input)+2)
+	req := make([]byte, 0, len(id)+len(inv.Input)+len(inv.Scope)+3)
 	req = append(append(req, id...), 0)
 	req = append(append(req, inv.Input...), 0)
+	req = append(append(req, inv.Scope...), 0)
 	if _, err := s.req.WriteAt(req, 0); err != nil {
 		in.prepare(s.seq+1, s, nil)
 		return runtime.Result{}, fmt.Errorf("write request: %w", err)

@@ -11,8 +11,9 @@
 // invocation_id of the invocation they were written during). All integers are
 // little-endian.
 //
-//	request  (Go → fd 3): u32 len(invocation_id) | u32 len(input) |
-//	                      u64 remaining ns | invocation_id | input (JSON)
+//	request  (Go → fd 3): u32 len(invocation_id) | u32 len(scope) |
+//	                      u32 len(input) | u64 remaining ns |
+//	                      invocation_id | scope | input (JSON)
 //	response (fd 4 → Go): u32 len(payload) | u8 kind | payload
 //
 //	kind 3 READY       payload: the Python version; sent once after the import
@@ -34,6 +35,9 @@
 // sys.path. A handler that accepts two positional arguments is called with
 // (event, context), one that accepts one with (event); `async def` handlers
 // run on one event loop kept by the worker.
+//
+// A request's scope is the invocation's proc.ScopeEnv, which the worker
+// sets in its environment before the handler runs (empty: left as it is).
 //
 // A worker that exits, or a request whose context ends, ends the instance:
 // the adapter kills the worker's process group and closes Done, and the core

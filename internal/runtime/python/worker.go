@@ -33,7 +33,7 @@ const (
 )
 
 const (
-	reqHeaderSize  = 16 // u32 id length, u32 input length, u64 remaining ns
+	reqHeaderSize  = 20 // u32 id length, u32 scope length, u32 input length, u64 remaining ns
 	respHeaderSize = 5  // u32 payload length, u8 kind
 
 	// maxTypeName bounds an exception's class name; the worker cuts it too.
@@ -277,6 +277,13 @@ func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.
 
 	stop := context.AfterFunc(ctx, i.interrupt)
 	kind, payload, err := i.roundTrip(inv)
+	if inv.Scope != "" {
+		// The handler runs in the worker, so what it started and left
+		// running is the worker's child, not an orphan: killed here. What
+		// those leave behind is orphaned to the Runtime Server, which
+		// kills it as the invocation's scope has ended.
+		proc.KillChildrenInScope(i.p.Pid(), inv.Scope)
+	}
 	if !stop() {
 		// The context ended: whatever arrived is moot and the pipes'
 		// deadlines are set, so the worker goes.
@@ -312,10 +319,12 @@ func (i *instance) roundTrip(inv runtime.Invocation) (byte, []byte, error) {
 	}
 	h := i.reqHdr[:]
 	binary.LittleEndian.PutUint32(h[0:], uint32(len(inv.ID)))
-	binary.LittleEndian.PutUint32(h[4:], uint32(len(inv.Input)))
-	binary.LittleEndian.PutUint64(h[8:], uint64(remaining))
+	binary.LittleEndian.PutUint32(h[4:], uint32(len(inv.Scope)))
+	binary.LittleEndian.PutUint32(h[8:], uint32(len(inv.Input)))
+	binary.LittleEndian.PutUint64(h[12:], uint64(remaining))
 	_, _ = i.w.Write(h)
 	_, _ = i.w.WriteString(inv.ID)
+	_, _ = i.w.WriteString(inv.Scope)
 	_, _ = i.w.Write(inv.Input)
 	if err := i.w.Flush(); err != nil { // a bufio.Writer keeps its first error
 		return 0, nil, err

@@ -34,7 +34,7 @@ ERROR = 2
 READY = 3
 INIT_ERROR = 4
 
-_REQ = Struct('<IIQ')  # invocation id length, input length, remaining ns
+_REQ = Struct('<IIIQ')  # id length, scope length, input length, remaining ns
 _RESP = Struct('<IB')  # payload length, kind
 _U32 = Struct('<I')
 _KV = Struct('<II')
@@ -297,8 +297,8 @@ def _read_request():
         if not more:
             raise EOFError('request pipe closed inside a frame')
         buf += more
-    id_len, input_len, remaining = _REQ.unpack_from(buf)
-    total = _REQ.size + id_len + input_len
+    id_len, scope_len, input_len, remaining = _REQ.unpack_from(buf)
+    total = _REQ.size + id_len + scope_len + input_len
     if len(buf) < total:
         parts, have = [buf], len(buf)
         while have < total:
@@ -311,7 +311,9 @@ def _read_request():
     elif len(buf) > total:
         raise ValueError('request frame followed by unexpected bytes')
     start = _REQ.size + id_len
-    return buf[_REQ.size:start].decode(), buf[start:total], remaining
+    end = start + scope_len
+    return (buf[_REQ.size:start].decode(), buf[start:end].decode(),
+            buf[end:total], remaining)
 
 
 def _load(workdir, handler, limits):
@@ -368,7 +370,11 @@ def main():
         req = _read_request()
         if req is None:
             return  # the Go side closed the request pipe
-        invocation_id, data, remaining = req
+        invocation_id, scope, data, remaining = req
+        if scope:
+            # Inherited by every process the handler starts, so that what
+            # outlives the invocation is traced to it and killed.
+            os.environ['STOKE_SCOPE'] = scope
         ctx = None
         exc = None
         result = None

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,6 +48,14 @@ type Config struct {
 	// ShutdownGrace is how long in-flight work may finish after SIGTERM
 	// before its processes are killed.
 	ShutdownGrace time.Duration
+
+	// Subreaper makes the server the child subreaper of its work, so that
+	// the processes a task or an invocation leaves behind (setsid, a double
+	// fork, a daemon) are found and killed when it ends, and everything at
+	// exit (proc.Subreaper). `stoke runtime-server` sets it; a server run
+	// inside another program (a test) must not, as that program's other
+	// children would be taken for orphans.
+	Subreaper bool
 
 	Logger *slog.Logger
 	// OnListen, if set, is called with the bound address once the server
@@ -114,6 +123,33 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// After NewAdapter, whose interpreter probe is not started by proc.
+	var scopes runtime.Scopes
+	stopReaper := func() {}
+	if cfg.Subreaper {
+		reaper, err := proc.NewSubreaper(log)
+		if err != nil {
+			return err
+		}
+		scopes = reaper
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = reaper.Run(rctx)
+		}()
+		var once sync.Once
+		stopReaper = func() {
+			once.Do(func() {
+				cancel()
+				<-done
+				if err := reaper.Sweep(2 * time.Second); err != nil {
+					log.Warn("orphans left at exit", "error", err)
+				}
+			})
+		}
+		defer stopReaper()
+	}
 	if cfg.WorkspaceRoot == "" {
 		return errors.New("a workspace root is required")
 	}
@@ -144,7 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fns, err := runtime.NewFunctions(runtime.FunctionsConfig{
 		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/functions", IPCRoot: ipcDir, Logger: log,
 		DefaultInvokeTimeout: cfg.DefaultInvokeTimeout, MaxInvokeTimeout: cfg.MaxInvokeTimeout,
-		InitTimeout: cfg.InitTimeout,
+		InitTimeout: cfg.InitTimeout, Scopes: scopes,
 	})
 	if err != nil {
 		return err
@@ -155,7 +191,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	tasks, err := runtime.NewTasks(runtime.TasksConfig{
 		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/tasks", Logger: log,
-		MaxTaskDuration: maxTask,
+		MaxTaskDuration: maxTask, Scopes: scopes,
 	})
 	if err != nil {
 		return err
@@ -193,6 +229,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if killed, kerr := proc.KillRestOfOwnSession(2 * time.Second); len(killed) > 0 || kerr != nil {
 		log.Info("killed what was left of the pod's session", "pids", killed, "error", kerr)
 	}
+	// What left the session too has been orphaned to this server by now.
+	stopReaper()
 	log.Info("runtime server stopped")
 	return err
 }
