@@ -614,8 +614,13 @@ func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer,
 
 // Route finds a Ready function's proxy hop from the informer's memory —
 // never the store — for the gateway's invoke path. A Run whose name and UID
-// do not match is NotFound.
+// do not match is NotFound; before the cache has synced, every Run is
+// Unavailable with a Retry-After.
 func (s *Standalone) Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error) {
+	if !s.runInf.HasSynced() {
+		// Just started: the cache does not know any Run yet.
+		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "stoke is starting; run %s/%s is not routable yet", namespace, name), notReadyRetry)
+	}
 	run, ok := s.runInf.Get(namespace, name)
 	if !ok || string(run.UID) != uid {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s with uid %s not found", namespace, name, uid)

@@ -334,3 +334,22 @@ func TestReadsNeverGetAheadOfTheCache(t *testing.T) {
 	}
 	t.Fatal("the watch ended before the function was Ready")
 }
+
+// Before the Runs cache has synced (the API may already serve), an
+// invocation is told to come back, never that its Run does not exist.
+func TestRouteBeforeSyncIsUnavailable(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := standalone.New(ctx, standalone.Config{DataDir: t.TempDir(),
+		PodCommand: func(_ pool.Pod, args []string) *exec.Cmd { return exec.Command(stokeBin, args...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Route("default", "fn", "some-uid")
+	if secs, ok := errdefs.RetryAfterSeconds(err); errdefs.Code(err) != codes.Unavailable || !ok || secs < 1 {
+		t.Errorf("Route before sync: %v (Retry-After %d, %v), want Unavailable with a Retry-After", err, secs, ok)
+	}
+	cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Error(err)
+	}
+}
