@@ -87,7 +87,7 @@ func TestPatchRun(t *testing.T) {
 	}{
 		"spec.runtime":           {`{"spec":{"runtime":"python"}}`, "", 400, "Stoke.InvalidArgument"},
 		"spec.mode":              {`{"spec":{"mode":{"task":{"args":["false"]}}}}`, "", 400, "Stoke.InvalidArgument"},
-		"status":                 {`{"status":{"phase":"Succeeded"}}`, "", 400, "Stoke.InvalidArgument"},
+		"status":                 {`{"status":{"reason":"patched"}}`, "", 400, "Stoke.InvalidArgument"},
 		"metadata.name":          {`{"metadata":{"name":"other"}}`, "", 400, "Stoke.InvalidArgument"},
 		"unknown field":          {`{"spec":{"nope":1}}`, "", 400, "Stoke.InvalidArgument"},
 		"bad label":              {`{"metadata":{"labels":{"bad key":"v"}}}`, "", 400, "Stoke.InvalidArgument"},
