@@ -38,6 +38,9 @@ bench:
 	$(BENCH) 'UpInvoke' -benchtime 3000x ./internal/up/
 	$(BENCH) 'UpTasks300' -benchtime 5x ./internal/up/
 	$(BENCH) 'UpCreate200|UpApply300' -benchtime 3x ./internal/up/
+	$(BENCH) 'UpExec(RoundTrip|Setup)' -benchtime 2000x ./internal/up/
+	$(BENCH) 'UpExecCLI' -benchtime 200x ./internal/up/
+	$(BENCH) 'UpExecThroughput' -benchtime 3x ./internal/up/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
 
 lint:
