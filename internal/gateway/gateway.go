@@ -9,8 +9,10 @@ package gateway
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/httpapi"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/store"
@@ -119,6 +122,7 @@ func New(cfg Config) *Gateway {
 // ServeHTTP authenticates every request but the health check before
 // routing it.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer g.recoverPanic(w, r)
 	if r.URL.Path == "/healthz" {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
@@ -134,6 +138,22 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.mux.ServeHTTP(w, r)
+}
+
+// recoverPanic turns a handler's panic — a bug — into a logged stack and
+// the JSON 500 every other error gets, rather than net/http's dropped
+// connection. A response already under way gets the error as its last
+// line. http.ErrAbortHandler, the deliberate abort, goes on.
+func (g *Gateway) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if p == http.ErrAbortHandler {
+		panic(p)
+	}
+	g.log.Error("api: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	writeError(w, errdefs.Errorf(errdefs.ErrInternal, "internal error serving %s %s; the server's log has its stack", r.Method, r.URL.Path), w.Header().Get(httpapi.HeaderInvocationID))
 }
 
 // notRouted answers a request no route takes with the mux's own status

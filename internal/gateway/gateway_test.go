@@ -18,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/gateway"
@@ -490,4 +491,22 @@ func TestLargestLegalRun(t *testing.T) {
 	yamlBody := strings.Replace(runYAML("escaped"), "  mode:", "  env:\n  - name: LT\n    value: \""+run.Spec.Env[0].Value+"\"\n  mode:", 1)
 	wantError(t, do(t, http.MethodPost, url+"/v1/namespaces/default/runs", yamlBody, map[string]string{"Content-Type": "application/yaml"}),
 		http.StatusRequestEntityTooLarge, "Stoke.InvalidArgument", false)
+}
+
+// panickingRouter stands where the control plane's router stands, with a
+// bug.
+type panickingRouter struct{}
+
+func (panickingRouter) Route(_, _, _ string) (pb.FunctionRuntimeServer, error) {
+	panic("a bug")
+}
+
+// A handler's panic is a JSON 500, not a dropped connection, and the
+// server goes on serving.
+func TestPanicIsAJSON500(t *testing.T) {
+	url := serve(t, gateway.Config{Router: panickingRouter{}})
+	wantError(t, do(t, http.MethodPost, url+"/v1/namespaces/default/runs/f/uid/invoke", `1`, nil), http.StatusInternalServerError, "Stoke.Internal", false)
+	if r := do(t, http.MethodGet, url+"/v1/runs", "", nil); r.status != http.StatusOK {
+		t.Errorf("after the panic: %s", r)
+	}
 }
