@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/gateway"
@@ -78,7 +79,19 @@ func TestPatchRun(t *testing.T) {
 		_, _ = plane.PatchRun(context.Background(), "default", "patched", []byte(`{"metadata":{"finalizers":null}}`))
 		_, _ = plane.DeleteRun(context.Background(), "default", "patched")
 	})
-	before := decodeRun(t, do(t, http.MethodGet, run, "", nil))
+	// Once the task has ended nothing but patches writes the Run, so that
+	// versions compare.
+	var before *v1alpha1.Run
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		before = decodeRun(t, do(t, http.MethodGet, run, "", nil))
+		if before.Status.Phase.Terminal() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task never ended: %+v", before.Status)
+		}
+		time.Sleep(10 * time.Millisecond) // polling an observable state
+	}
 
 	r := do(t, http.MethodPatch, run, `{"metadata":{"labels":{"a":null,"b":"2"},"annotations":{"note":"x"},"finalizers":["x.dev/hold"]},"spec":{"ttlSecondsAfterFinished":60}}`, nil)
 	after := decodeRun(t, r)
