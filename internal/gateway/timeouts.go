@@ -10,8 +10,8 @@ import (
 // lives longer than Write sets its own write deadlines through
 // http.ResponseController: a stream before each write (nextWrite), an
 // invocation from its own timeout. (net/http lifts the read deadline
-// itself once a request has been read; a hijacked connection, such as a
-// WebSocket, keeps the write deadline and must clear it.)
+// itself once a request has been read, and both deadlines from a hijacked
+// connection, such as exec's WebSocket.)
 type Timeouts struct {
 	// ReadHeader bounds reading a request's headers (slowloris).
 	ReadHeader time.Duration

@@ -2,15 +2,20 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
@@ -199,4 +204,31 @@ func TestLongInvocationOutlivesTheWriteTimeout(t *testing.T) {
 	fn := readyFunction(t, url, "long-invocation")
 	r := do(t, http.MethodPost, fn, `"slow"`, map[string]string{httpapi.HeaderTimeout: "1000"})
 	wantError(t, r, http.StatusGatewayTimeout, "Stoke.DeadlineExceeded", true)
+}
+
+// An exec session outlives the server's timeouts: net/http lifts them
+// from a hijacked connection.
+func TestExecOutlivesTheTimeouts(t *testing.T) {
+	base := serve(t, gateway.Config{Exec: plane, Timeouts: short})
+	run := execTask(t)
+	name := strings.TrimPrefix(run.UID, "default/")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q := url.Values{"command": {"bash", "-c", "read line; echo \"got $line\""}, "stdin": {"true"}, "stdout": {"true"}}
+	x, err := remotecommand.NewWebSocketExecutor(&rest.Config{Host: base, BearerToken: token}, "GET",
+		base+"/v1/namespaces/default/runs/"+name+"/exec?"+q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The input comes only after every timeout has passed.
+	in, inW := io.Pipe()
+	go func() {
+		time.Sleep(4 * short.Write)
+		_, _ = io.WriteString(inW, "late\n")
+		inW.Close()
+	}()
+	var out bytes.Buffer
+	if err := x.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: in, Stdout: &out}); err != nil || out.String() != "got late\n" {
+		t.Fatalf("exec: %v, stdout %q", err, out.String())
+	}
 }
