@@ -776,8 +776,8 @@ vars() {
 		got := strings.ReplaceAll(string(res.Output), call, "call-N")
 		if i == 0 {
 			first = got
-			if !strings.Contains(got, `|2:"call-N"|`) {
-				t.Fatalf("call 0: %s, want MAPFILE to hold the ID and the payload alone", got)
+			if !strings.Contains(got, `|3:"call-N"|`) {
+				t.Fatalf("call 0: %s, want MAPFILE to hold the ID, the payload and the scope alone", got)
 			}
 			vars, _, _ := strings.Cut(got, "|")
 			if n := strings.Count(vars, "__stoke_"); n != 1 || !strings.Contains(vars, " __stoke_seq ") {
