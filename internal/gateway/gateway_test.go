@@ -459,9 +459,12 @@ func TestLargestLegalRun(t *testing.T) {
 	run := &v1alpha1.Run{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindRun},
 		ObjectMeta: metav1.ObjectMeta{Name: "largest", Namespace: "default"},
+		// Cancelled from the start: the test is about taking and storing
+		// it, not running it.
 		Spec: v1alpha1.RunSpec{Runtime: "bash", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: args}},
-			Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "main.sh", Text: strings.Repeat("s", bounds.Source)}},
-			Env:    []v1alpha1.EnvVar{{Name: "FILL"}}},
+			Source:          &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "main.sh", Text: strings.Repeat("s", bounds.Source)}},
+			Env:             []v1alpha1.EnvVar{{Name: "FILL"}},
+			CancelRequested: true},
 	}
 	body := func() string {
 		b, err := json.Marshal(run)
