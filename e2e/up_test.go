@@ -49,7 +49,7 @@ def handle(event):
     return {"echo": event}
 `}},
 		Env: []v1alpha1.EnvVar{{Name: "FIFO", Value: fifo}},
-		// Losing its pod costs the Run an attempt (DESIGN.md: pod loss goes
+		// Losing its pod costs the Run an attempt (docs/runs.md: pod loss goes
 		// through the retry engine); with the default of one attempt it
 		// would end Failed/PodGone instead of coming back. The default
 		// backoff (1 s) stays: it makes the gap between the pods last at

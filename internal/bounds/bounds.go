@@ -1,5 +1,5 @@
-// Package bounds is Stoke's one table of size and count limits (DESIGN.md,
-// "Bounds"). Every entry point enforces these constants; none restates them.
+// Package bounds is Stoke's one table of size and count limits. Every entry
+// point enforces these constants; none restates them.
 package bounds
 
 import "time"

@@ -49,7 +49,7 @@ var (
 )
 
 // categories maps each category to its gRPC code and HTTP status. It is the
-// one translation table; DESIGN.md "gRPC → HTTP at the gateway" is its spec.
+// one translation table; docs/http-api.md ("Errors") is its spec.
 // Where two categories share a status, the first listed is what FromHTTP
 // answers when the gRPC code does not tell them apart.
 var categories = []struct {

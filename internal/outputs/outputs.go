@@ -1,6 +1,6 @@
 // Package outputs parses and validates the small KEY=VALUE results a task or
-// invocation reports (DESIGN.md: 64 keys, key 128 bytes, value 8 KiB, 64 KiB
-// in all, valid UTF-8). The same rules apply to task status.outputs and to
+// invocation reports (64 keys, key 128 bytes, value 8 KiB, 64 KiB in all,
+// valid UTF-8: internal/bounds). The same rules apply to task status.outputs and to
 // function invocation outputs.
 package outputs
 

@@ -85,7 +85,7 @@ var (
 // RegistrationFailed, ExecutionLost and PodGone.
 func DefaultRetryableReasons() []Reason { return slices.Clone(defaultRetryable) }
 
-// Backoff defaults and cap (DESIGN.md "Run API": doubling, capped at 60 s).
+// Backoff defaults and cap (docs/runs.md: doubling, capped at 60 s).
 const (
 	// DefaultBackoff is the first delay when spec.retryPolicy.backoff is
 	// unset.

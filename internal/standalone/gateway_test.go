@@ -61,7 +61,7 @@ func postErr(url, token, body string, header map[string]string) (reply, error) {
 }
 
 // The invoke path through a real HTTP gateway: one status per row of the
-// DESIGN.md table, each response with an invocation ID, and nothing
+// docs/http-api.md table, each response with an invocation ID, and nothing
 // invoked when a request is refused.
 func TestGatewayInvoke(t *testing.T) {
 	p := start(t, runtimeOf("python", 1, 4))
