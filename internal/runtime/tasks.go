@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	pb "stoke.dev/stoke/api/executor/v1"
@@ -153,7 +155,7 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 		// The process group is dead: what escaped it goes now.
 		t.cfg.Scopes.End(e.scope)
 	}
-	if err := os.RemoveAll(e.scratch); err != nil {
+	if err := removeScratch(e.scratch); err != nil {
 		e.log.Warn("removing scratch directory", "error", err)
 	}
 	e.mu.Lock()
@@ -180,6 +182,22 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 		delete(t.execs, old.id)
 		old.log.Info("forgetting the oldest finished execution", "max_terminal", t.cfg.MaxTerminal)
 	}
+}
+
+// An execution's scratch directory holds these two names.
+const (
+	scratchTmp     = "tmp"     // its TMPDIR
+	scratchOutputs = "outputs" // its $STOKE_OUTPUTS file
+)
+
+// removeScratch removes an execution's scratch directory. It usually holds
+// only its empty tmp and perhaps the outputs file, so those go first by
+// name and the directory with one rmdir; anything else falls back to the
+// walk.
+func removeScratch(scratch string) error {
+	_ = syscall.Rmdir(filepath.Join(scratch, scratchTmp))
+	_ = syscall.Unlink(filepath.Join(scratch, scratchOutputs))
+	return RemoveDir(scratch)
 }
 
 func (e *execution) isTerminal() bool {

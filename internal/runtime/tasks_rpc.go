@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -65,11 +64,15 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	// The directory is named by a generated ID, never by the caller's id,
 	// so that id needs no file-name rules.
 	scratch := filepath.Join(t.cfg.ScratchRoot, newID("task_"))
-	tmp := filepath.Join(scratch, "tmp")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
+	tmp := filepath.Join(scratch, scratchTmp)
+	if err := MakeDir(scratch); err != nil {
 		return nil, fmt.Errorf("execution %q: scratch directory: %w", id, err)
 	}
-	l := launch{argv: argv, dir: workingDir, outputs: filepath.Join(scratch, "outputs")}
+	if err := MakeDir(tmp); err != nil {
+		_ = RemoveDir(scratch)
+		return nil, fmt.Errorf("execution %q: scratch directory: %w", id, err)
+	}
+	l := launch{argv: argv, dir: workingDir, outputs: filepath.Join(scratch, scratchOutputs)}
 	l.env, l.envPath = taskEnv(BaseEnv(workingDir, tmp), req.GetEnv(), l.outputs)
 	// The scratch directory's name is unique and random: the scope's.
 	scope := filepath.Base(scratch)
@@ -80,13 +83,13 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		_ = os.RemoveAll(scratch)
+		_ = removeScratch(scratch)
 		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "execution %q: runtime server is shutting down", id)
 	}
 	if _, exists := t.execs[id]; exists {
 		// A concurrent Execute with the same id won the race.
 		t.mu.Unlock()
-		_ = os.RemoveAll(scratch)
+		_ = removeScratch(scratch)
 		return &pb.ExecuteResponse{Id: id}, nil
 	}
 	e := &execution{
@@ -271,7 +274,7 @@ func (t *Tasks) Forget(_ context.Context, req *pb.ForgetRequest) (*pb.ForgetResp
 		e.elem = nil
 	}
 	t.mu.Unlock()
-	if err := os.RemoveAll(e.scratch); err != nil {
+	if err := removeScratch(e.scratch); err != nil {
 		return nil, fmt.Errorf("execution %q: removing scratch directory: %w", id, err)
 	}
 	return &pb.ForgetResponse{}, nil

@@ -69,6 +69,9 @@ func (w *Workspace) Resolve(field, dir string) (string, error) {
 	if !filepath.IsAbs(dir) {
 		return "", errdefs.InvalidArgument(field, "%q is not an absolute path", dir)
 	}
+	if real, ok := w.plainBelow(dir); ok {
+		return real, nil
+	}
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return "", errdefs.InvalidArgument(field, "%q does not exist", dir)
@@ -81,6 +84,29 @@ func (w *Workspace) Resolve(field, dir string) (string, error) {
 		return "", errdefs.InvalidArgument(field, "%q is outside the workspace root %s", dir, w.root)
 	}
 	return real, nil
+}
+
+// plainBelow is Resolve's common case without EvalSymlinks' lstat of every
+// component from /: dir is clean, lies lexically under the (resolved) root,
+// and each component below the root is a directory, not a symlink. Any
+// other dir returns false and takes the general path.
+func (w *Workspace) plainBelow(dir string) (string, bool) {
+	if filepath.Clean(dir) != dir || dir == w.root || !Within(w.root, dir) {
+		return "", false
+	}
+	rest := dir[len(w.root):]
+	if w.root == "/" {
+		rest = dir
+	}
+	p := w.root
+	for _, c := range strings.Split(strings.TrimPrefix(rest, "/"), "/") {
+		p = filepath.Join(p, c)
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.IsDir() {
+			return "", false
+		}
+	}
+	return dir, true
 }
 
 // Within reports whether path equals root or lies beneath it. Both must be

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/retry"
+	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -237,7 +237,7 @@ func (w *worker) run(ctx context.Context) {
 	run := claimed
 	dir := w.d.workDir(w.uid)
 	defer func() {
-		if err := os.RemoveAll(dir); err != nil {
+		if err := runtime.RemoveDir(dir); err != nil {
 			w.log.Warn("removing working directory", "error", err)
 		}
 	}()

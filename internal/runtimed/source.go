@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,13 +27,17 @@ import (
 // compressed bomb cannot fill the disk.
 const maxExtracted = 64 * bounds.Source
 
-// materialise writes the Run's source into dir, which it empties first (a
-// retried attempt starts clean).
+// materialise writes the Run's source into dir, which it creates empty: a
+// retried attempt that finds the last one's directory starts clean.
 func materialise(dir string, src *v1alpha1.Source) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("clean working directory: %w", err)
+	err := runtime.MakeDir(dir)
+	if errors.Is(err, fs.ErrExist) {
+		if err = os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("clean working directory: %w", err)
+		}
+		err = runtime.MakeDir(dir)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
 	switch {
