@@ -18,7 +18,9 @@ func newRuntimeServerCommand() *cobra.Command {
 		Long: `runtime-server executes code for one runtime pod. It serves executor.v1.Runtime
 (one-shot tasks) and executor.v1.FunctionRuntime (warm function registrations),
 plus grpc.health.v1.Health and server reflection, so grpcurl works against it.
-Every working_dir must lie inside --workspace-root. SIGTERM stops accepting
+Every working_dir must lie inside --workspace-root. Each Run's program output
+goes to its own bounded log in --run-log-dir; the server's log on stderr
+carries events only. SIGTERM stops accepting
 work, lets work in flight finish for --shutdown-grace, kills the rest and exits 0.`,
 		Example: `  mkdir -p /tmp/stoke-ws/fn && printf 'handle() { printf "%s" "$1"; }\n' > /tmp/stoke-ws/fn/handler.sh
   stoke runtime-server --runtime bash --workspace-root /tmp/stoke-ws`,
@@ -34,6 +36,7 @@ work, lets work in flight finish for --shutdown-grace, kills the rest and exits 
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9090", "gRPC listen address: host:port, or unix:PATH for a Unix socket")
 	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "directory every working_dir must resolve inside (required)")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory for private per-registration files (default: a temporary directory)")
+	f.StringVar(&cfg.RunLogDir, "run-log-dir", "", "directory of the Runs' output logs, RUN_UID.log (default: run-logs in --state-dir)")
 	f.StringVar(&cfg.IPCDir, "ipc-dir", "", "directory for the request files and FIFOs of warm Bash functions, best on tmpfs (default: a private directory on /dev/shm, else in --state-dir)")
 	f.StringVar(&cfg.Python, "python", "python3", "python interpreter; resolved once to its real executable")
 	f.StringVar(&cfg.Bash, "bash", "", "bash executable (default: bash on PATH)")

@@ -119,7 +119,7 @@ func writeRecord(rec runlog.Record, s Streams, timestamps bool) {
 	case runlog.StreamStderr:
 		fmt.Fprintf(s.Err, "%s%s\n", prefix, rec.Line)
 	case runlog.StreamTruncated:
-		s.note("the log reached its size limit; later output is only in the server's log")
+		s.note("the log reached its size limit (%d MiB); later output was dropped", runlog.MaxBytes>>20)
 	}
 }
 

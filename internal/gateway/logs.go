@@ -1,20 +1,11 @@
 package gateway
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/http"
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
-	"stoke.dev/stoke/internal/runlog"
 )
-
-// lastRecordsGrace is how long a follower of a terminal Run waits for the
-// last records of its output, which reach the log through the pod's log
-// pipe and may trail the status write. A task's exit record ends the wait
-// at once.
-const lastRecordsGrace = 2 * time.Second
 
 // logChunk bounds one read of a log file.
 const logChunk = 64 << 10
@@ -50,11 +41,13 @@ func (g *Gateway) logs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	var exited int32 // the highest attempt with an exit record
 	var poll *time.Ticker
-	var terminalSince time.Time
 	for {
 		changed := logs.Changed() // before reading, so no write is missed
+		// The Runtime Server writes a Run's output, and a task attempt's
+		// exit record, before it reports the end: once the Run is seen
+		// terminal (or gone), the read that follows is the last.
+		last := !follow || run == nil || run.UID != uid || run.Status.Phase.Terminal()
 		for {
 			chunk, err := rd.Next(logChunk)
 			if err != nil {
@@ -64,28 +57,14 @@ func (g *Gateway) logs(w http.ResponseWriter, r *http.Request) {
 			if chunk == nil {
 				break
 			}
-			exited = max(exited, lastExit(chunk))
 			g.nextWrite(rc)
 			if _, err := w.Write(chunk); err != nil {
 				return
 			}
 		}
 		g.nextWrite(rc)
-		if !follow || rc.Flush() != nil {
+		if last || rc.Flush() != nil {
 			return
-		}
-		if run, err = g.currentRun(r, ns, name); err != nil || run.UID != uid {
-			return // deleted, or replaced by another Run of that name
-		}
-		if run.Status.Phase.Terminal() {
-			if terminalSince.IsZero() {
-				terminalSince = time.Now()
-			}
-			isTask := run.Spec.Mode.Task != nil
-			started := run.Status.AssignedPod != "" || run.Status.StartTime != nil
-			if !isTask || !started || exited >= run.Status.Attempt || time.Since(terminalSince) > lastRecordsGrace {
-				return
-			}
 		}
 		if poll == nil {
 			poll = time.NewTicker(g.cfg.LogFollowPoll)
@@ -97,6 +76,9 @@ func (g *Gateway) logs(w http.ResponseWriter, r *http.Request) {
 		case <-changed:
 		case <-poll.C:
 		}
+		if run, err = g.currentRun(r, ns, name); err != nil {
+			run = nil // deleted
+		}
 	}
 }
 
@@ -107,19 +89,4 @@ func (g *Gateway) currentRun(r *http.Request, ns, name string) (*v1alpha1.Run, e
 		return run, nil
 	}
 	return g.cfg.API.GetRun(r.Context(), ns, name)
-}
-
-// lastExit returns the highest attempt of the exit records in chunk.
-func lastExit(chunk []byte) int32 {
-	var attempt int32
-	for line := range bytes.Lines(chunk) {
-		if !bytes.Contains(line, []byte(`"stream":"exit"`)) {
-			continue
-		}
-		var rec runlog.Record
-		if json.Unmarshal(line, &rec) == nil && rec.Stream == runlog.StreamExit {
-			attempt = max(attempt, rec.Attempt)
-		}
-	}
-	return attempt
 }

@@ -17,6 +17,23 @@ func Pump(r io.Reader, emit func(line []byte)) {
 	PumpSize(r, bounds.LogLine, emit)
 }
 
+// PumpFlush is Pump that calls flush before every read: the lines emitted
+// until then are all the output that has arrived, so a consumer that
+// buffers them writes them out before the pump waits for more.
+func PumpFlush(r io.Reader, emit func(line []byte), flush func()) {
+	Pump(flushReader{r: r, flush: flush}, emit)
+}
+
+type flushReader struct {
+	r     io.Reader
+	flush func()
+}
+
+func (f flushReader) Read(p []byte) (int, error) {
+	f.flush()
+	return f.r.Read(p)
+}
+
 // PumpSize is Pump with an explicit maximum line length.
 func PumpSize(r io.Reader, max int, emit func(line []byte)) {
 	buf := make([]byte, 0, 4096)

@@ -57,3 +57,17 @@ func (r repeatReader) Read(p []byte) (int, error) {
 	copy(p, bytes.Repeat([]byte{byte(r)}, len(p)))
 	return len(p), nil
 }
+
+// PumpFlush flushes before every read, so every line emitted before a read
+// that would wait is flushed before it.
+func TestPumpFlushBeforeEveryRead(t *testing.T) {
+	var events []string
+	PumpFlush(iotest.OneByteReader(strings.NewReader("a\nb\n")),
+		func(line []byte) { events = append(events, "emit "+string(line)) },
+		func() { events = append(events, "flush") })
+	got := strings.Join(events, ",")
+	want := "flush,flush,emit a,flush,flush,emit b,flush"
+	if got != want {
+		t.Errorf("events %s, want %s", got, want)
+	}
+}

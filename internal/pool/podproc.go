@@ -93,6 +93,9 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 		"--ipc-dir", ipcDir,
 		"--shutdown-grace", s.cfg.ShutdownGrace.String(),
 	}
+	if s.cfg.RunLogDir != "" {
+		args = append(args, "--run-log-dir", s.cfg.RunLogDir)
+	}
 	cmd := s.cfg.Command(pod, args)
 	// Our own pipe rather than exec's copying goroutine, so that the exit
 	// is seen at once even if something still holds the write end.
@@ -120,7 +123,7 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 	pumped := make(chan struct{})
 	go func() {
 		defer close(pumped)
-		forwardLogs(r, log, s.cfg.OnPodLog)
+		forwardLogs(r, log)
 	}()
 	defer func() {
 		t := s.clk.NewTimer(pumpGrace)
@@ -283,10 +286,12 @@ func (s *Supervisor) terminate(pr *podRun, p *proc.Process, log *slog.Logger) st
 	return pr.stopReason
 }
 
-// forwardLogs logs each line of a pod's output. A line that is a JSON log
-// record (the Runtime Server logs with slog's JSON handler) is logged at
-// its level and with its message, the record itself as attribute "child".
-func forwardLogs(r io.Reader, log *slog.Logger, onLine func([]byte)) {
+// forwardLogs logs each line of a pod's output: the Runtime Server's own
+// log, its events (the Runs' output goes to their logs, never here). A
+// line that is a JSON log record (the Runtime Server logs with slog's JSON
+// handler) is logged at its level and with its message, the record itself
+// as attribute "child".
+func forwardLogs(r io.Reader, log *slog.Logger) {
 	ctx := context.Background()
 	loglines.Pump(r, func(line []byte) {
 		var rec struct {
@@ -294,9 +299,6 @@ func forwardLogs(r io.Reader, log *slog.Logger, onLine func([]byte)) {
 			Msg   string `json:"msg"`
 		}
 		if bytes.HasPrefix(line, []byte("{")) && json.Unmarshal(line, &rec) == nil {
-			if onLine != nil {
-				onLine(line)
-			}
 			var level slog.Level
 			if level.UnmarshalText([]byte(rec.Level)) != nil {
 				level = slog.LevelInfo

@@ -74,13 +74,13 @@ type Config struct {
 	// and sets its stdout and stderr (when nil) to a pipe that it logs
 	// line by line.
 	Command func(pod Pod, args []string) *exec.Cmd
-	// Logger receives the supervisor's logs and the pods' output. Nil
-	// discards them.
+	// Logger receives the supervisor's logs and the pods' own logs (their
+	// events; the Runs' output goes to RunLogDir). Nil discards them.
 	Logger *slog.Logger
-	// OnPodLog, when set, is given every JSON log line of every pod (the
-	// Run output in them goes to per-Run logs). It is called from the
-	// pods' log goroutines and must not keep line.
-	OnPodLog func(line []byte)
+	// RunLogDir is the pods' --run-log-dir, where each Runtime Server
+	// writes the Runs' output (internal/runlog). Empty leaves it to the
+	// Runtime Server: inside the pod's directory, removed with the pod.
+	RunLogDir string
 	// HealthInterval is the time between two health checks of a pod.
 	HealthInterval time.Duration
 	// CheckTimeout bounds one health check.

@@ -56,8 +56,31 @@ type FunctionSpec struct {
 	// ScratchDir is a private, empty directory owned by this instance for
 	// pipes and request files; removed by the core after Close.
 	ScratchDir string
-	Logger     *slog.Logger // carries run_uid
+	Logger     *slog.Logger // carries run_uid; for events, never output
+	// Output receives the handler's output (Bash: stderr; Python: what it
+	// prints and its stderr), with the invocation it belongs to.
+	Output Output
 }
+
+// Output receives one Run's program output a line at a time: its log,
+// never the server's own. Line files a line without its newline; Flush
+// writes what is buffered, and is called by a pump before it waits for
+// more (loglines.PumpFlush), so that no line waits in a buffer while the
+// program is quiet. *runlog.Sink implements it.
+type Output interface {
+	// Line files one line of stream ("stdout" or "stderr") of the
+	// invocation invocationID, "" outside invocations.
+	Line(stream, invocationID string, line []byte)
+	Flush()
+}
+
+// DiscardOutput drops every line, for a FunctionSpec without Output.
+var DiscardOutput Output = discardOutput{}
+
+type discardOutput struct{}
+
+func (discardOutput) Line(string, string, []byte) {}
+func (discardOutput) Flush()                      {}
 
 // Invocation is one call of a loaded function.
 type Invocation struct {

@@ -21,6 +21,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/outputs"
+	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/validation"
 )
 
@@ -35,7 +36,10 @@ type FunctionsConfig struct {
 	// (FunctionSpec.ScratchDir); otherwise that lies in ScratchRoot. A
 	// memory file system there makes each warm Bash invocation cheaper.
 	IPCRoot string
-	Logger  *slog.Logger
+	Logger  *slog.Logger // events, never output
+	// Logs, when set, receives the handlers' output, in the log of their
+	// Run (runlog.Files.OpenRun).
+	Logs *runlog.Files
 	// DefaultInvokeTimeout applies when a request's timeout_millis is 0;
 	// MaxInvokeTimeout clamps larger ones. InitTimeout bounds a Load.
 	DefaultInvokeTimeout time.Duration
@@ -97,6 +101,7 @@ type registration struct {
 	spec    FunctionSpec
 	scratch string
 	log     *slog.Logger
+	out     *runlog.Sink // nil: the output is not logged
 
 	// ctx lives as long as the generation; cancelling it aborts loading,
 	// cancels the invocation in flight and stops supervision.
@@ -246,10 +251,17 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 		}
 	}
 	log := f.log.With("run_uid", req.GetRunUid(), "registration_id", id)
+	var out *runlog.Sink
+	if f.cfg.Logs != nil {
+		var err error
+		if out, err = f.cfg.Logs.OpenRun(req.GetRunUid()); err != nil {
+			log.Warn("handler output not logged", "error", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &registration{
 		f: f, uid: req.GetRunUid(), id: id, attempt: req.GetRegistrationAttempt(),
-		digest: req.GetRegistrationDigest(), scratch: scratch, log: log,
+		digest: req.GetRegistrationDigest(), scratch: scratch, log: log, out: out,
 		ctx: ctx, cancel: cancel,
 		initDone:  make(chan struct{}),
 		state:     pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_REGISTERING,
@@ -263,6 +275,7 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 		Env:        MergeEnv(BaseEnv(workingDir, tmp), req.GetEnv()),
 		ScratchDir: ipc,
 		Logger:     log,
+		Output:     out,
 	}
 	if sc := f.cfg.Scopes; sc != nil {
 		// The registration's ID is unique and random: its scope's name.
@@ -698,6 +711,7 @@ func (r *registration) release(ctx context.Context, drain time.Duration) {
 			if sc := r.f.cfg.Scopes; sc != nil {
 				sc.End(r.id)
 			}
+			r.out.Close() // its processes are gone: no more output
 			// spec.ScratchDir may lie outside scratch, on IPCRoot.
 			for _, dir := range []string{r.spec.ScratchDir, r.scratch} {
 				if err := os.RemoveAll(dir); err != nil {

@@ -7,8 +7,8 @@ import (
 )
 
 // tailBuffer keeps the last max bytes written to it: the end of a
-// program's output is where its errors and results are; the whole stream
-// goes to the logs. It is a ring that grows to max as needed, so a quiet
+// program's output is where its errors and results are; the stream goes
+// to the Run's log, up to the log's bound. It is a ring that grows to max as needed, so a quiet
 // program costs little.
 type tailBuffer struct {
 	max int

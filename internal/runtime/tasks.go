@@ -17,6 +17,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/runlog"
 )
 
 // Defaults for TasksConfig fields left at zero.
@@ -49,7 +50,10 @@ type TasksConfig struct {
 	// ScratchRoot holds one private directory per execution for TMPDIR and
 	// the $STOKE_OUTPUTS file; it is removed when the execution finishes.
 	ScratchRoot string
-	Logger      *slog.Logger
+	Logger      *slog.Logger // events, never output
+	// Logs, when set, receives each execution's stdout and stderr, in the
+	// log of its Run (runlog.Files.OpenExecution).
+	Logs *runlog.Files
 	// MaxTaskDuration applies when a request's timeout_seconds is 0 and
 	// clamps larger ones. Default bounds.MaxTaskDuration.
 	MaxTaskDuration time.Duration
@@ -125,6 +129,7 @@ type execution struct {
 	scope   string // of its processes (TasksConfig.Scopes)
 	scratch string
 	log     *slog.Logger
+	out     *runlog.Sink // nil: the output is not logged
 	timeout time.Duration
 
 	cancelOnce sync.Once
@@ -151,6 +156,10 @@ type execution struct {
 // files it among the finished executions, forgetting the oldest past the
 // bound.
 func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg string, outs map[string]string) {
+	// The log says how the attempt ended before anyone can learn it
+	// ended, so that a reader that saw the end has every record.
+	e.out.Exit(code)
+	e.out.Close()
 	if t.cfg.Scopes != nil {
 		// The process group is dead: what escaped it goes now.
 		t.cfg.Scopes.End(e.scope)

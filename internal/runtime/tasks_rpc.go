@@ -13,6 +13,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/validation"
 )
 
@@ -97,6 +98,7 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 		scope:     scope,
 		scratch:   scratch,
 		log:       t.log.With("execution_id", id),
+		out:       t.openLog(id),
 		timeout:   timeout,
 		cancelled: make(chan struct{}),
 		done:      make(chan struct{}),
@@ -116,6 +118,19 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 
 	t.start(e, l)
 	return &pb.ExecuteResponse{Id: id}, nil
+}
+
+// openLog returns the Sink of execution id's output, nil when its output
+// is not logged.
+func (t *Tasks) openLog(id string) *runlog.Sink {
+	if t.cfg.Logs == nil {
+		return nil
+	}
+	out, err := t.cfg.Logs.OpenExecution(id)
+	if err != nil {
+		t.log.Warn("execution output not logged", "execution_id", id, "error", err)
+	}
+	return out
 }
 
 // validateExecutionID checks an execution id: runtimed uses the Run UID.

@@ -13,6 +13,7 @@ import (
 	"stoke.dev/stoke/internal/loglines"
 	"stoke.dev/stoke/internal/outputs"
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/runlog"
 )
 
 // supervise waits for e's process to exit, its timeout, Cancel or Close,
@@ -29,12 +30,19 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, ou
 				close(drained)
 			}
 		}()
-		loglines.Pump(io.TeeReader(r, buf), func(line []byte) {
-			e.log.Info("output", "stream", stream, "line", string(line))
-		})
+		src := io.TeeReader(r, buf)
+		loglines.PumpFlush(untilDropping{src, e.out}, func(line []byte) { e.out.Line(stream, "", line) }, e.out.Flush)
+		// Past the log's bound, what is left only feeds the tail buffer
+		// (io.Copy to io.Discard would read in small pieces).
+		chunk := make([]byte, 64<<10)
+		for {
+			if _, err := src.Read(chunk); err != nil {
+				return
+			}
+		}
 	}
-	go pump(outR, &e.stdout, "stdout")
-	go pump(errR, &e.stderr, "stderr")
+	go pump(outR, &e.stdout, runlog.StreamStdout)
+	go pump(errR, &e.stderr, runlog.StreamStderr)
 
 	timer := time.NewTimer(e.timeout)
 	defer timer.Stop()
@@ -107,4 +115,18 @@ func exitMessage(code int, stderr string) string {
 	}
 	msg += ": "
 	return msg + bounds.TruncateHead(tail, bounds.Message-len(msg))
+}
+
+// untilDropping reads r until the Sink drops every line, then ends: what
+// follows need not be split into lines.
+type untilDropping struct {
+	r   io.Reader
+	out *runlog.Sink
+}
+
+func (u untilDropping) Read(p []byte) (int, error) {
+	if u.out.Dropping() {
+		return 0, io.EOF
+	}
+	return u.r.Read(p)
 }

@@ -8,6 +8,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/runlog"
 )
 
 // Exec returns this pod's exec hop: it takes a session into a Run by UID,
@@ -25,8 +26,9 @@ func (d *Daemon) Exec() exec.Executor {
 const execStartWait = 30 * time.Second
 
 // executionID is the Runtime Server's ID of a task attempt's execution:
-// one per attempt, so a retried attempt never finds the previous one's.
-func executionID(uid string, attempt int32) string { return fmt.Sprintf("%s.%d", uid, attempt) }
+// one per attempt, so a retried attempt never finds the previous one's,
+// and one the Runtime Server files the attempt's output under.
+func executionID(uid string, attempt int32) string { return runlog.ExecutionID(uid, attempt) }
 
 type execHop struct {
 	d    *Daemon

@@ -132,7 +132,7 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		return nil, err
 	}
 	s.pods, err = pool.NewSupervisor(pool.Config{Store: st, DataDir: cfg.DataDir, Command: cfg.PodCommand,
-		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval, OnPodLog: s.logs.Ingest})
+		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval, RunLogDir: s.logs.Dir()})
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -222,14 +222,13 @@ func (s *Standalone) routeRun(run *v1alpha1.Run) {
 // closes the store.
 func (s *Standalone) Run(ctx context.Context) error {
 	defer s.store.Close()
-	defer s.logs.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.mu.Lock()
 	s.ctx = ctx
 	s.mu.Unlock()
 
-	errc := make(chan error, 6)
+	errc := make(chan error, 7)
 	run := func(name string, f func(context.Context) error) {
 		s.wg.Add(1)
 		go func() {
@@ -244,6 +243,7 @@ func (s *Standalone) Run(ctx context.Context) error {
 	run("pool", s.pods.Run)
 	run("scheduler", s.sched.Run)
 	run("reaper", s.reaper.Run)
+	run("run logs", s.logs.Run)
 	run("pod events", s.followPods)
 
 	var err error

@@ -231,6 +231,9 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 		return nil, fmt.Errorf("handler file %s is not a regular file", file)
 	}
 	spec.Logger = logging.OrDiscard(spec.Logger)
+	if spec.Output == nil {
+		spec.Output = runtime.DiscardOutput
+	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:]) // never fails on Linux
 

@@ -15,8 +15,8 @@ import (
 	"stoke.dev/stoke/internal/runtime"
 )
 
-// recorder is a slog.Handler that keeps every record, for assertions on
-// what was logged and with which attributes.
+// recorder is a slog.Handler and a runtime.Output that keeps every record
+// and every line of output, for assertions on what was logged and filed.
 type recorder struct {
 	mu      *sync.Mutex
 	records *[]logRecord
@@ -50,6 +50,20 @@ func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 		lr.attrs[a.Key] = a.Value.String()
 		return true
 	})
+	r.add(lr)
+	return nil
+}
+
+// Line implements runtime.Output: a line of the handler's output is kept
+// as a record "output" with stream, line and invocation_id.
+func (r *recorder) Line(stream, invocationID string, line []byte) {
+	r.add(logRecord{msg: "output", attrs: map[string]string{"stream": stream, "line": string(line), "invocation_id": invocationID}})
+}
+
+// Flush implements runtime.Output.
+func (r *recorder) Flush() {}
+
+func (r *recorder) add(lr logRecord) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	*r.records = append(*r.records, lr)
@@ -62,7 +76,6 @@ func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 		}
 	}
 	*r.waiters = ws
-	return nil
 }
 
 // waitFor returns a channel closed once a line containing substr is logged.
@@ -140,6 +153,7 @@ func newFixtureTB(t testing.TB, files map[string]string) *fixture {
 		Env:        runtime.MergeEnv(runtime.BaseEnv(wd, tmp), map[string]string{"GREETING": "hello"}),
 		ScratchDir: scratch,
 		Logger:     log,
+		Output:     rec,
 	}}
 }
 

@@ -17,7 +17,8 @@ import (
 
 // instance is one warm shell: a runtime.Instance.
 type instance struct {
-	log   *slog.Logger // spec.Logger
+	log   *slog.Logger   // spec.Logger: events
+	out   runtime.Output // spec.Output: the handler's stderr
 	grace time.Duration
 	proc  *proc.Process
 	// marker is "\x1e<nonce> ", which starts the trailer a child writes
@@ -77,8 +78,8 @@ type child struct {
 // call is one invocation.
 type call struct {
 	seq    uint64
-	log    *slog.Logger
-	stderr tail // bounded tail of its stderr
+	id     string // the invocation ID its stderr is filed under
+	stderr tail   // bounded tail of its stderr
 
 	// done is closed (under instance.mu) when the result is known: at the
 	// trailer, or at the exit of the child that took the request when it
@@ -146,7 +147,7 @@ func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *i
 	_ = ctlR.Close() // the warm shell holds its own copy
 	dead, cancelDead := context.WithCancel(context.Background())
 	in = &instance{
-		log: spec.Logger, grace: a.grace, proc: p,
+		log: spec.Logger, out: spec.Output, grace: a.grace, proc: p,
 		marker:      []byte("\x1e" + nonce + " "),
 		ctl:         ctlW,
 		status:      statusR,

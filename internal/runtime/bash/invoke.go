@@ -29,10 +29,6 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 		// Valid JSON never has one; a bash variable cannot hold one.
 		return runtime.Result{}, errdefs.InvalidArgument("input", "contains a NUL byte")
 	}
-	log := inv.Logger
-	if log == nil {
-		log = in.log
-	}
 	var s *slot
 	select {
 	case s = <-in.slots:
@@ -61,7 +57,7 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 		return runtime.Result{}, fmt.Errorf("write request: %w", err)
 	}
 
-	c := &call{seq: s.seq, log: log, done: make(chan struct{})}
+	c := &call{seq: s.seq, id: inv.ID, done: make(chan struct{})}
 	in.mu.Lock()
 	in.active = c
 	in.logging = append(in.logging, c)

@@ -11,14 +11,14 @@ import (
 )
 
 // tailMax bounds the stderr kept per invocation (and while loading) for
-// error messages; everything is logged regardless.
+// error messages; all of it goes to the Run's output regardless.
 const tailMax = 2 << 10
 
-// pumpStderr logs stderr line by line, with the invocation it belongs to,
-// and acts on the sync markers.
+// pumpStderr files stderr in the Run's output line by line, with the
+// invocation it belongs to, and acts on the sync markers.
 func (in *instance) pumpStderr() {
 	defer close(in.pumpDone)
-	loglines.Pump(in.stderr, func(line []byte) {
+	loglines.PumpFlush(in.stderr, func(line []byte) {
 		if len(line) == 0 {
 			// Each sync marker starts with a newline to end a partial
 			// line, which leaves blank lines that carry nothing.
@@ -44,15 +44,15 @@ func (in *instance) pumpStderr() {
 			c = in.logging[0]
 		}
 		in.mu.Unlock()
-		log := in.log
+		id := ""
 		if c != nil {
-			log = c.log
+			id = c.id
 			c.stderr.add(line)
 		} else {
 			in.initTail.add(line)
 		}
-		log.Info("output", "stream", "stderr", "line", string(line))
-	})
+		in.out.Line("stderr", id, line)
+	}, in.out.Flush)
 }
 
 // tail keeps the last tailMax bytes of the lines added to it.

@@ -52,7 +52,7 @@ func reportPercentiles(b *testing.B, lat []time.Duration, unit string) {
 func BenchmarkInvokeEcho(b *testing.B) {
 	dir := writeHandlers(b, map[string]string{"handler.py": echoHandler})
 	discard := slog.New(slog.DiscardHandler)
-	inst := loadSpec(b, New(Config{Interpreter: testInterpreter(b)}), testSpec(b, dir, "handler.handle", discard, nil))
+	inst := loadSpec(b, New(Config{Interpreter: testInterpreter(b)}), testSpec(b, dir, "handler.handle", nil, nil))
 	input := []byte(`{"command":"status"}`)
 	lat := make([]time.Duration, 0, 1<<16)
 	for b.Loop() {
@@ -74,11 +74,10 @@ func BenchmarkInvokeEcho(b *testing.B) {
 // interpreter start-up, import of the handler); Close is not timed.
 func BenchmarkLoad(b *testing.B) {
 	dir := writeHandlers(b, map[string]string{"handler.py": echoHandler})
-	discard := slog.New(slog.DiscardHandler)
 	for _, interp := range benchInterpreters(b) {
 		b.Run(interp.name, func(b *testing.B) {
 			a := New(Config{Interpreter: interp.path})
-			spec := testSpec(b, dir, "handler.handle", discard, nil)
+			spec := testSpec(b, dir, "handler.handle", nil, nil)
 			var lat []time.Duration
 			for b.Loop() {
 				start := time.Now()
@@ -120,7 +119,7 @@ func idleMemory(tb testing.TB, interpreter, dir string, n int) (rss, pss float64
 	rec := newRecorder()
 	var insts []*instance
 	for range n {
-		inst := loadSpec(tb, a, testSpec(tb, dir, "handler.handle", slog.New(rec.handler()), nil))
+		inst := loadSpec(tb, a, testSpec(tb, dir, "handler.handle", rec, nil))
 		if _, err := invoke(tb, inst, rec, "inv-warm", `{"warm":true}`); err != nil {
 			tb.Fatal(err)
 		}

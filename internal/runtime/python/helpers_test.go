@@ -52,17 +52,23 @@ func writeHandlers(tb testing.TB, files map[string]string) string {
 	return dir
 }
 
-// testSpec is the FunctionSpec the core would build for dir and handler.
-func testSpec(tb testing.TB, dir, handler string, log *slog.Logger, env map[string]string) runtime.FunctionSpec {
+// testSpec is the FunctionSpec the core would build for dir and handler,
+// logging and filing its output to rec (nil: nowhere).
+func testSpec(tb testing.TB, dir, handler string, rec *recorder, env map[string]string) runtime.FunctionSpec {
 	tb.Helper()
-	return runtime.FunctionSpec{
+	spec := runtime.FunctionSpec{
 		RunUID:     "run-test",
 		WorkingDir: dir,
 		Handler:    handler,
 		Env:        runtime.MergeEnv(runtime.BaseEnv(dir, tb.TempDir()), env),
 		ScratchDir: tb.TempDir(),
-		Logger:     log.With("run_uid", "run-test"),
+		Logger:     slog.New(slog.DiscardHandler),
+		Output:     runtime.DiscardOutput,
 	}
+	if rec != nil {
+		spec.Logger, spec.Output = slog.New(rec.handler()).With("run_uid", "run-test"), rec
+	}
+	return spec
 }
 
 // loadHandler writes files, loads handler with a recording logger and
@@ -70,7 +76,7 @@ func testSpec(tb testing.TB, dir, handler string, log *slog.Logger, env map[stri
 func loadHandler(tb testing.TB, files map[string]string, handler string) (*instance, *recorder) {
 	tb.Helper()
 	rec := newRecorder()
-	spec := testSpec(tb, writeHandlers(tb, files), handler, slog.New(rec.handler()), nil)
+	spec := testSpec(tb, writeHandlers(tb, files), handler, rec, nil)
 	return loadSpec(tb, New(Config{Interpreter: testInterpreter(tb)}), spec), rec
 }
 
@@ -141,6 +147,15 @@ func (r *recorder) add(rec logRecord) {
 		}
 	}
 }
+
+// Line implements runtime.Output: a line of the handler's output is kept
+// as a record "output" with stream, line and invocation_id.
+func (r *recorder) Line(stream, invocationID string, line []byte) {
+	r.add(logRecord{Msg: "output", Attrs: map[string]string{"stream": stream, "line": string(line), "invocation_id": invocationID}})
+}
+
+// Flush implements runtime.Output.
+func (r *recorder) Flush() {}
 
 // output returns the handler-output records of one stream.
 func (r *recorder) output(stream string) []logRecord {

@@ -2,13 +2,13 @@ package python
 
 import (
 	"io"
-	"log/slog"
 	"os"
 	"sync"
 	"syscall"
 	"unsafe"
 
 	"stoke.dev/stoke/internal/loglines"
+	"stoke.dev/stoke/internal/runtime"
 )
 
 // maxSettleRounds bounds how many chunks attribute waits for: a worker that
@@ -16,39 +16,41 @@ import (
 // back. 64 chunks of loglines' 32 KiB are more than a pipe buffer holds.
 const maxSettleRounds = 64
 
-// logStream logs one of the worker's output pipes (stdout or stderr) line by
-// line and knows whose the bytes are: each chunk is read from the pipe and
-// its lines logged while mu is held, under the logger current at that
-// moment, so that attribute can tell exactly which bytes are still unread
-// when an invocation starts or ends. A line is logged when it is complete
-// (or reaches bounds.LogLine), so the unfinished end of an invocation's
-// output (print(..., end="")) goes to whoever owns the stream when the line
-// completes, or to the registration's logger at EOF.
+// logStream files one of the worker's output pipes (stdout or stderr) in
+// the Run's output line by line and knows whose the bytes are: each chunk
+// is read from the pipe and its lines filed while mu is held, under the
+// invocation that owns the stream at that moment, so that attribute can
+// tell exactly which bytes are still unread when an invocation starts or
+// ends. A line is filed when it is complete (or reaches bounds.LogLine), so
+// the unfinished end of an invocation's output (print(..., end="")) goes
+// to whoever owns the stream when the line completes, or to the
+// registration (no invocation) at EOF.
 type logStream struct {
 	name string
 	f    *os.File
 	rc   syscall.RawConn
+	out  runtime.Output
 
 	mu    sync.Mutex
-	moved sync.Cond    // broadcast after each chunk is logged, and at EOF
-	log   *slog.Logger // owner of the bytes read from now on
-	ended bool         // the pump returned
+	moved sync.Cond // broadcast after each chunk is filed, and at EOF
+	owner string    // invocation ID of the bytes read from now on; "" none
+	ended bool      // the pump returned
 
 	held bool // pump goroutine only: Read returned with mu held
 }
 
-func newLogStream(name string, f *os.File, log *slog.Logger) (*logStream, error) {
+func newLogStream(name string, f *os.File, out runtime.Output) (*logStream, error) {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	s := &logStream{name: name, f: f, rc: rc, log: log}
+	s := &logStream{name: name, f: f, rc: rc, out: out}
 	s.moved.L = &s.mu
 	return s, nil
 }
 
-// pump logs the stream until EOF or until Close's drain deadline; it is run
-// by one goroutine of the instance.
+// pump files the stream until EOF or until Close's drain deadline; it is
+// run by one goroutine of the instance.
 func (s *logStream) pump() {
 	loglines.Pump(s, s.emit)
 	if !s.held {
@@ -60,21 +62,23 @@ func (s *logStream) pump() {
 	s.mu.Unlock()
 }
 
-// emit logs one line; Pump calls it between two Reads, so mu is held.
+// emit files one line; Pump calls it between two Reads, so mu is held.
 func (s *logStream) emit(line []byte) {
-	s.log.Info("output", "stream", s.name, "line", string(line))
+	s.out.Line(s.name, s.owner, line)
 }
 
 // Read implements io.Reader for loglines.Pump. It returns with mu held
 // (released by the next Read, or by pump at the end), and takes mu before
 // the read system call, so that no byte is ever between the pipe and the
-// log without mu held.
+// Output without mu held. It flushes the Output first: the lines filed so
+// far are all there is until this read returns.
 func (s *logStream) Read(p []byte) (int, error) {
 	if s.held {
 		s.held = false
 		s.moved.Broadcast()
 		s.mu.Unlock()
 	}
+	s.out.Flush()
 	var n int
 	var rerr error
 	err := s.rc.Read(func(fd uintptr) bool {
@@ -106,14 +110,15 @@ func (s *logStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// attribute waits (boundedly) until what the pipe holds now has been logged
-// under the current owner, then makes log the owner of what follows.
-func (s *logStream) attribute(log *slog.Logger) {
+// attribute waits (boundedly) until what the pipe holds now has been filed
+// under the current owner, then makes invocation id ("" for none) the
+// owner of what follows.
+func (s *logStream) attribute(id string) {
 	s.mu.Lock()
 	for round := 0; round < maxSettleRounds && !s.ended && s.unread(); round++ {
 		s.moved.Wait()
 	}
-	s.log = log
+	s.owner = id
 	s.mu.Unlock()
 }
 

@@ -24,9 +24,9 @@
 //
 // where each string is u32 length | UTF-8 bytes. The worker flushes the
 // handler's stdout and stderr before it writes a response, and the adapter
-// logs what is still in those pipes under the finishing invocation before
+// files what is still in those pipes under the finishing invocation before
 // Invoke returns (see logStream); output written between invocations or
-// during the import is logged with the registration's logger.
+// during the import is filed under no invocation.
 //
 // The worker runs as `python3 -s -c <worker.py> ...`: the interpreter's
 // site-packages (with their .pth files) are importable and PYTHON* variables

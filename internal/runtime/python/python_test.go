@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"reflect"
@@ -427,9 +426,6 @@ def handle(event):
 	var got []line
 	for _, stream := range []string{"stdout", "stderr"} {
 		for _, r := range rec.output(stream) {
-			if r.Attrs["run_uid"] != "run-test" {
-				t.Errorf("%q logged without run_uid: %v", r.Attrs["line"], r.Attrs)
-			}
 			got = append(got, line{stream, r.Attrs["line"], r.Attrs["invocation_id"]})
 		}
 	}
@@ -522,7 +518,7 @@ def handle(event):
             "argv": sys.argv, "modules": sorted(sys.modules)}
 `})
 	rec := newRecorder()
-	spec := testSpec(t, dir, "handler.handle", slog.New(rec.handler()), map[string]string{"GREETING": "hello"})
+	spec := testSpec(t, dir, "handler.handle", rec, map[string]string{"GREETING": "hello"})
 	inst := loadSpec(t, New(Config{Interpreter: interp}), spec)
 	res, err := invoke(t, inst, rec, "inv-env", `{}`)
 	if err != nil {
@@ -587,7 +583,7 @@ func TestLoadFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := newRecorder()
-			spec := testSpec(t, writeHandlers(t, tc.files), tc.handler, slog.New(rec.handler()), nil)
+			spec := testSpec(t, writeHandlers(t, tc.files), tc.handler, rec, nil)
 			inst, err := New(Config{Interpreter: testInterpreter(t)}).Load(context.Background(), spec)
 			if err == nil {
 				_ = inst.Close()
@@ -606,13 +602,13 @@ func TestLoadFailure(t *testing.T) {
 
 func TestLoadWorkerExits(t *testing.T) {
 	rec := newRecorder()
-	spec := testSpec(t, writeHandlers(t, map[string]string{"handler.py": "import os\nos._exit(7)\n"}), "handler.handle", slog.New(rec.handler()), nil)
+	spec := testSpec(t, writeHandlers(t, map[string]string{"handler.py": "import os\nos._exit(7)\n"}), "handler.handle", rec, nil)
 	_, err := New(Config{Interpreter: testInterpreter(t)}).Load(context.Background(), spec)
 	if err == nil || !strings.Contains(err.Error(), "exit status 7") {
 		t.Fatalf("Load error = %v, want the exit status", err)
 	}
 
-	spec = testSpec(t, t.TempDir(), "handler.handle", slog.New(rec.handler()), nil)
+	spec = testSpec(t, t.TempDir(), "handler.handle", rec, nil)
 	if _, err := New(Config{Interpreter: "/nonexistent/python3"}).Load(context.Background(), spec); err == nil {
 		t.Fatal("Load with a missing interpreter succeeded")
 	}
@@ -624,7 +620,7 @@ func TestLoadContextEnds(t *testing.T) {
 import os, time
 print("importing", os.getpid(), flush=True)
 time.sleep(60)
-`}), "handler.handle", slog.New(rec.handler()), nil)
+`}), "handler.handle", rec, nil)
 	importing := rec.await("importing")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -710,7 +706,7 @@ func TestReplacementAfterTimeout(t *testing.T) {
 	rec := newRecorder()
 	dir := writeHandlers(t, map[string]string{"handler.py": "import time\n\ndef handle(event):\n    if event == 'slow':\n        time.sleep(60)\n    return event\n"})
 	a := New(Config{Interpreter: testInterpreter(t)})
-	spec := testSpec(t, dir, "handler.handle", slog.New(rec.handler()), nil)
+	spec := testSpec(t, dir, "handler.handle", rec, nil)
 	first := loadSpec(t, a, spec)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()

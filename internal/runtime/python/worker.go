@@ -159,8 +159,12 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 		return nil, fmt.Errorf("start python worker %s: %w", a.interpreter, err)
 	}
 
-	stdout, err1 := newLogStream("stdout", outR, log)
-	stderr, err2 := newLogStream("stderr", errR, log)
+	out := spec.Output
+	if out == nil {
+		out = runtime.DiscardOutput
+	}
+	stdout, err1 := newLogStream("stdout", outR, out)
+	stderr, err2 := newLogStream("stderr", errR, out)
 	if err := errors.Join(err1, err2); err != nil {
 		p.Kill(0)
 		closeAll([]*os.File{reqW, respR, outR, errR})
@@ -264,15 +268,11 @@ func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.
 	if len(inv.ID) > bounds.InvocationID || len(inv.Input) > bounds.InvokeBody {
 		return runtime.Result{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "invocation id or input exceeds its bound")
 	}
-	log := inv.Logger
-	if log == nil {
-		log = i.log
-	}
-	i.stdout.attribute(log)
-	i.stderr.attribute(log)
+	i.stdout.attribute(inv.ID)
+	i.stderr.attribute(inv.ID)
 	defer func() {
-		i.stdout.attribute(i.log)
-		i.stderr.attribute(i.log)
+		i.stdout.attribute("")
+		i.stderr.attribute("")
 	}()
 
 	stop := context.AfterFunc(ctx, i.interrupt)

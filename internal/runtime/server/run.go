@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/bash"
 	"stoke.dev/stoke/internal/runtime/python"
@@ -31,6 +33,10 @@ type Config struct {
 	// StateDir holds private per-registration and per-execution files;
 	// empty means a fresh temporary directory removed on exit.
 	StateDir string
+	// RunLogDir receives each Run's program output as RUN_UID.log (see
+	// internal/runlog); empty means StateDir/run-logs. The server's own log
+	// carries events only.
+	RunLogDir string
 	// IPCDir holds the request files and FIFOs of warm Bash functions;
 	// empty means a fresh private directory on /dev/shm when that is a
 	// writable tmpfs (else inside StateDir), removed on exit.
@@ -177,8 +183,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer os.RemoveAll(ipcDir)
 	}
+	runLogDir := cfg.RunLogDir
+	if runLogDir == "" {
+		runLogDir = filepath.Join(stateDir, "run-logs")
+	}
+	logs, err := runlog.NewFiles(runLogDir, log, nil)
+	if err != nil {
+		return err
+	}
 	fns, err := runtime.NewFunctions(runtime.FunctionsConfig{
-		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/functions", IPCRoot: ipcDir, Logger: log,
+		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/functions", IPCRoot: ipcDir, Logger: log, Logs: logs,
 		DefaultInvokeTimeout: cfg.DefaultInvokeTimeout, MaxInvokeTimeout: cfg.MaxInvokeTimeout,
 		InitTimeout: cfg.InitTimeout, Scopes: scopes,
 	})
@@ -190,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 		maxTask = bounds.MaxTaskDuration
 	}
 	tasks, err := runtime.NewTasks(runtime.TasksConfig{
-		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/tasks", Logger: log,
+		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/tasks", Logger: log, Logs: logs,
 		MaxTaskDuration: maxTask, Scopes: scopes,
 	})
 	if err != nil {
@@ -203,7 +217,7 @@ func Run(ctx context.Context, cfg Config) error {
 	execs := exec.NewLocal(exec.LocalConfig{Targets: runtime.ExecTargets(tasks, fns), Logger: log})
 	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns, Exec: exec.NewGRPCServer(execs),
 		Metrics: NewMetrics(fns.RegistrationStates)})
-	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root())
+	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root(), "run_log_dir", runLogDir)
 	if cfg.OnListen != nil {
 		cfg.OnListen(lis.Addr())
 	}
