@@ -32,7 +32,7 @@ type stokeUp struct {
 // extra...`. If the test fails, the end of its log is printed; at the end
 // of the test it is killed if still running, and so is any process left
 // behind that refers to dataDir.
-func startUp(t *testing.T, dataDir string, extra ...string) *stokeUp {
+func startUp(t testing.TB, dataDir string, extra ...string) *stokeUp {
 	t.Helper()
 	up, err := testbin.StartUp(stokeBin, dataDir, extra...)
 	if err != nil {
@@ -82,7 +82,7 @@ func (u *stokeUp) kill9(t *testing.T) {
 
 // do sends an authenticated request with a JSON body (none if body is
 // nil) and returns the status and the response body.
-func (u *stokeUp) do(t *testing.T, method, path string, body any) (int, []byte) {
+func (u *stokeUp) do(t testing.TB, method, path string, body any) (int, []byte) {
 	t.Helper()
 	status, b, err := u.request(method, path, body)
 	if err != nil {
@@ -123,7 +123,7 @@ func (u *stokeUp) request(method, path string, body any) (int, []byte, error) {
 var apiClient = &http.Client{Timeout: 30 * time.Second}
 
 // createRun creates run in namespace default and asserts 201.
-func (u *stokeUp) createRun(t *testing.T, run *v1alpha1.Run) *v1alpha1.Run {
+func (u *stokeUp) createRun(t testing.TB, run *v1alpha1.Run) *v1alpha1.Run {
 	t.Helper()
 	status, body := u.do(t, http.MethodPost, "/v1/namespaces/default/runs", run)
 	if status != http.StatusCreated {
@@ -137,7 +137,7 @@ func (u *stokeUp) createRun(t *testing.T, run *v1alpha1.Run) *v1alpha1.Run {
 }
 
 // getRun gets a Run of namespace default.
-func (u *stokeUp) getRun(t *testing.T, name string) *v1alpha1.Run {
+func (u *stokeUp) getRun(t testing.TB, name string) *v1alpha1.Run {
 	t.Helper()
 	status, body := u.do(t, http.MethodGet, "/v1/namespaces/default/runs/"+name, nil)
 	if status != http.StatusOK {
@@ -180,7 +180,7 @@ type runWatch struct {
 }
 
 // watchRuns opens a watch; it ends with the test, or with stop.
-func (u *stokeUp) watchRuns(t *testing.T) *runWatch {
+func (u *stokeUp) watchRuns(t testing.TB) *runWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.URL+"/v1/namespaces/default/runs?watch=true", nil)
@@ -254,7 +254,7 @@ func (w *runWatch) stop() {
 
 // until waits, at most timeout, for cond to hold on the Runs seen so far
 // (by name; cond must not keep the map) and returns a copy of them.
-func (w *runWatch) until(t *testing.T, timeout time.Duration, what string, cond func(runs map[string]*v1alpha1.Run) bool) map[string]*v1alpha1.Run {
+func (w *runWatch) until(t testing.TB, timeout time.Duration, what string, cond func(runs map[string]*v1alpha1.Run) bool) map[string]*v1alpha1.Run {
 	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -46,6 +47,8 @@ type Up struct {
 
 	logMu sync.Mutex
 	log   []string // the last logLines lines of its stderr
+
+	stderrBytes atomic.Int64 // read from its stderr so far
 }
 
 // StartUp runs `bin up --data-dir dataDir --listen 127.0.0.1:0 extra...`
@@ -109,7 +112,7 @@ func StartUp(bin, dataDir string, extra ...string) (*Up, error) {
 // delivering the URL of the first "serving" line.
 func (u *Up) pump(urlc chan<- string) {
 	defer close(u.pumped)
-	sc := bufio.NewScanner(u.stderr)
+	sc := bufio.NewScanner(countingReader{u.stderr, &u.stderrBytes})
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		u.keep(sc.Text())
@@ -126,7 +129,23 @@ func (u *Up) pump(urlc chan<- string) {
 	}
 	// A line too long for the scanner: keep draining, so that nothing
 	// blocks writing to the pipe.
-	_, _ = io.Copy(io.Discard, u.stderr)
+	_, _ = io.Copy(io.Discard, countingReader{u.stderr, &u.stderrBytes})
+}
+
+// StderrBytes is how many bytes stoke up has written to its stderr so far
+// (as far as they have been read: a line still in the pipe is not
+// counted).
+func (u *Up) StderrBytes() int64 { return u.stderrBytes.Load() }
+
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func (u *Up) keep(line string) {
