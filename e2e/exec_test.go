@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -146,4 +147,53 @@ func TestExecCLI(t *testing.T) {
 	if run := s.getRun(t, "shell"); run.Status.Phase != v1alpha1.PhaseRunning {
 		t.Errorf("after every exec the run is %s", run.Status.Phase)
 	}
+}
+
+// An exec session ends, and everything it started is gone — a process
+// that left its session with setsid too — when its Run is deleted and when
+// its pod is killed with kill -9.
+func TestExecEndsWithRunAndPod(t *testing.T) {
+	s := startCLIServer(t)
+	start := func(name, marker string) *exec.Cmd {
+		s.ok(t, "run", "--runtime", "bash", "--name", name, "--detach", "--", "sleep", "100000")
+		s.awaitRunPhase(t, name, v1alpha1.PhaseRunning)
+		cmd := cliCommand(context.Background(), s.env(), "exec", name, "--", "bash", "-c",
+			"setsid sleep "+marker+" & sleep "+marker+" & sleep "+marker)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// bash, the three sleeps, and setsid's own fork when it leads a group.
+		exectest.AwaitProcesses(t, marker, func(n int) bool { return n >= 4 })
+		return cmd
+	}
+	ended := func(cmd *exec.Cmd, marker string) {
+		t.Helper()
+		var ee *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() == 0 {
+			t.Errorf("stoke exec: %v, want a failure", err)
+		}
+		exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 0 })
+	}
+
+	t.Run("deleted", func(t *testing.T) {
+		marker := exectest.Marker()
+		cmd := start("deleted", marker)
+		s.ok(t, "delete", "run", "deleted")
+		ended(cmd, marker)
+	})
+
+	t.Run("pod killed", func(t *testing.T) {
+		marker := exectest.Marker()
+		cmd := start("victim", marker)
+		// The pod is the parent of what an exec runs.
+		pod := strings.TrimSpace(s.ok(t, "exec", "victim", "--", "sh", "-c", "echo $PPID"))
+		pid, err := strconv.Atoi(pod)
+		if err != nil {
+			t.Fatalf("pod pid %q", pod)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		ended(cmd, marker)
+	})
 }

@@ -28,10 +28,21 @@ type Targets interface {
 	ExecTarget(runUID, registrationID string) (Target, error)
 }
 
+// Scopes tracks what each session starts beyond its own session (a
+// process that called setsid and was orphaned): proc.Subreaper. A process
+// started with proc.ScopeEnv=name belongs to scope name between Begin and
+// End, and End kills what is left of it.
+type Scopes interface {
+	Begin(name string)
+	End(name string)
+}
+
 // LocalConfig configures a Local executor.
 type LocalConfig struct {
 	Targets Targets
-	Logger  *slog.Logger
+	// Scopes, when set, gives each session a scope of its own.
+	Scopes Scopes
+	Logger *slog.Logger
 	// MaxPerRun and MaxTotal bound concurrent sessions (defaults
 	// bounds.ExecSessionsPerRun and bounds.ExecSessionsPerServer).
 	MaxPerRun, MaxTotal int

@@ -2,6 +2,8 @@ package exec
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +40,7 @@ type localSession struct {
 	// Set by start. p is nil when the command could not be found or
 	// executed: then Stream reports missing with exit status missingCode.
 	p           *proc.Process
+	scope       string       // its proc.ScopeEnv, when Local tracks scopes
 	session     proc.Session // the command's session, for a safe kill
 	missing     string
 	missingCode int
@@ -61,7 +64,10 @@ type localSession struct {
 func (s *localSession) start() error {
 	s.reaped = make(chan struct{})
 	s.ended = make(chan struct{})
-	env, path := mergeEnv(s.target.Env, s.req.Env, s.req.TTY)
+	if s.l.cfg.Scopes != nil {
+		s.scope = newScope()
+	}
+	env, path := mergeEnv(s.target.Env, s.req.Env, s.req.TTY, s.scope)
 	name, err := proc.LookPath(s.req.Command[0], s.target.Dir, path)
 	if err != nil {
 		s.setMissing(err)
@@ -103,9 +109,15 @@ func (s *localSession) start() error {
 		}
 		cmd.Stdout, cmd.Stderr = parentEnds[len(parentEnds)-2], parentEnds[len(parentEnds)-1]
 	}
+	if s.scope != "" {
+		s.l.cfg.Scopes.Begin(s.scope)
+	}
 	p, err := proc.Start(cmd, proc.NewSession())
 	closeFiles(parentEnds...)
 	if err != nil {
+		if s.scope != "" {
+			s.l.cfg.Scopes.End(s.scope)
+		}
 		s.closeFiles()
 		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) {
 			s.setMissing(fmt.Errorf("%q: %w: %w", s.req.Command[0], proc.ErrNotExecutable, err))
@@ -171,6 +183,17 @@ func (s *localSession) kill() {
 	if len(killed) > 0 {
 		s.log.Debug("killed the exec session's processes", "pids", killed)
 	}
+	if s.scope != "" {
+		// What left the session (setsid) and was orphaned goes too.
+		s.l.cfg.Scopes.End(s.scope)
+	}
+}
+
+// newScope names a session's scope: unique and random.
+func newScope() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "exec_" + hex.EncodeToString(b[:])
 }
 
 // end ends the session early with err: its processes are killed and
@@ -345,33 +368,42 @@ func closeFiles(files ...*os.File) {
 	}
 }
 
-// mergeEnv overlays extra on the Run's environment and returns it with the
-// PATH to resolve the command in. $STOKE_OUTPUTS is left out: an exec
-// never sets the Run's outputs. A TTY gets TERM=xterm unless one is set.
-func mergeEnv(base []string, extra map[string]string, tty bool) ([]string, string) {
-	env := make([]string, 0, len(base)+len(extra)+1)
-	seen := map[string]bool{}
-	for k, v := range extra {
-		env = append(env, k+"="+v)
-		seen[k] = true
+// mergeEnv overlays extra on the Run's environment (a later entry wins, as
+// in execve's callers) and returns it with the PATH to resolve the command
+// in. $STOKE_OUTPUTS is left out: an exec never sets the Run's outputs.
+// scope, when not empty, is the session's own proc.ScopeEnv. A TTY gets
+// TERM=xterm unless one is set.
+func mergeEnv(base []string, extra map[string]string, tty bool, scope string) ([]string, string) {
+	vals := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+		}
+		vals[k] = v
 	}
 	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		if !seen[k] && k != "STOKE_OUTPUTS" {
-			env = append(env, kv)
-			seen[k] = true
+		k, v, _ := strings.Cut(kv, "=")
+		set(k, v)
+	}
+	for k, v := range extra {
+		set(k, v)
+	}
+	if _, ok := vals["TERM"]; tty && !ok {
+		set("TERM", "xterm")
+	}
+	delete(vals, "STOKE_OUTPUTS")
+	delete(vals, proc.ScopeEnv)
+	if scope != "" {
+		set(proc.ScopeEnv, scope)
+	}
+	env := make([]string, 0, len(vals))
+	for _, k := range order {
+		if v, ok := vals[k]; ok {
+			env = append(env, k+"="+v)
 		}
 	}
-	if tty && !seen["TERM"] {
-		env = append(env, "TERM=xterm")
-	}
-	path := ""
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
-	}
-	return env, path
+	return env, vals["PATH"]
 }
 
 // openPTY opens a terminal of the given size. The master is made

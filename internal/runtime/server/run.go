@@ -214,7 +214,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	execs := exec.NewLocal(exec.LocalConfig{Targets: runtime.ExecTargets(tasks, fns), Logger: log})
+	execs := exec.NewLocal(exec.LocalConfig{Targets: runtime.ExecTargets(tasks, fns), Scopes: scopes, Logger: log})
 	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns, Exec: exec.NewGRPCServer(execs),
 		Metrics: NewMetrics(fns.RegistrationStates)})
 	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root(), "run_log_dir", runLogDir)
