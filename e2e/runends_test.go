@@ -106,10 +106,11 @@ func TestRunEnds(t *testing.T) {
 
 // logRecord is one record of GET …/logs.
 type logRecord struct {
-	Attempt  int32  `json:"attempt"`
-	Stream   string `json:"stream"`
-	Line     string `json:"line"`
-	ExitCode *int32 `json:"exitCode"`
+	Attempt      int32  `json:"attempt"`
+	Stream       string `json:"stream"`
+	Line         string `json:"line"`
+	InvocationID string `json:"invocationId"`
+	ExitCode     *int32 `json:"exitCode"`
 }
 
 // rawLog reads a Run's log from the HTTP API.

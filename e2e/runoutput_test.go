@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,4 +114,50 @@ func BenchmarkTaskOutput100MB(b *testing.B) {
 	b.ReportMetric(float64(floor.Milliseconds())/float64(b.N), "floor-ms/op")
 	b.ReportMetric(float64(stoke.Milliseconds())/float64(b.N), "stoke-ms/op")
 	b.ReportMetric(float64(stoke)/float64(floor), "x-floor")
+}
+
+// A Python function's print() and stderr go to its Run's log under the
+// invocation's ID, and not to stoke up's own log.
+func TestFunctionOutputGoesToItsLog(t *testing.T) {
+	u := startUp(t, t.TempDir())
+	s := &cliServer{u.Up}
+	w := u.watchRuns(t)
+	run := newRun("printer", v1alpha1.RunSpec{Runtime: "python",
+		Mode: v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "printer.handle"}},
+		Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "printer.py",
+			Text: "import sys\nprint('imported-zebra')\ndef handle(event, context):\n    print('printed-' + event['word'])\n    print('warned-' + event['word'], file=sys.stderr)\n    return event\n"}}})
+	u.createRun(t, run)
+	ready := w.until(t, 2*time.Minute, "printer to be Ready", func(runs map[string]*v1alpha1.Run) bool {
+		r := runs["printer"]
+		return r != nil && (r.Status.Phase.Terminal() || r.Status.Phase == v1alpha1.PhaseReady && r.Status.Endpoint != "")
+	})["printer"]
+	if ready.Status.Phase != v1alpha1.PhaseReady {
+		t.Fatalf("printer: %s %s", ready.Status.Phase, ready.Status.Message)
+	}
+	res := invokeEndpoint(apiClient, u.Token, ready.Status.Endpoint, `{"word":"zebra"}`)
+	inv := res.header.Get("X-Stoke-Invocation-ID")
+	if res.err != nil || res.status != 200 || inv == "" {
+		t.Fatalf("invoke: %d %s %v", res.status, res.body, res.err)
+	}
+	// Cancelling drains the function: its output is all in its log once
+	// it is Cancelled.
+	s.ok(t, "cancel", "printer", "--wait")
+	got := map[string]string{}
+	for _, r := range rawLog(t, s, "printer") {
+		got[r.Stream+":"+r.Line] = r.InvocationID
+	}
+	if id, ok := got["stdout:imported-zebra"]; !ok || id != "" {
+		t.Errorf("import-time print: %q %v; log %v", id, ok, got)
+	}
+	for _, line := range []string{"stdout:printed-zebra", "stderr:warned-zebra"} {
+		if id, ok := got[line]; !ok || id != inv {
+			t.Errorf("%s filed under %q (present %v), want invocation %s; log %v", line, id, ok, inv, got)
+		}
+	}
+	u.stop(t)
+	for _, l := range u.Log() {
+		if strings.Contains(l, "zebra") {
+			t.Errorf("stoke up logged the function's output: %s", l)
+		}
+	}
 }
