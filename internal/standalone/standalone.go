@@ -376,6 +376,12 @@ func (s *Standalone) CreateRun(ctx context.Context, run *v1alpha1.Run) (*v1alpha
 	if err := validation.ValidateRun(run); err != nil {
 		return nil, err
 	}
+	// The informer's cache answers for a Runtime it holds; only a miss (a
+	// Runtime created a moment ago, or none) asks the store. Either way a
+	// Runtime deleted just after this check is the scheduler's to report.
+	if _, ok := s.rtInf.Get(run.Namespace, run.Spec.Runtime); ok {
+		return s.store.Runs().Create(ctx, run)
+	}
 	if _, err := s.store.Runtimes().Get(ctx, run.Namespace, run.Spec.Runtime); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, errdefs.InvalidArgument("spec.runtime", "no Runtime %q in namespace %q", run.Spec.Runtime, run.Namespace)

@@ -194,6 +194,17 @@ func TestRefusedRuns(t *testing.T) {
 	if err != nil || len(runs) != 0 {
 		t.Fatalf("refused runs were stored: %v %v", runs, err)
 	}
+	// A Runtime stored a moment ago, which the cache may not hold yet, is
+	// found in the store: the create is accepted at once.
+	rt := runtimeOf("ruby", 1, 1)
+	rt.Spec.Server = "bash"
+	if _, err := p.Store().Runtimes().Create(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CreateRun(ctx, &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: "late"},
+		Spec: v1alpha1.RunSpec{Runtime: "ruby", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"true"}}}}}); err != nil {
+		t.Fatalf("run of a Runtime just stored: %v", err)
+	}
 }
 
 // kill -9 of the runtime server under a Ready function: the Run recovers
