@@ -148,6 +148,9 @@ type execution struct {
 	outputs  map[string]string
 	// The captured streams once terminal; the buffers are released then.
 	finalStdout, finalStderr string
+	// scratchRemoved is set by finish, before done is closed, when the
+	// scratch directory is gone, so that Forget need not remove it again.
+	scratchRemoved bool
 
 	elem *list.Element // in Tasks.terminal; guarded by Tasks.mu
 }
@@ -166,6 +169,8 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 	}
 	if err := removeScratch(e.scratch); err != nil {
 		e.log.Warn("removing scratch directory", "error", err)
+	} else {
+		e.scratchRemoved = true
 	}
 	e.mu.Lock()
 	e.state = state

@@ -289,6 +289,9 @@ func (t *Tasks) Forget(_ context.Context, req *pb.ForgetRequest) (*pb.ForgetResp
 		e.elem = nil
 	}
 	t.mu.Unlock()
+	if e.scratchRemoved {
+		return &pb.ForgetResponse{}, nil
+	}
 	if err := removeScratch(e.scratch); err != nil {
 		return nil, fmt.Errorf("execution %q: removing scratch directory: %w", id, err)
 	}

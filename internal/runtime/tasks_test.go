@@ -601,6 +601,15 @@ func TestForget(t *testing.T) {
 	if st := f.run(t, &pb.ExecuteRequest{Id: "f", Args: []string{"echo", "again"}}); st.Stdout != "again\n" {
 		t.Errorf("re-run after Forget: %s %q", st.State, st.Stdout)
 	}
+	// A finished execution has no scratch directory left, a file in its
+	// TMPDIR and its outputs file included, before it is forgotten.
+	f.run(t, &pb.ExecuteRequest{Id: "g", Args: []string{"sh", "-c", `mkdir "$TMPDIR/d"; touch "$TMPDIR/d/x" "$STOKE_OUTPUTS"`}})
+	if left, err := os.ReadDir(f.scratch); err != nil || len(left) != 0 {
+		t.Errorf("scratch root after the executions finished: %v, %v; want empty", left, err)
+	}
+	if _, err := f.tasks.Forget(ctx, &pb.ForgetRequest{Id: "g"}); err != nil {
+		t.Errorf("Forget: %v", err)
+	}
 }
 
 func TestCapturedOutput(t *testing.T) {
