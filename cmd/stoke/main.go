@@ -1,6 +1,7 @@
 // Command stoke is Stoke's single binary: every role (runtime server,
 // standalone control plane with its HTTP API, and the CLI client) is a
-// subcommand.
+// subcommand. Run under the name bootstrap (a Lambda deployment package's
+// entry point), it takes its Lambda role instead.
 package main
 
 import (
@@ -9,7 +10,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+
+	"stoke.dev/stoke/internal/lambda/bootstrap"
 )
 
 // exitCoder is an error that sets the process's exit status (a task's own
@@ -22,6 +26,15 @@ type exitCoder interface {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if filepath.Base(os.Args[0]) == "bootstrap" {
+		cfg := bootstrap.ConfigFromEnv(os.Environ())
+		cfg.Logger = bootstrap.LogTo(os.Stderr)
+		if err := bootstrap.Run(ctx, cfg); err != nil {
+			cfg.Logger.Error("bootstrap stopped", "error", err)
+			os.Exit(1)
+		}
+		return
+	}
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
 	if err == nil {

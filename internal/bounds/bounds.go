@@ -70,6 +70,17 @@ const (
 	// RuntimeReplicas is the most pods one Runtime pool may have; bigger
 	// pools are several Runtimes.
 	RuntimeReplicas = 64
+	// LambdaZip bounds a Lambda deployment package as uploaded (Lambda's
+	// own limit for a zip sent with CreateFunction); LambdaUnzipped bounds
+	// it unpacked, and LambdaEnv the function's environment variables,
+	// keys and values together. A package past them is refused before any
+	// AWS call.
+	LambdaZip      = 50 << 20
+	LambdaUnzipped = 250 << 20
+	LambdaEnv      = 4 << 10
+	// LambdaPayload bounds a synchronous Lambda invocation's event and
+	// answer, as Lambda does.
+	LambdaPayload = 6 << 20
 	// RuntimeRuns is the most Run slots per runtime pod: each slot is a
 	// working directory and, for a function, a warm process.
 	RuntimeRuns = 1024

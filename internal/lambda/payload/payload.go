@@ -1,0 +1,96 @@
+// Package payload is the wire format between Stoke's Lambda Runtime Server
+// and its bootstrap inside the function: the event of one Lambda
+// invocation (a Request), its answer (a Response), and the error document
+// Lambda's Runtime API carries for a failed invocation (an Error). Both
+// ends import it, so that the format is defined once.
+//
+// The event is an envelope rather than the user's JSON itself, so that one
+// function serves the kinds of call Stoke makes: a function invocation, a
+// one-shot task, and a ping that proves the handler loaded. The reverse
+// agent of exec adds its dial-back parameters (address and a per-invocation
+// credential) as another field of Request, read by the bootstrap before it
+// runs the call.
+package payload
+
+import "encoding/json"
+
+// Kinds of Request.
+const (
+	// KindInvoke runs one invocation of the function's handler.
+	KindInvoke = "invoke"
+	// KindTask runs the function's source as a one-shot task.
+	KindTask = "task"
+	// KindPing answers once the handler is loaded: an init failure makes
+	// it fail with the init error.
+	KindPing = "ping"
+)
+
+// Configuration the Runtime Server puts in the function's environment for
+// the bootstrap; Lambda itself sets _HANDLER from the function's Handler.
+const (
+	// EnvRuntime names the inner runtime: bash or python.
+	EnvRuntime = "STOKE_RUNTIME"
+	// EnvUserKeys lists, comma-separated, which variables of the
+	// function's environment are the Run's own env (the rest is Lambda's
+	// and Stoke's), so that handlers see exactly what they see on a pod.
+	EnvUserKeys = "STOKE_ENV_KEYS"
+)
+
+// Error types the bootstrap reports for Stoke's own failures, next to the
+// handler's error types (which keep their names, e.g. ValueError).
+const (
+	// ErrorTimeout: the invocation reached its deadline inside the sandbox.
+	ErrorTimeout = "Stoke.Timeout"
+	// ErrorNotReady: the handler is not loaded (its replacement failed).
+	ErrorNotReady = "Stoke.NotReady"
+	// ErrorBadRequest: the event is not a Request this bootstrap knows.
+	ErrorBadRequest = "Stoke.BadRequest"
+	// ErrorInit is the init/error type of a handler that cannot load.
+	ErrorInit = "Runtime.InitError"
+)
+
+// Request is the event of one invocation.
+type Request struct {
+	Kind         string          `json:"stoke"`
+	InvocationID string          `json:"invocationId,omitempty"`
+	Input        json.RawMessage `json:"input,omitempty"`
+	Task         *Task           `json:"task,omitempty"`
+}
+
+// Task is a one-shot execution of the function's source.
+type Task struct {
+	Entrypoint string   `json:"entrypoint,omitempty"`
+	Args       []string `json:"args,omitempty"`
+	// TimeoutSeconds bounds the task inside the sandbox; the function's
+	// own timeout bounds it too.
+	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+}
+
+// Response is the answer of a successful invocation.
+type Response struct {
+	// Output is the handler's JSON result (KindInvoke).
+	Output json.RawMessage `json:"output,omitempty"`
+	// Outputs are the invocation's or task's validated outputs.
+	Outputs map[string]string `json:"outputs,omitempty"`
+	// Task is the end of a task (KindTask).
+	Task *TaskResult `json:"task,omitempty"`
+}
+
+// TaskResult is how a task ended.
+type TaskResult struct {
+	// State is the executor.v1 ExecutionState name, e.g.
+	// EXECUTION_STATE_SUCCEEDED.
+	State    string `json:"state"`
+	ExitCode int32  `json:"exitCode"`
+	Stdout   string `json:"stdout,omitempty"` // bounded tail
+	Stderr   string `json:"stderr,omitempty"` // bounded tail
+	Message  string `json:"message,omitempty"`
+}
+
+// Error is the body of a Runtime API error post and of an invocation
+// answer with X-Amz-Function-Error, in the shape Lambda uses.
+type Error struct {
+	Type       string   `json:"errorType"`
+	Message    string   `json:"errorMessage"`
+	StackTrace []string `json:"stackTrace,omitempty"`
+}
