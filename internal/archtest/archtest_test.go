@@ -72,6 +72,25 @@ var forbidden = map[string][]string{
 	// (store types only), never to a store implementation; the invoke
 	// path reads memory.
 	"stoke.dev/stoke/internal/gateway": {"stoke.dev/stoke/internal/store/", "stoke.dev/stoke/internal/standalone"},
+	// The Lambda wire format stands alone; the bootstrap inside the
+	// sandbox knows the core and its adapters but no server or control plane.
+	"stoke.dev/stoke/internal/lambda/payload":   {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/lambda/bootstrap": {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/lambda/lambdasim"},
+}
+
+// testOnly are packages that only tests (and their own commands) import.
+var testOnly = []string{"stoke.dev/stoke/internal/lambda/lambdasim", "stoke.dev/stoke/internal/testdeps"}
+
+func TestTestOnlyPackagesStayInTests(t *testing.T) {
+	for _, p := range listPackages(t) {
+		for _, imp := range p.Imports {
+			for _, only := range testOnly {
+				if imp == only && !strings.HasPrefix(p.ImportPath, only+"/") {
+					t.Errorf("%s imports the test-only package %s", p.ImportPath, imp)
+				}
+			}
+		}
+	}
 }
 
 func TestImportsPointOneWay(t *testing.T) {

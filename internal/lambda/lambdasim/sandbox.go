@@ -1,0 +1,317 @@
+package lambdasim
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/proc"
+)
+
+// rieStartTimeout bounds how long an RIE may take to listen.
+const rieStartTimeout = 10 * time.Second
+
+// logKeep is how much of a sandbox's output the simulator remembers.
+const logKeep = 64 << 10
+
+// sandbox is one execution environment: an unpacked package served by an
+// RIE process, whose session holds the bootstrap and everything it starts.
+type sandbox struct {
+	dir       string
+	p         *proc.Process
+	invokeURL string
+	hc        *http.Client
+	logs      *ring
+	pumped    chan struct{}
+	killOnce  sync.Once
+}
+
+// startSandbox unpacks the package and starts an RIE for it.
+func (s *Simulator) startSandbox(ctx context.Context, conf configuration, zipFile []byte) (*sandbox, error) {
+	dir, err := os.MkdirTemp(s.cfg.Dir, conf.FunctionName+"-")
+	if err != nil {
+		return nil, err
+	}
+	task, tmp := filepath.Join(dir, "task"), filepath.Join(dir, "tmp")
+	for _, d := range []string{task, tmp} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	if err := unzip(zipFile, task); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("unpacking the package: %w", err)
+	}
+	var lastErr error
+	for range 3 { // a free port found may be taken before the RIE binds it
+		sb, err := s.startRIE(ctx, conf, dir, task, tmp)
+		if err == nil {
+			return sb, nil
+		}
+		lastErr = err
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func (s *Simulator) startRIE(ctx context.Context, conf configuration, dir, task, tmp string) (*sandbox, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	invokeAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	apiAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
+	cmd := exec.Command(s.cfg.RIE,
+		"--runtime-interface-emulator-address", invokeAddr,
+		"--runtime-api-address", apiAddr,
+		"--log-level", "warn",
+		filepath.Join(task, "bootstrap"))
+	cmd.Dir = task
+	cmd.Env = sandboxEnv(conf, task, tmp)
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	p, err := proc.Start(cmd, proc.NewSession())
+	_ = w.Close()
+	if err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("starting the RIE: %w", err)
+	}
+	sb := &sandbox{
+		dir: dir, p: p, invokeURL: "http://" + invokeAddr + "/2015-03-31/functions/function/invocations",
+		hc:     &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}},
+		logs:   &ring{max: logKeep},
+		pumped: make(chan struct{}),
+	}
+	go func() {
+		defer close(sb.pumped)
+		defer r.Close()
+		_, _ = io.Copy(sb.logs, r)
+	}()
+	// The RIE says nothing when it listens: dial until it answers.
+	deadline := time.Now().Add(rieStartTimeout)
+	for {
+		c, err := net.DialTimeout("tcp", invokeAddr, time.Second)
+		if err == nil {
+			c.Close()
+			return sb, nil
+		}
+		select {
+		case <-p.Done():
+			sb.kill()
+			return nil, fmt.Errorf("the RIE exited at start: %s", bytes.TrimSpace(sb.logs.since(0, 2048)))
+		case <-ctx.Done():
+			sb.kill()
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			sb.kill()
+			return nil, fmt.Errorf("the RIE did not listen on %s within %s", invokeAddr, rieStartTimeout)
+		}
+	}
+}
+
+// sandboxEnv is the environment Lambda gives a provided.al2023 function.
+// The RIE hands its own environment to the bootstrap.
+func sandboxEnv(conf configuration, task, tmp string) []string {
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"LANG=C.UTF-8",
+		"TMPDIR=" + tmp, // each sandbox has its own /tmp
+		"LAMBDA_TASK_ROOT=" + task,
+		"LAMBDA_RUNTIME_DIR=/var/runtime",
+		"_HANDLER=" + conf.Handler,
+		"AWS_LAMBDA_FUNCTION_NAME=" + conf.FunctionName,
+		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=" + strconv.Itoa(int(conf.MemorySize)),
+		// The simulator enforces the timeout itself, killing the sandbox.
+		"AWS_LAMBDA_FUNCTION_TIMEOUT=" + strconv.Itoa(int(conf.Timeout)+60),
+		"AWS_REGION=" + Region,
+		"AWS_DEFAULT_REGION=" + Region,
+		"AWS_ACCESS_KEY_ID=SIMULATED",
+		"AWS_SECRET_ACCESS_KEY=SIMULATED",
+		"AWS_SESSION_TOKEN=SIMULATED",
+	}
+	if conf.Environment != nil {
+		for k, v := range conf.Environment.Variables {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// kill ends the sandbox's whole session and removes its directory.
+func (sb *sandbox) kill() {
+	sb.killOnce.Do(func() {
+		_, _ = proc.KillSession(sb.p.Pid(), 2*time.Second)
+		sb.p.Kill(time.Second)
+		<-sb.p.Done()
+		sb.hc.CloseIdleConnections()
+		select {
+		case <-sb.pumped:
+		case <-time.After(2 * time.Second):
+		}
+		_ = os.RemoveAll(sb.dir)
+	})
+}
+
+// unzip unpacks a package into dir, refusing paths that leave it and
+// packages that expand past bounds.LambdaUnzipped.
+func unzip(b []byte, dir string) error {
+	zr, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return err
+	}
+	var total int64
+	for _, f := range zr.File {
+		name := filepath.Clean(f.Name)
+		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return fmt.Errorf("%s: path leaves the package", f.Name)
+		}
+		path := filepath.Join(dir, name)
+		if f.FileInfo().IsDir() {
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				return err
+			}
+			continue
+		}
+		total += int64(f.UncompressedSize64)
+		if total > bounds.LambdaUnzipped {
+			return fmt.Errorf("unzipped size must be smaller than %d bytes", bounds.LambdaUnzipped)
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if err := writeEntry(f, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeEntry(f *zip.File, path string) error {
+	rc, err := f.Open()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	mode := f.Mode().Perm() | 0o400
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, io.LimitReader(rc, int64(f.UncompressedSize64))); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// freePorts finds n free loopback ports.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lis []net.Listener
+	defer func() {
+		for _, l := range lis {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lis = append(lis, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// ring keeps the last max bytes written to it and counts all of them.
+type ring struct {
+	mu      sync.Mutex
+	max     int
+	buf     []byte
+	written int64
+	changed chan struct{} // closed and replaced by every Write
+}
+
+// waitFor waits until the output after mark contains needle, or for at
+// most d.
+func (r *ring) waitFor(mark int64, needle string, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		if bytes.Contains(r.since(mark, r.max), []byte(needle)) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+func (r *ring) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.buf = append(r.buf, p...)
+	if over := len(r.buf) - r.max; over > 0 {
+		r.buf = append(r.buf[:0], r.buf[over:]...)
+	}
+	r.written += int64(len(p))
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+	return len(p), nil
+}
+
+// mark is the count of bytes written so far.
+func (r *ring) mark() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.written
+}
+
+// since returns at most the last n bytes written after mark that are still
+// kept.
+func (r *ring) since(mark int64, n int) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	avail := int(min(r.written-mark, int64(len(r.buf))))
+	avail = min(avail, n)
+	return bytes.Clone(r.buf[len(r.buf)-avail:])
+}

@@ -1,0 +1,491 @@
+// Package lambdasim is a test-only AWS Lambda control plane: an HTTP
+// server speaking the Lambda REST API (2015-03-31) that aws-sdk-go-v2's
+// lambda client uses for CreateFunction with a zip, GetFunction,
+// GetFunctionConfiguration, Invoke, DeleteFunction, ListFunctions and the
+// tag calls, closely enough that the real SDK, pointed at it with
+// BaseEndpoint and static credentials, cannot tell the difference on those
+// calls. A function is Pending for a moment after it is created, then
+// Active. An invocation runs in a sandbox: the function's zip unpacked into
+// a directory of its own, served by the real AWS Lambda Runtime Interface
+// Emulator started with the package's bootstrap. A sandbox serves one
+// invocation at a time, as on Lambda; concurrent invocations get more
+// sandboxes, which stay warm and are reused. The function's timeout kills
+// the sandbox.
+//
+// What it does not model: IAM (the role is only checked to look like an
+// ARN; the signature only to name the configured access key), versions,
+// aliases and qualifiers, asynchronous invocation, layers, S3 code,
+// UpdateFunction*, memory limits and the /tmp size, freezing a sandbox
+// between invocations (its processes keep running), reserved concurrency
+// (one account-wide limit), and the Failed state (a package is Active
+// unless its zip is unreadable). The RIE answers a handler error with 200
+// like a success, so the simulator recognises one by its body: a JSON
+// object with errorType and errorMessage and nothing else but stackTrace.
+package lambdasim
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"stoke.dev/stoke/internal/bounds"
+)
+
+// Account and region of every ARN the simulator makes.
+const (
+	Account = "123456789012"
+	Region  = "us-east-1"
+)
+
+// Config configures a Simulator.
+type Config struct {
+	// RIE is the aws-lambda-rie binary (testdeps.Path("aws-lambda-rie")).
+	RIE string
+	// Dir holds the sandboxes; it should be private to the test.
+	Dir string
+	// AccessKeyID is the only access key the simulator accepts.
+	AccessKeyID string
+	// Concurrency is the account's concurrent-invocation limit; past it
+	// Invoke answers TooManyRequestsException. Zero means 1000.
+	Concurrency int
+	// Pending is how long a new function stays Pending. Zero means 50 ms.
+	Pending time.Duration
+	Logger  *slog.Logger
+}
+
+// Simulator is the Lambda control plane. Close stops every sandbox.
+type Simulator struct {
+	cfg Config
+	log *slog.Logger
+	srv *http.Server
+	lis net.Listener
+
+	mu       sync.Mutex
+	fns      map[string]*function
+	inflight int
+	closed   bool
+	creates  int
+	wg       sync.WaitGroup
+}
+
+// function is one Lambda function.
+type function struct {
+	conf    configuration
+	tags    map[string]string
+	zip     []byte
+	created time.Time
+	idle    []*sandbox // warm sandboxes waiting for an invocation
+	all     map[*sandbox]struct{}
+	deleted bool
+}
+
+// configuration is the FunctionConfiguration document.
+type configuration struct {
+	FunctionName     string       `json:"FunctionName"`
+	FunctionArn      string       `json:"FunctionArn"`
+	Runtime          string       `json:"Runtime"`
+	Role             string       `json:"Role"`
+	Handler          string       `json:"Handler,omitempty"`
+	CodeSize         int64        `json:"CodeSize"`
+	CodeSha256       string       `json:"CodeSha256"`
+	Description      string       `json:"Description,omitempty"`
+	Timeout          int32        `json:"Timeout"`
+	MemorySize       int32        `json:"MemorySize"`
+	LastModified     string       `json:"LastModified"`
+	Version          string       `json:"Version"`
+	Environment      *environment `json:"Environment,omitempty"`
+	State            string       `json:"State"`
+	StateReason      string       `json:"StateReason,omitempty"`
+	StateReasonCode  string       `json:"StateReasonCode,omitempty"`
+	LastUpdateStatus string       `json:"LastUpdateStatus"`
+	PackageType      string       `json:"PackageType"`
+	Architectures    []string     `json:"Architectures"`
+}
+
+type environment struct {
+	Variables map[string]string `json:"Variables,omitempty"`
+}
+
+// New starts a simulator on a loopback port.
+func New(cfg Config) (*Simulator, error) {
+	if cfg.RIE == "" || cfg.Dir == "" || cfg.AccessKeyID == "" {
+		return nil, fmt.Errorf("lambdasim: RIE, Dir and AccessKeyID are required")
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 1000
+	}
+	if cfg.Pending <= 0 {
+		cfg.Pending = 50 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("lambdasim: %w", err)
+	}
+	s := &Simulator{cfg: cfg, log: cfg.Logger, lis: lis, fns: map[string]*function{}}
+	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		_ = s.srv.Serve(lis)
+	}()
+	return s, nil
+}
+
+// URL is the endpoint to give the SDK as BaseEndpoint.
+func (s *Simulator) URL() string { return "http://" + s.lis.Addr().String() }
+
+// CreateCalls counts the CreateFunction calls that created a function.
+func (s *Simulator) CreateCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.creates
+}
+
+// Functions lists the names of the functions that exist, sorted.
+func (s *Simulator) Functions() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for n := range s.fns {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Sandboxes counts a function's sandboxes, busy or warm.
+func (s *Simulator) Sandboxes(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fn := s.fns[name]; fn != nil {
+		return len(fn.all)
+	}
+	return 0
+}
+
+// Close stops the server and kills every sandbox.
+func (s *Simulator) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	s.mu.Lock()
+	s.closed = true
+	var boxes []*sandbox
+	for _, fn := range s.fns {
+		for sb := range fn.all {
+			boxes = append(boxes, sb)
+		}
+	}
+	s.fns = map[string]*function{}
+	s.mu.Unlock()
+	for _, sb := range boxes {
+		sb.kill()
+	}
+	s.wg.Wait()
+	return err
+}
+
+func (s *Simulator) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /2015-03-31/functions", s.auth(s.createFunction))
+	mux.HandleFunc("GET /2015-03-31/functions", s.auth(s.listFunctions))
+	mux.HandleFunc("GET /2015-03-31/functions/{name}", s.auth(s.getFunction))
+	mux.HandleFunc("GET /2015-03-31/functions/{name}/configuration", s.auth(s.getFunctionConfiguration))
+	mux.HandleFunc("DELETE /2015-03-31/functions/{name}", s.auth(s.deleteFunction))
+	mux.HandleFunc("POST /2015-03-31/functions/{name}/invocations", s.auth(s.invoke))
+	mux.HandleFunc("GET /2017-03-31/tags/{arn...}", s.auth(s.listTags))
+	mux.HandleFunc("POST /2017-03-31/tags/{arn...}", s.auth(s.tagResource))
+	mux.HandleFunc("DELETE /2017-03-31/tags/{arn...}", s.auth(s.untagResource))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "UnknownOperationException", "unknown operation "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+// auth accepts requests signed (SigV4) with the configured access key.
+func (s *Simulator) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		a := r.Header.Get("Authorization")
+		if !strings.HasPrefix(a, "AWS4-HMAC-SHA256 Credential="+s.cfg.AccessKeyID+"/") {
+			writeError(w, http.StatusForbidden, "UnrecognizedClientException", "The security token included in the request is invalid.")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// writeError answers in the REST-JSON error shape the SDK decodes.
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("X-Amzn-ErrorType", typ)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"Type": "User", "message": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func arn(name string) string {
+	return "arn:aws:lambda:" + Region + ":" + Account + ":function:" + name
+}
+
+// nameOf accepts a function name or its ARN.
+func nameOf(s string) string {
+	if i := strings.LastIndex(s, ":function:"); i >= 0 {
+		s = s[i+len(":function:"):]
+	}
+	return s
+}
+
+type createRequest struct {
+	FunctionName  string            `json:"FunctionName"`
+	Runtime       string            `json:"Runtime"`
+	Role          string            `json:"Role"`
+	Handler       string            `json:"Handler"`
+	Description   string            `json:"Description"`
+	Timeout       int32             `json:"Timeout"`
+	MemorySize    int32             `json:"MemorySize"`
+	Environment   *environment      `json:"Environment"`
+	Tags          map[string]string `json:"Tags"`
+	Architectures []string          `json:"Architectures"`
+	PackageType   string            `json:"PackageType"`
+	Code          struct {
+		ZipFile  []byte `json:"ZipFile"`
+		S3Bucket string `json:"S3Bucket"`
+	} `json:"Code"`
+}
+
+func (s *Simulator) createFunction(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	// A 50 MiB zip arrives base64-encoded in the JSON body.
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4*bounds.LambdaZip/3+1<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "cannot read the request: "+err.Error())
+		return
+	}
+	switch {
+	case req.FunctionName == "" || len(req.FunctionName) > 64:
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "FunctionName must have 1 to 64 characters")
+		return
+	case !strings.HasPrefix(req.Role, "arn:aws:iam::"):
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "The role defined for the function cannot be assumed by Lambda.")
+		return
+	case req.Runtime != "provided.al2023" && req.Runtime != "provided.al2":
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "The simulator runs only OS-only runtimes (provided.al2023), not "+req.Runtime)
+		return
+	case len(req.Code.ZipFile) == 0:
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "Code.ZipFile is required (the simulator has no S3)")
+		return
+	case len(req.Code.ZipFile) > bounds.LambdaZip:
+		writeError(w, http.StatusRequestEntityTooLarge, "RequestEntityTooLargeException", "Request must be smaller than 69905067 bytes for the CreateFunction operation")
+		return
+	}
+	if _, err := zip.NewReader(bytes.NewReader(req.Code.ZipFile), int64(len(req.Code.ZipFile))); err != nil {
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "Could not unzip uploaded file. Please check your file, then try to upload again.")
+		return
+	}
+	if req.Timeout == 0 {
+		req.Timeout = 3
+	}
+	if req.MemorySize == 0 {
+		req.MemorySize = 128
+	}
+	if len(req.Architectures) == 0 {
+		req.Architectures = []string{"x86_64"}
+	}
+	sum := sha256.Sum256(req.Code.ZipFile)
+	fn := &function{
+		conf: configuration{
+			FunctionName: req.FunctionName, FunctionArn: arn(req.FunctionName), Runtime: req.Runtime, Role: req.Role,
+			Handler: req.Handler, CodeSize: int64(len(req.Code.ZipFile)), CodeSha256: base64.StdEncoding.EncodeToString(sum[:]),
+			Description: req.Description, Timeout: req.Timeout, MemorySize: req.MemorySize,
+			LastModified: time.Now().UTC().Format("2006-01-02T15:04:05.000+0000"), Version: "$LATEST",
+			Environment: req.Environment, LastUpdateStatus: "Successful", PackageType: "Zip", Architectures: req.Architectures,
+		},
+		tags: req.Tags, zip: req.Code.ZipFile, created: time.Now(), all: map[*sandbox]struct{}{},
+	}
+	s.mu.Lock()
+	if _, ok := s.fns[req.FunctionName]; ok {
+		s.mu.Unlock()
+		writeError(w, http.StatusConflict, "ResourceConflictException", "Function already exist: "+req.FunctionName)
+		return
+	}
+	s.fns[req.FunctionName] = fn
+	s.creates++
+	conf := s.confLocked(fn)
+	s.mu.Unlock()
+	s.log.Debug("function created", "function", req.FunctionName)
+	writeJSON(w, http.StatusCreated, conf)
+}
+
+// confLocked is fn's configuration now: Pending, then Active. s.mu is held.
+func (s *Simulator) confLocked(fn *function) configuration {
+	c := fn.conf
+	if time.Since(fn.created) < s.cfg.Pending {
+		c.State, c.StateReason, c.StateReasonCode = "Pending", "The function is being created.", "Creating"
+	} else {
+		c.State = "Active"
+	}
+	return c
+}
+
+// lookup finds a function or answers ResourceNotFoundException.
+func (s *Simulator) lookup(w http.ResponseWriter, name string) (*function, configuration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn := s.fns[nameOf(name)]
+	if fn == nil {
+		writeError(w, http.StatusNotFound, "ResourceNotFoundException", "Function not found: "+arn(nameOf(name)))
+		return nil, configuration{}, false
+	}
+	return fn, s.confLocked(fn), true
+}
+
+func (s *Simulator) getFunction(w http.ResponseWriter, r *http.Request) {
+	fn, conf, ok := s.lookup(w, r.PathValue("name"))
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	tags := copyTags(fn.tags)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"Configuration": conf,
+		"Code":          map[string]string{"RepositoryType": "S3", "Location": "https://awslambda-" + Region + "-tasks.s3.amazonaws.com/snapshots/" + Account + "/" + conf.FunctionName},
+		"Tags":          tags,
+	})
+}
+
+func (s *Simulator) getFunctionConfiguration(w http.ResponseWriter, r *http.Request) {
+	if _, conf, ok := s.lookup(w, r.PathValue("name")); ok {
+		writeJSON(w, http.StatusOK, conf)
+	}
+}
+
+func (s *Simulator) listFunctions(w http.ResponseWriter, r *http.Request) {
+	maxItems := 50
+	if v := r.URL.Query().Get("MaxItems"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 && n <= 10000 {
+			maxItems = n
+		}
+	}
+	marker := r.URL.Query().Get("Marker")
+	s.mu.Lock()
+	var names []string
+	for n := range s.fns {
+		if n > marker {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	resp := map[string]any{}
+	if len(names) > maxItems {
+		names = names[:maxItems]
+		resp["NextMarker"] = names[len(names)-1]
+	}
+	confs := make([]configuration, 0, len(names))
+	for _, n := range names {
+		confs = append(confs, s.confLocked(s.fns[n]))
+	}
+	s.mu.Unlock()
+	resp["Functions"] = confs
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Simulator) deleteFunction(w http.ResponseWriter, r *http.Request) {
+	name := nameOf(r.PathValue("name"))
+	s.mu.Lock()
+	fn := s.fns[name]
+	if fn == nil {
+		s.mu.Unlock()
+		writeError(w, http.StatusNotFound, "ResourceNotFoundException", "Function not found: "+arn(name))
+		return
+	}
+	delete(s.fns, name)
+	fn.deleted = true
+	idle := fn.idle
+	fn.idle = nil
+	for _, sb := range idle {
+		delete(fn.all, sb)
+	}
+	s.mu.Unlock()
+	// Busy sandboxes finish their invocation and are killed on return.
+	for _, sb := range idle {
+		sb.kill()
+	}
+	s.log.Debug("function deleted", "function", name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Simulator) listTags(w http.ResponseWriter, r *http.Request) {
+	fn, _, ok := s.lookup(w, r.PathValue("arn"))
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	tags := copyTags(fn.tags)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"Tags": tags})
+}
+
+func (s *Simulator) tagResource(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Tags map[string]string `json:"Tags"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", err.Error())
+		return
+	}
+	fn, _, ok := s.lookup(w, r.PathValue("arn"))
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if fn.tags == nil {
+		fn.tags = map[string]string{}
+	}
+	for k, v := range req.Tags {
+		fn.tags[k] = v
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Simulator) untagResource(w http.ResponseWriter, r *http.Request) {
+	fn, _, ok := s.lookup(w, r.PathValue("arn"))
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	for _, k := range r.URL.Query()["tagKeys"] {
+		delete(fn.tags, k)
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func copyTags(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
