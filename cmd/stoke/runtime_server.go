@@ -7,11 +7,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/cli"
+	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/runtime/server"
 )
 
 func newRuntimeServerCommand() *cobra.Command {
 	var cfg server.Config
+	var lcfg lambda.Config
 	cmd := &cobra.Command{
 		Use:   "runtime-server",
 		Short: "Serve the Pod-local executor.v1 Runtime and FunctionRuntime gRPC services",
@@ -21,18 +24,38 @@ plus grpc.health.v1.Health and server reflection, so grpcurl works against it.
 Every working_dir must lie inside --workspace-root. Each Run's program output
 goes to its own bounded log in --run-log-dir; the server's log on stderr
 carries events only. SIGTERM stops accepting
-work, lets work in flight finish for --shutdown-grace, kills the rest and exits 0.`,
+work, lets work in flight finish for --shutdown-grace, kills the rest and exits 0.
+
+--runtime lambda places Runs on AWS Lambda instead (docs/lambda.md): the
+--lambda-* flags configure the functions; credentials, region and endpoint
+come from the usual AWS configuration (AWS_REGION, AWS_PROFILE,
+AWS_ENDPOINT_URL_LAMBDA, ...).`,
 		Example: `  mkdir -p /tmp/stoke-ws/fn && printf 'handle() { printf "%s" "$1"; }\n' > /tmp/stoke-ws/fn/handler.sh
   stoke runtime-server --runtime bash --workspace-root /tmp/stoke-ws`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.Default()
 			cfg.Subreaper = true
+			if cfg.Runtime == "lambda" {
+				lcfg.StateDir, lcfg.Logger = cfg.StateDir, cfg.Logger
+				srv, err := lambda.New(cmd.Context(), lcfg)
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+				cfg.Adapter = srv
+			}
 			return server.Run(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Runtime, "runtime", "bash", "built-in runtime: bash or python")
+	f.StringVar(&cfg.Runtime, "runtime", "bash", "runtime: bash, python, or lambda")
+	f.StringVar(&lcfg.Runtime, "lambda-runtime", "", "lambda: the runtime inside the function, bash or python")
+	f.StringVar(&lcfg.Role, "lambda-role", "", "lambda: the functions' execution role ARN")
+	f.StringVar(&lcfg.Architecture, "lambda-architecture", "", "lambda: x86_64 or arm64 (default: this binary's)")
+	f.Int32Var(&lcfg.MemoryMB, "lambda-memory", lambda.DefaultMemoryMB, "lambda: the functions' memory in MB")
+	f.StringVar(&lcfg.NamePrefix, "lambda-name-prefix", lambda.DefaultNamePrefix, "lambda: the start of every function name")
+	f.StringVar(&lcfg.Bootstrap, "lambda-bootstrap", "", "lambda: the stoke binary to package as bootstrap (default: this one)")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9090", "gRPC listen address: host:port, or unix:PATH for a Unix socket")
 	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "directory every working_dir must resolve inside (required)")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory for private per-registration files (default: a temporary directory)")
@@ -46,5 +69,29 @@ work, lets work in flight finish for --shutdown-grace, kills the rest and exits 
 	f.DurationVar(&cfg.InitTimeout, "init-timeout", bounds.InitTimeout, "how long loading a handler may take before the registration fails")
 	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long work in flight may finish after SIGTERM")
 	_ = cmd.MarkFlagRequired("workspace-root")
+	return cmd
+}
+
+// newLambdaRelayCommand is the process a task on Lambda runs as (see
+// internal/lambda): hidden, started only by the lambda Runtime Server.
+func newLambdaRelayCommand() *cobra.Command {
+	var socket, entrypoint string
+	cmd := &cobra.Command{
+		Use:    "lambda-relay [--] [ARGS...]",
+		Short:  "Relay one task to the lambda Runtime Server (internal)",
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, err := lambda.Relay(cmd.Context(), socket, entrypoint, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &cli.ExitError{Code: code}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", "", "the Runtime Server's relay socket")
+	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "the task's entrypoint")
 	return cmd
 }

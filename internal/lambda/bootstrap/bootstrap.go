@@ -175,7 +175,7 @@ func (b *Bootstrap) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if b.cfg.Handler == "" {
+	if b.cfg.Handler == "" || b.cfg.Handler == payload.TaskHandler {
 		return nil
 	}
 	b.fns, err = runtime.NewFunctions(runtime.FunctionsConfig{Adapter: adapter, Workspace: ws,

@@ -34,6 +34,8 @@ const (
 	// function's environment are the Run's own env (the rest is Lambda's
 	// and Stoke's), so that handlers see exactly what they see on a pod.
 	EnvUserKeys = "STOKE_ENV_KEYS"
+	// TaskHandler is the Handler of a task function, which has none.
+	TaskHandler = "stoke.task"
 )
 
 // Error types the bootstrap reports for Stoke's own failures, next to the

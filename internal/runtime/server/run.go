@@ -27,7 +27,10 @@ import (
 
 // Config configures one Runtime Server process.
 type Config struct {
-	Runtime       string // "bash" or "python"
+	Runtime string // "bash" or "python"
+	// Adapter, when set, is served instead of the built-in adapter that
+	// Runtime names (the lambda runtime brings its own).
+	Adapter       runtime.Adapter
 	Listen        string // host:port
 	WorkspaceRoot string // every working_dir must lie inside it
 	// StateDir holds private per-registration and per-execution files;
@@ -125,9 +128,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
-	adapter, err := NewAdapter(ctx, cfg.Runtime, cfg.Python, cfg.Bash)
-	if err != nil {
-		return err
+	adapter := cfg.Adapter
+	if adapter == nil {
+		var err error
+		if adapter, err = NewAdapter(ctx, cfg.Runtime, cfg.Python, cfg.Bash); err != nil {
+			return err
+		}
 	}
 	// After NewAdapter, whose interpreter probe is not started by proc.
 	var scopes runtime.Scopes

@@ -1,0 +1,431 @@
+// Package lambda is the Lambda Runtime Server: `stoke runtime-server
+// --runtime lambda` places Runs on AWS Lambda. It is a runtime.Adapter, so
+// the shared core in internal/runtime keeps every rule of the executor.v1
+// contract (fencing, digests, one invocation in flight, bounds, error
+// codes): loading a handler packages the Run's working directory with the
+// stoke binary as bootstrap into a zip in memory, creates the function (or
+// finds the one an identical registration made: the name is derived from
+// the package's digest) and waits until it is Active and its handler
+// loaded; an invocation is one synchronous Invoke; closing the last
+// registration of a function deletes it. A task runs as one synchronous
+// invocation through a relay process that the core supervises like any
+// task. Collect deletes functions whose Run no longer exists.
+//
+// All AWS calls go through aws-sdk-go-v2's lambda client, configured the
+// way AWS users expect (the default credential chain and region,
+// AWS_ENDPOINT_URL_LAMBDA).
+package lambda
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
+	"github.com/aws/smithy-go"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/lambda/payload"
+	"stoke.dev/stoke/internal/runtime"
+	"stoke.dev/stoke/internal/runtime/bash"
+	"stoke.dev/stoke/internal/runtime/python"
+)
+
+// Defaults of Config.
+const (
+	DefaultNamePrefix = "stoke-"
+	DefaultMemoryMB   = 512
+	// DefaultTaskTimeout is a task function's timeout: Lambda's largest.
+	// The core ends the task at the Run's own timeout.
+	DefaultTaskTimeout = 15 * time.Minute
+)
+
+// Config configures a Lambda Runtime Server.
+type Config struct {
+	// Runtime is the inner runtime the bootstrap runs: bash or python.
+	Runtime string
+	// Role is the execution role's ARN (required).
+	Role string
+	// Architecture is x86_64 or arm64; Bootstrap must be built for it.
+	Architecture string
+	MemoryMB     int32
+	// NamePrefix starts every function name; the collector only looks at
+	// functions with it.
+	NamePrefix string
+	// Bootstrap is the stoke binary to package as bootstrap; empty means
+	// this executable, which must then match Architecture.
+	Bootstrap string
+	// Relay is the stoke binary a task's relay process runs; empty means
+	// this executable.
+	Relay string
+	// TaskTimeout is a task function's Lambda timeout.
+	TaskTimeout time.Duration
+	// Client overrides the SDK client (tests); nil loads the default AWS
+	// configuration.
+	Client *awslambda.Client
+	// StateDir holds the relay socket of tasks (a private directory).
+	StateDir string
+	Logger   *slog.Logger
+}
+
+// Server is the Lambda adapter with its AWS client.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	c     *awslambda.Client
+	inner runtime.Adapter // validates handlers
+	boot  *bootstrapEntry
+	relay *relay
+
+	mu   sync.Mutex
+	refs map[string]int // registrations and tasks per function name
+}
+
+// NewClient returns a Lambda client from the default AWS configuration:
+// credential chain, region, and endpoint (AWS_ENDPOINT_URL_LAMBDA).
+func NewClient(ctx context.Context) (*awslambda.Client, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("aws configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		return nil, errors.New("aws configuration: no region: set AWS_REGION or a profile's region")
+	}
+	return awslambda.NewFromConfig(cfg), nil
+}
+
+// New checks cfg and returns a Server; Close stops its relay.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Role == "" {
+		return nil, errors.New("lambda: an execution role ARN is required (--lambda-role)")
+	}
+	if cfg.NamePrefix == "" {
+		cfg.NamePrefix = DefaultNamePrefix
+	}
+	if len(cfg.NamePrefix) > 32 {
+		return nil, fmt.Errorf("lambda: name prefix %q is longer than 32 characters", cfg.NamePrefix)
+	}
+	if cfg.MemoryMB == 0 {
+		cfg.MemoryMB = DefaultMemoryMB
+	}
+	if cfg.TaskTimeout <= 0 || cfg.TaskTimeout > DefaultTaskTimeout {
+		cfg.TaskTimeout = DefaultTaskTimeout
+	}
+	goarch := map[string]string{"amd64": "x86_64", "arm64": "arm64"}[goruntime.GOARCH]
+	if cfg.Architecture == "" {
+		cfg.Architecture = goarch
+	}
+	if cfg.Architecture != "x86_64" && cfg.Architecture != "arm64" {
+		return nil, fmt.Errorf("lambda: architecture %q: want x86_64 or arm64", cfg.Architecture)
+	}
+	if cfg.Bootstrap == "" {
+		if cfg.Architecture != goarch {
+			return nil, fmt.Errorf("lambda: this stoke is built for %s; give --lambda-bootstrap, a stoke built for %s", goruntime.GOARCH, cfg.Architecture)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("lambda: %w", err)
+		}
+		cfg.Bootstrap = exe
+	}
+	if cfg.Relay == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("lambda: %w", err)
+		}
+		cfg.Relay = exe
+	}
+	var inner runtime.Adapter
+	switch cfg.Runtime {
+	case "bash":
+		inner = bash.New(bash.Config{})
+	case "python":
+		inner = python.New(python.Config{})
+	default:
+		return nil, fmt.Errorf("lambda: inner runtime %q: want bash or python", cfg.Runtime)
+	}
+	c := cfg.Client
+	if c == nil {
+		var err error
+		if c, err = NewClient(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inner: inner, boot: &bootstrapEntry{path: cfg.Bootstrap}, refs: map[string]int{}}
+	r, err := newRelay(s, cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	s.relay = r
+	return s, nil
+}
+
+// Close stops accepting task relays and waits for the ones in flight.
+func (s *Server) Close() error { return s.relay.close() }
+
+// Name is "lambda".
+func (s *Server) Name() string { return "lambda" }
+
+// ValidateHandler checks the inner runtime's handler syntax.
+func (s *Server) ValidateHandler(h string) error { return s.inner.ValidateHandler(h) }
+
+// Load places the function on Lambda: package, create or find, wait until
+// Active, and ping it so that a handler that cannot load fails here, with
+// its init error.
+func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Instance, error) {
+	p, err := s.build(fs.WorkingDir, spec{
+		Runtime: s.cfg.Runtime, Handler: fs.Handler, Env: userEnv(fs.Env, fs.WorkingDir),
+		Role: s.cfg.Role, Architecture: s.cfg.Architecture, MemoryMB: s.cfg.MemoryMB,
+		TimeoutSecs: int32(bounds.MaxInvokeTimeout / time.Second),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", fs.RunUID, err)
+	}
+	if err := s.acquire(ctx, p, fs.RunUID); err != nil {
+		return nil, fmt.Errorf("run %s: %w", fs.RunUID, err)
+	}
+	inst := &instance{s: s, name: p.name, uid: fs.RunUID, done: make(chan struct{})}
+	out, err := s.invoke(ctx, p.name, payload.Request{Kind: payload.KindPing})
+	if err != nil {
+		err = awsError("Invoke", err)
+	} else {
+		_, err = decode(out)
+	}
+	if err != nil {
+		_ = inst.Close()
+		var fe *errdefs.FunctionError
+		if errors.As(err, &fe) {
+			return nil, fmt.Errorf("function %s: %s", p.name, fe.Error())
+		}
+		return nil, fmt.Errorf("function %s: %w", p.name, err)
+	}
+	fs.Logger.Info("lambda function ready", "function", p.name)
+	return inst, nil
+}
+
+// acquire creates the function of p, or finds the one that exists, waits
+// until it is Active and counts one more user of it.
+func (s *Server) acquire(ctx context.Context, p *pkg, uid string) error {
+	s.mu.Lock()
+	s.refs[p.name]++
+	s.mu.Unlock()
+	if err := s.ensure(ctx, p, uid); err != nil {
+		s.release(p.name)
+		return err
+	}
+	return nil
+}
+
+func (s *Server) ensure(ctx context.Context, p *pkg, uid string) error {
+	_, err := s.c.CreateFunction(ctx, &awslambda.CreateFunctionInput{
+		FunctionName:  aws.String(p.name),
+		Runtime:       types.RuntimeProvidedal2023,
+		Role:          aws.String(s.cfg.Role),
+		Handler:       aws.String(handlerOrNone(p.spec.Handler)),
+		Timeout:       aws.Int32(p.spec.TimeoutSecs),
+		MemorySize:    aws.Int32(p.spec.MemoryMB),
+		Architectures: []types.Architecture{types.Architecture(s.cfg.Architecture)},
+		Environment:   &types.Environment{Variables: p.env},
+		Code:          &types.FunctionCode{ZipFile: p.zip},
+		Description:   aws.String("Stoke " + s.cfg.Runtime + " Run"),
+		Tags:          map[string]string{TagRunUID: uid, TagDigest: p.digest},
+	})
+	var conflict *types.ResourceConflictException
+	switch {
+	case err == nil:
+		s.log.Info("lambda function created", "function", p.name, "run_uid", uid, "bytes", len(p.zip))
+	case errors.As(err, &conflict):
+		// An identical registration made it: the name is its digest.
+	default:
+		return awsError("CreateFunction", err)
+	}
+	w := awslambda.NewFunctionActiveV2Waiter(s.c, func(o *awslambda.FunctionActiveV2WaiterOptions) {
+		o.MinDelay, o.MaxDelay = 25*time.Millisecond, time.Second
+	})
+	wait := bounds.InitTimeout
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	out, err := w.WaitForOutput(ctx, &awslambda.GetFunctionInput{FunctionName: aws.String(p.name)}, wait)
+	if err != nil {
+		if out != nil && out.Configuration != nil && out.Configuration.State == types.StateFailed {
+			return fmt.Errorf("function %s failed: %s", p.name, aws.ToString(out.Configuration.StateReason))
+		}
+		return awsError("waiting for the function to be Active", err)
+	}
+	if d := out.Tags[TagDigest]; d != "" && d != p.digest {
+		return fmt.Errorf("function %s exists with another digest %s: delete it or use another name prefix", p.name, d)
+	}
+	return nil
+}
+
+// handlerOrNone: Lambda wants a handler; a task function has none.
+func handlerOrNone(h string) string {
+	if h == "" {
+		return payload.TaskHandler
+	}
+	return h
+}
+
+// release counts one user less of a function and deletes it after the
+// last.
+func (s *Server) release(name string) {
+	s.mu.Lock()
+	s.refs[name]--
+	last := s.refs[name] <= 0
+	if last {
+		delete(s.refs, name)
+	}
+	s.mu.Unlock()
+	if !last {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := s.c.DeleteFunction(ctx, &awslambda.DeleteFunctionInput{FunctionName: aws.String(name)})
+	var nf *types.ResourceNotFoundException
+	if err != nil && !errors.As(err, &nf) {
+		s.log.Warn("deleting a lambda function failed; the collector will retry", "function", name, "error", err)
+		return
+	}
+	s.log.Info("lambda function deleted", "function", name)
+}
+
+// invoke makes one synchronous invocation and returns its raw answer, or
+// the SDK's error (see awsError).
+func (s *Server) invoke(ctx context.Context, name string, req payload.Request) (*awslambda.InvokeOutput, error) {
+	ev, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.c.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(name), Payload: ev},
+		// No retry after dispatch: an invocation may have run.
+		func(o *awslambda.Options) { o.RetryMaxAttempts = 1 })
+	return out, err
+}
+
+// decode maps an invocation's answer: a function error becomes the
+// contract's error, anything else the bootstrap's Response.
+func decode(out *awslambda.InvokeOutput) (payload.Response, error) {
+	var resp payload.Response
+	if out.FunctionError != nil {
+		var pe payload.Error
+		if err := json.Unmarshal(out.Payload, &pe); err != nil || pe.Type == "" {
+			return resp, &errdefs.FunctionError{Type: "Runtime.Unknown", Message: bounds.Truncate(string(out.Payload), bounds.Message)}
+		}
+		msg := bounds.Truncate(pe.Message, bounds.Message)
+		switch pe.Type {
+		case "Sandbox.Timedout", payload.ErrorTimeout:
+			return resp, errdefs.Errorf(errdefs.ErrDeadlineExceeded, "lambda: %s", msg)
+		case payload.ErrorNotReady:
+			return resp, errdefs.Errorf(errdefs.ErrFailedPrecondition, "lambda: %s", msg)
+		case payload.ErrorBadRequest:
+			return resp, errdefs.Errorf(errdefs.ErrInternal, "lambda: the bootstrap refused the request: %s", msg)
+		}
+		return resp, &errdefs.FunctionError{Type: pe.Type, Message: msg,
+			StackTrace: bounds.Truncate(strings.Join(pe.StackTrace, "\n"), bounds.StackTrace)}
+	}
+	if err := json.Unmarshal(out.Payload, &resp); err != nil {
+		return resp, errdefs.Errorf(errdefs.ErrInternal, "lambda: the answer is not a Stoke response: %v", err)
+	}
+	return resp, nil
+}
+
+// awsError maps an AWS API error to the contract's categories; the AWS
+// message stays in the text.
+func awsError(op string, err error) error {
+	var (
+		tooMany  *types.TooManyRequestsException
+		notFound *types.ResourceNotFoundException
+		tooLarge *types.RequestTooLargeException
+		conflict *types.ResourceConflictException
+		api      smithy.APIError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return err
+	case errors.As(err, &tooMany):
+		return errdefs.Errorf(errdefs.ErrResourceExhausted, "lambda %s: %s", op, tooMany.ErrorMessage())
+	case errors.As(err, &notFound):
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "lambda %s: the function is gone: %s", op, notFound.ErrorMessage())
+	case errors.As(err, &tooLarge):
+		return errdefs.Errorf(errdefs.ErrTooLarge, "lambda %s: %s", op, tooLarge.ErrorMessage())
+	case errors.As(err, &conflict):
+		return errdefs.Errorf(errdefs.ErrUnavailable, "lambda %s: %s", op, conflict.ErrorMessage())
+	case errors.As(err, &api):
+		switch api.ErrorCode() {
+		case "AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
+			"ExpiredTokenException", "AccessDenied", "InvalidClientTokenId":
+			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "lambda %s: AWS refused the credentials: %s: %s", op, api.ErrorCode(), api.ErrorMessage())
+		}
+		return errdefs.Errorf(errdefs.ErrUnavailable, "lambda %s: %s: %s", op, api.ErrorCode(), api.ErrorMessage())
+	}
+	return errdefs.Errorf(errdefs.ErrUnavailable, "lambda %s: %v", op, err)
+}
+
+// userEnv is the registration's own env: the core's environment less the
+// base it adds for local processes (PATH, LANG, HOME, TMPDIR), which has
+// no meaning inside Lambda.
+func userEnv(env []string, workingDir string) map[string]string {
+	base := runtime.BaseEnv(workingDir, "")
+	m := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if b, ok := base[k]; ok && (b == v || k == "TMPDIR") {
+			continue
+		}
+		m[k] = v
+	}
+	return m
+}
+
+// instance is one registration's hold on a function.
+type instance struct {
+	s         *Server
+	name, uid string
+	done      chan struct{}
+	doneOnce  sync.Once
+	closeOnce sync.Once
+}
+
+// Invoke makes one synchronous invocation. A function that vanished makes
+// the instance done, so that the core loads it again (recreating the
+// function) without the Run leaving Ready.
+func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.Result, error) {
+	out, err := i.s.invoke(ctx, i.name, payload.Request{Kind: payload.KindInvoke, InvocationID: inv.ID, Input: inv.Input})
+	if err != nil {
+		var nf *types.ResourceNotFoundException
+		if errors.As(err, &nf) {
+			i.doneOnce.Do(func() { close(i.done) })
+		}
+		return runtime.Result{}, fmt.Errorf("invocation %s: %w", inv.ID, awsError("Invoke", err))
+	}
+	resp, err := decode(out)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	return runtime.Result{Output: resp.Output, Outputs: resp.Outputs}, nil
+}
+
+func (i *instance) Done() <-chan struct{} { return i.done }
+
+// Close gives up this registration's hold; the last one deletes the
+// function.
+func (i *instance) Close() error {
+	i.closeOnce.Do(func() { i.s.release(i.name) })
+	return nil
+}

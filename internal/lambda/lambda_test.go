@@ -1,0 +1,276 @@
+package lambda_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/lambda"
+	"stoke.dev/stoke/internal/lambda/lambdasim"
+	"stoke.dev/stoke/internal/runtime/runtimetest"
+	"stoke.dev/stoke/internal/runtime/server"
+	"stoke.dev/stoke/internal/testbin"
+	"stoke.dev/stoke/internal/testdeps"
+)
+
+var stokeBin, rieBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		var cleanup func()
+		var err error
+		if stokeBin, cleanup, err = testbin.Stoke(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer cleanup()
+		if rieBin, err = testdeps.Path("aws-lambda-rie"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}())
+}
+
+const accessKey = "AKIDSTOKETEST"
+
+// env is a Lambda Runtime Server for runtime on a fresh simulator.
+type env struct {
+	sim *lambdasim.Simulator
+	rs  *runtimetest.Server
+}
+
+func start(t *testing.T, runtime string, fixtures map[runtimetest.Fixture]runtimetest.Source) env {
+	t.Helper()
+	sim, err := lambdasim.New(lambdasim.Config{RIE: rieBin, Dir: t.TempDir(), AccessKeyID: accessKey, Concurrency: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	client := awslambda.New(awslambda.Options{
+		Region: lambdasim.Region, BaseEndpoint: aws.String(sim.URL()),
+		Credentials: credentials.NewStaticCredentialsProvider(accessKey, "secret", ""),
+	})
+	srv, err := lambda.New(context.Background(), lambda.Config{
+		Runtime: runtime, Role: "arn:aws:iam::123456789012:role/stoke", Bootstrap: stokeBin, Relay: stokeBin,
+		Client: client, StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	rs := runtimetest.StartServer(t, runtimetest.Harness{
+		Runtime:  "lambda",
+		Fixtures: func(f runtimetest.Fixture) runtimetest.Source { return fixtures[f] },
+	}, func(c *server.Config) {
+		c.Adapter = srv
+		c.InitTimeout = 90 * time.Second
+	})
+	return env{sim: sim, rs: rs}
+}
+
+func src(file, handler, text string) runtimetest.Source {
+	return runtimetest.Source{Files: map[string]string{file: text}, Handler: handler}
+}
+
+var pythonFixtures = map[runtimetest.Fixture]runtimetest.Source{
+	runtimetest.Echo: src("handler.py", "handler.handle",
+		"calls = 0\n\ndef handle(event, context):\n    global calls\n    calls += 1\n    context.set_output('calls', str(calls))\n    return event\n"),
+	runtimetest.Fail:            src("handler.py", "handler.handle", "def handle(event):\n    raise ValueError('boom: it broke')\n"),
+	runtimetest.MissingFunction: src("handler.py", "handler.handle", "def other(event):\n    return event\n"),
+}
+
+func register(t *testing.T, e env, f runtimetest.Fixture, uid string) (*pb.FunctionRegistration, *pb.FunctionStatusResponse) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	req := e.rs.RegisterRequest(t, f, uid, 1)
+	resp, err := e.rs.Functions.RegisterFunction(ctx, req)
+	if err != nil {
+		t.Fatalf("register %s: %v", f, err)
+	}
+	st, err := e.rs.Functions.FunctionStatus(ctx, &pb.FunctionStatusRequest{Registration: resp.GetRegistration()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetRegistration(), st
+}
+
+func TestPythonFunctionOnLambda(t *testing.T) {
+	e := start(t, "python", pythonFixtures)
+	ctx := context.Background()
+	reg, st := register(t, e, runtimetest.Echo, "uid-a")
+	if st.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+		t.Fatalf("state %v, fatal_error %q", st.GetState(), st.GetFatalError())
+	}
+	fns := e.sim.Functions()
+	if len(fns) != 1 || !strings.HasPrefix(fns[0], lambda.DefaultNamePrefix) {
+		t.Fatalf("functions on Lambda: %v", fns)
+	}
+	// Warm: the module's globals persist across invocations.
+	for want := 1; want <= 3; want++ {
+		resp, err := e.rs.Invoke(ctx, reg, `{"hello":"lambda"}`, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(resp.GetOutput()) != `{"hello":"lambda"}` || resp.GetOutputs()["calls"] != fmt.Sprint(want) {
+			t.Fatalf("invocation %d = %s, outputs %v", want, resp.GetOutput(), resp.GetOutputs())
+		}
+	}
+
+	// A second registration with the same digest reuses the function.
+	reg2, st2 := register(t, e, runtimetest.Echo, "uid-b")
+	if st2.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+		t.Fatalf("second registration: %v %q", st2.GetState(), st2.GetFatalError())
+	}
+	if n := e.sim.CreateCalls(); n != 1 {
+		t.Fatalf("%d CreateFunction calls for two registrations with one digest; want 1", n)
+	}
+	// Unregistering one keeps the function for the other; the last deletes it.
+	if _, err := e.rs.Functions.UnregisterFunction(ctx, &pb.UnregisterFunctionRequest{Registration: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.sim.Functions(); len(got) != 1 {
+		t.Fatalf("functions after the first unregister: %v; want the shared one kept", got)
+	}
+	if _, err := e.rs.Invoke(ctx, reg2, `1`, 0); err != nil {
+		t.Fatalf("invoking the remaining registration: %v", err)
+	}
+	if _, err := e.rs.Functions.UnregisterFunction(ctx, &pb.UnregisterFunctionRequest{Registration: reg2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.sim.Functions(); len(got) != 0 {
+		t.Fatalf("functions after the last unregister: %v; want none", got)
+	}
+}
+
+func TestHandlerErrorAndInitError(t *testing.T) {
+	e := start(t, "python", pythonFixtures)
+	reg, st := register(t, e, runtimetest.Fail, "uid-f")
+	if st.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+		t.Fatalf("state %v, fatal_error %q", st.GetState(), st.GetFatalError())
+	}
+	_, err := e.rs.Invoke(context.Background(), reg, `{}`, 0)
+	s := status.Convert(err)
+	if s.Code() != codes.Unknown || !strings.Contains(s.Message(), "ValueError") || !strings.Contains(s.Message(), "boom") {
+		t.Fatalf("handler error = %v; want FUNCTION_ERROR with ValueError", err)
+	}
+
+	_, st = register(t, e, runtimetest.MissingFunction, "uid-m")
+	if st.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_FAILED ||
+		!strings.Contains(st.GetFatalError(), "Runtime.InitError") || !strings.Contains(st.GetFatalError(), "handle") {
+		t.Fatalf("missing handler: state %v, fatal_error %q; want FAILED with the init error", st.GetState(), st.GetFatalError())
+	}
+	// The failed registration's function is not left behind.
+	if got := e.sim.Functions(); len(got) != 1 {
+		t.Fatalf("functions: %v; want only the working one", got)
+	}
+}
+
+func TestOversizedPackageIsRefusedBeforeAnyAWSCall(t *testing.T) {
+	e := start(t, "python", pythonFixtures)
+	req := e.rs.RegisterRequest(t, runtimetest.Echo, "uid-big", 1)
+	// Random bytes do not compress: past the zip limit whatever the bootstrap.
+	big := make([]byte, bounds.LambdaZip)
+	rand.Read(big)
+	if err := os.WriteFile(filepath.Join(req.GetWorkingDir(), "blob.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	resp, err := e.rs.Functions.RegisterFunction(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.rs.Functions.FunctionStatus(ctx, &pb.FunctionStatusRequest{Registration: resp.GetRegistration()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_FAILED || !strings.Contains(st.GetFatalError(), "zipped") {
+		t.Fatalf("oversized package: state %v, fatal_error %q", st.GetState(), st.GetFatalError())
+	}
+	if n := e.sim.CreateCalls(); n != 0 {
+		t.Fatalf("%d CreateFunction calls for an oversized package; want none", n)
+	}
+}
+
+var bashTasks = map[runtimetest.Fixture]runtimetest.Source{}
+
+func TestTasksOnLambda(t *testing.T) {
+	e := start(t, "bash", bashTasks)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name, script string
+		state        pb.ExecutionState
+		code         int32
+		stdout       string
+		outputs      map[string]string
+	}{
+		{"ok", "echo hello \"$1\"\necho RESULT=done >> \"$STOKE_OUTPUTS\"\n", pb.ExecutionState_EXECUTION_STATE_SUCCEEDED, 0, "hello world\n", map[string]string{"RESULT": "done"}},
+		{"fails", "echo out\nexit 3\n", pb.ExecutionState_EXECUTION_STATE_FAILED, 3, "out\n", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := e.rs.Dir(t, runtimetest.Source{Files: map[string]string{"task.sh": tc.script}})
+			id := "task-" + tc.name
+			if _, err := e.rs.Runtime.Execute(ctx, &pb.ExecuteRequest{Id: id, WorkingDir: dir, Entrypoint: "task.sh", Args: []string{"world"}}); err != nil {
+				t.Fatal(err)
+			}
+			st, err := e.rs.Runtime.Wait(ctx, &pb.StatusRequest{Id: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.GetState() != tc.state || st.GetExitCode() != tc.code || st.GetStdout() != tc.stdout {
+				t.Fatalf("task = %v exit %d stdout %q stderr %q (%s)", st.GetState(), st.GetExitCode(), st.GetStdout(), st.GetStderr(), st.GetErrorMessage())
+			}
+			for k, v := range tc.outputs {
+				if st.GetOutputs()[k] != v {
+					t.Fatalf("outputs %v; want %s=%s", st.GetOutputs(), k, v)
+				}
+			}
+		})
+	}
+	if got := e.sim.Functions(); len(got) != 0 {
+		t.Fatalf("functions after the tasks: %v; want none", got)
+	}
+}
+
+func TestCollectDeletesFunctionsOfGoneRuns(t *testing.T) {
+	e := start(t, "python", pythonFixtures)
+	_, st := register(t, e, runtimetest.Echo, "uid-live")
+	if st.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+		t.Fatalf("state %v %q", st.GetState(), st.GetFatalError())
+	}
+	client := awslambda.New(awslambda.Options{
+		Region: lambdasim.Region, BaseEndpoint: aws.String(e.sim.URL()),
+		Credentials: credentials.NewStaticCredentialsProvider(accessKey, "secret", ""),
+	})
+	ctx := context.Background()
+	live := func(_ context.Context, uid string) (bool, error) { return uid == "uid-live", nil }
+	deleted, err := lambda.Collect(ctx, client, "", live, slog.New(slog.DiscardHandler))
+	if err != nil || len(deleted) != 0 {
+		t.Fatalf("Collect with the Run alive = %v, %v; want nothing deleted", deleted, err)
+	}
+	gone := func(context.Context, string) (bool, error) { return false, nil }
+	deleted, err = lambda.Collect(ctx, client, "", gone, slog.New(slog.DiscardHandler))
+	if err != nil || len(deleted) != 1 {
+		t.Fatalf("Collect with the Run gone = %v, %v; want its function deleted", deleted, err)
+	}
+	if got := e.sim.Functions(); len(got) != 0 {
+		t.Fatalf("functions after Collect: %v", got)
+	}
+}

@@ -1,0 +1,215 @@
+package lambda
+
+import (
+	"archive/zip"
+	"bytes"
+	"compress/flate"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/lambda/payload"
+)
+
+// Tags Stoke puts on every function it creates.
+const (
+	TagRunUID = "stoke.dev/run-uid"
+	TagDigest = "stoke.dev/digest"
+)
+
+// zipTime is every entry's modification time, so that the same inputs make
+// the same bytes and therefore the same digest.
+var zipTime = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// bootstrapEntry is the bootstrap binary deflated once: every package
+// copies it raw instead of compressing tens of megabytes again.
+type bootstrapEntry struct {
+	path string
+
+	once sync.Once
+	hdr  zip.FileHeader
+	data []byte // deflated
+	err  error
+}
+
+func (b *bootstrapEntry) load() error {
+	b.once.Do(func() {
+		raw, err := os.ReadFile(b.path)
+		if err != nil {
+			b.err = fmt.Errorf("bootstrap binary: %w", err)
+			return
+		}
+		var buf bytes.Buffer
+		fw, _ := flate.NewWriter(&buf, flate.BestSpeed)
+		_, _ = fw.Write(raw)
+		_ = fw.Close()
+		b.hdr = zip.FileHeader{Name: "bootstrap", Method: zip.Deflate, Modified: zipTime,
+			CRC32: crc32.ChecksumIEEE(raw), CompressedSize64: uint64(buf.Len()), UncompressedSize64: uint64(len(raw))}
+		b.hdr.SetMode(0o755)
+		b.data = buf.Bytes()
+	})
+	return b.err
+}
+
+// spec is what one function is made of.
+type spec struct {
+	Runtime      string            `json:"runtime"` // inner: bash or python
+	Handler      string            `json:"handler"` // empty for a task function
+	Env          map[string]string `json:"env"`
+	Role         string            `json:"role"`
+	Architecture string            `json:"architecture"`
+	MemoryMB     int32             `json:"memoryMB"`
+	TimeoutSecs  int32             `json:"timeoutSeconds"`
+}
+
+// pkg is a built deployment package.
+type pkg struct {
+	zip    []byte
+	digest string // hex sha256 over the zip and the spec
+	name   string // the function name, derived from the digest
+	env    map[string]string
+	spec   spec
+}
+
+// build makes the deployment zip of dir in memory: the bootstrap and every
+// regular file under dir. It refuses, with a clear error and before any AWS
+// call, a package or environment past Lambda's limits.
+func (s *Server) build(dir string, sp spec) (*pkg, error) {
+	env, err := functionEnv(sp)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.boot.load(); err != nil {
+		return nil, err
+	}
+	var files []string
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the source: %w", err)
+	}
+	slices.Sort(files)
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, err := zw.CreateRaw(&s.boot.hdr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.Write(s.boot.data); err != nil {
+		return nil, err
+	}
+	unzipped := int64(s.boot.hdr.UncompressedSize64)
+	for _, path := range files {
+		rel, _ := filepath.Rel(dir, path)
+		if rel == "bootstrap" {
+			return nil, errdefs.InvalidArgument("source", "a file named bootstrap is reserved for Stoke's bootstrap")
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, err
+		}
+		unzipped += fi.Size()
+		if unzipped > bounds.LambdaUnzipped {
+			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "the Lambda package would unzip to more than %d bytes, Lambda's limit", bounds.LambdaUnzipped)
+		}
+		hdr := &zip.FileHeader{Name: filepath.ToSlash(rel), Method: zip.Deflate, Modified: zipTime}
+		hdr.SetMode(fi.Mode().Perm() | 0o444)
+		fw, err := zw.CreateHeader(hdr)
+		if err != nil {
+			return nil, err
+		}
+		if err := copyFile(fw, path); err != nil {
+			return nil, err
+		}
+		if buf.Len() > bounds.LambdaZip {
+			break // refused below without compressing the rest
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if buf.Len() > bounds.LambdaZip {
+		return nil, errdefs.Errorf(errdefs.ErrTooLarge,
+			"the Lambda package is over %d bytes zipped (Lambda's limit for a direct upload); the bootstrap alone is %d bytes",
+			bounds.LambdaZip, len(s.boot.data))
+	}
+	h := sha256.New()
+	h.Write(buf.Bytes())
+	canon, _ := json.Marshal(sp) // strings, ints and a map: cannot fail; map keys are sorted
+	h.Write(canon)
+	digest := hex.EncodeToString(h.Sum(nil))
+	// Lambda names are at most 64 characters.
+	name := s.cfg.NamePrefix + digest[:min(len(digest), 64-len(s.cfg.NamePrefix))]
+	return &pkg{zip: buf.Bytes(), digest: digest, name: name, env: env, spec: sp}, nil
+}
+
+func copyFile(w io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
+// functionEnv is the function's environment: the Run's env, the inner
+// runtime and the list of the Run's own keys for the bootstrap; at most
+// bounds.LambdaEnv bytes, as on Lambda.
+func functionEnv(sp spec) (map[string]string, error) {
+	env := make(map[string]string, len(sp.Env)+2)
+	keys := make([]string, 0, len(sp.Env))
+	for k, v := range sp.Env {
+		if reservedEnv(k) {
+			return nil, errdefs.InvalidArgument("env", "%s is reserved by Lambda or Stoke", k)
+		}
+		env[k] = v
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	env[payload.EnvRuntime] = sp.Runtime
+	if len(keys) > 0 {
+		env[payload.EnvUserKeys] = strings.Join(keys, ",")
+	}
+	size := 0
+	for k, v := range env {
+		size += len(k) + len(v)
+	}
+	if size > bounds.LambdaEnv {
+		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "env: %d bytes, Lambda allows %d bytes of environment variables", size, bounds.LambdaEnv)
+	}
+	return env, nil
+}
+
+// reservedEnv: keys Lambda refuses in a function's environment, and
+// Stoke's own.
+func reservedEnv(k string) bool {
+	switch k {
+	case "_HANDLER", "_X_AMZN_TRACE_ID", "AWS_REGION", "AWS_EXECUTION_ENV", "AWS_LAMBDA_FUNCTION_NAME",
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION", "AWS_LAMBDA_INITIALIZATION_TYPE",
+		"AWS_LAMBDA_LOG_GROUP_NAME", "AWS_LAMBDA_LOG_STREAM_NAME", "AWS_ACCESS_KEY", "AWS_ACCESS_KEY_ID",
+		"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_LAMBDA_RUNTIME_API", "LAMBDA_TASK_ROOT",
+		"LAMBDA_RUNTIME_DIR", payload.EnvRuntime, payload.EnvUserKeys:
+		return true
+	}
+	return false
+}

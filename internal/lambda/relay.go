@@ -1,0 +1,233 @@
+package lambda
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/lambda/payload"
+	"stoke.dev/stoke/internal/outputs"
+	"stoke.dev/stoke/internal/runtime"
+)
+
+// A task on Lambda runs through a relay: the core starts `stoke
+// lambda-relay` as the task's process, in the Run's working directory and
+// env, so that it keeps every rule of one-shot execution (timeout, cancel,
+// captured output, $STOKE_OUTPUTS, exit code). The relay hands the task to
+// the Runtime Server over a Unix socket in a private directory; the server
+// packages and invokes it and answers with the task's end, which the relay
+// replays as its own output and exit code. Killing the relay (timeout,
+// cancel) closes the connection and cancels the invocation on Stoke's side
+// only: Lambda has no way to stop a running invocation, so the function
+// runs on until it ends or its timeout (best effort; exec's reverse agent
+// makes cancel real).
+
+// relayRequest is what the relay sends.
+type relayRequest struct {
+	WorkingDir string   `json:"workingDir"`
+	Env        []string `json:"env"`
+	Entrypoint string   `json:"entrypoint,omitempty"`
+	Args       []string `json:"args,omitempty"`
+}
+
+// relayResponse is what the server answers.
+type relayResponse struct {
+	Task    *payload.TaskResult `json:"task,omitempty"`
+	Outputs map[string]string   `json:"outputs,omitempty"`
+	Error   string              `json:"error,omitempty"`
+}
+
+type relay struct {
+	s      *Server
+	dir    string
+	sock   string
+	lis    net.Listener
+	wg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newRelay(s *Server, stateDir string) (*relay, error) {
+	if stateDir != "" {
+		if err := os.MkdirAll(stateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("lambda relay: %w", err)
+		}
+	}
+	dir, err := os.MkdirTemp(stateDir, "lambda-")
+	if err != nil {
+		return nil, fmt.Errorf("lambda relay: %w", err)
+	}
+	sock := filepath.Join(dir, "relay.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("lambda relay: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &relay{s: s, dir: dir, sock: sock, lis: lis, ctx: ctx, cancel: cancel}
+	r.wg.Add(1)
+	go r.serve()
+	return r, nil
+}
+
+func (r *relay) close() error {
+	err := r.lis.Close()
+	r.cancel()
+	r.wg.Wait()
+	os.RemoveAll(r.dir)
+	return err
+}
+
+func (r *relay) serve() {
+	defer r.wg.Done()
+	for {
+		conn, err := r.lis.Accept()
+		if err != nil {
+			return
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer conn.Close()
+			r.handle(conn)
+		}()
+	}
+}
+
+func (r *relay) handle(conn net.Conn) {
+	br := bufio.NewReader(io.LimitReader(conn, 4<<20))
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return
+	}
+	var req relayRequest
+	if err := json.Unmarshal(line, &req); err != nil {
+		writeRelay(conn, relayResponse{Error: "bad relay request: " + err.Error()})
+		return
+	}
+	// The relay says nothing more: EOF means it was killed.
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, br)
+		cancel()
+	}()
+	resp, err := r.s.runTask(ctx, req)
+	if err != nil {
+		resp = relayResponse{Error: err.Error()}
+	}
+	writeRelay(conn, resp)
+}
+
+func writeRelay(w io.Writer, resp relayResponse) {
+	b, _ := json.Marshal(resp)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// TaskCommand is the relay's argv.
+func (s *Server) TaskCommand(entrypoint string, args []string) ([]string, error) {
+	argv := []string{s.cfg.Relay, "lambda-relay", "--socket", s.relay.sock}
+	if entrypoint != "" {
+		argv = append(argv, "--entrypoint", entrypoint)
+	}
+	return append(append(argv, "--"), args...), nil
+}
+
+// runTask packages the working directory as a task function and runs the
+// task in one invocation.
+func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, error) {
+	env := map[string]string{}
+	for k, v := range userEnv(req.Env, req.WorkingDir) {
+		if k != "STOKE_OUTPUTS" {
+			env[k] = v
+		}
+	}
+	p, err := s.build(req.WorkingDir, spec{
+		Runtime: s.cfg.Runtime, Env: env, Role: s.cfg.Role, Architecture: s.cfg.Architecture,
+		MemoryMB: s.cfg.MemoryMB, TimeoutSecs: int32(s.cfg.TaskTimeout / time.Second),
+	})
+	if err != nil {
+		return relayResponse{}, err
+	}
+	// runtimed names a Run's working directory by its UID.
+	uid := filepath.Base(req.WorkingDir)
+	if err := s.acquire(ctx, p, uid); err != nil {
+		return relayResponse{}, err
+	}
+	defer s.release(p.name)
+	out, err := s.invoke(ctx, p.name, payload.Request{Kind: payload.KindTask,
+		Task: &payload.Task{Entrypoint: req.Entrypoint, Args: req.Args, TimeoutSeconds: int64(s.cfg.TaskTimeout / time.Second)}})
+	if err != nil {
+		return relayResponse{}, awsError("Invoke", err)
+	}
+	resp, err := decode(out)
+	if err != nil {
+		return relayResponse{}, err
+	}
+	if resp.Task == nil {
+		return relayResponse{}, errdefs.Errorf(errdefs.ErrInternal, "lambda: the task's answer has no result")
+	}
+	return relayResponse{Task: resp.Task, Outputs: resp.Outputs}, nil
+}
+
+// Relay is the relay process's side (`stoke lambda-relay`): it sends the
+// task to the Runtime Server at socket and replays its end on stdout,
+// stderr, $STOKE_OUTPUTS and the returned exit code.
+func Relay(ctx context.Context, socket, entrypoint string, args []string, stdout, stderr io.Writer) (int, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return 1, err
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return 1, fmt.Errorf("lambda relay: %w", err)
+	}
+	defer conn.Close()
+	b, _ := json.Marshal(relayRequest{WorkingDir: wd, Env: os.Environ(), Entrypoint: entrypoint, Args: args})
+	if _, err := conn.Write(append(b, '\n')); err != nil {
+		return 1, fmt.Errorf("lambda relay: %w", err)
+	}
+	line, err := bufio.NewReader(io.LimitReader(conn, 4*bounds.CapturedStream)).ReadBytes('\n')
+	if err != nil {
+		return 1, fmt.Errorf("lambda relay: no answer from the runtime server: %w", err)
+	}
+	var resp relayResponse
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return 1, fmt.Errorf("lambda relay: %w", err)
+	}
+	if resp.Error != "" {
+		return 1, errors.New(resp.Error)
+	}
+	_, _ = io.WriteString(stdout, resp.Task.Stdout)
+	_, _ = io.WriteString(stderr, resp.Task.Stderr)
+	if f := os.Getenv("STOKE_OUTPUTS"); f != "" && len(resp.Outputs) > 0 {
+		if err := outputs.Validate(resp.Outputs); err != nil {
+			return 1, err
+		}
+		var sb strings.Builder
+		for k, v := range resp.Outputs {
+			sb.WriteString(k + "=" + v + "\n")
+		}
+		if err := os.WriteFile(f, []byte(sb.String()), 0o600); err != nil {
+			return 1, err
+		}
+	}
+	if resp.Task.Message != "" && resp.Task.ExitCode == 0 && resp.Task.State != "EXECUTION_STATE_SUCCEEDED" {
+		return 1, errors.New(resp.Task.Message)
+	}
+	return int(resp.Task.ExitCode), nil
+}
+
+var _ runtime.Adapter = (*Server)(nil)
