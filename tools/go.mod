@@ -12,6 +12,8 @@ tool (
 	sigs.k8s.io/controller-tools/cmd/controller-gen
 )
 
+require github.com/aws/aws-lambda-go v1.46.0
+
 require (
 	buf.build/gen/go/bufbuild/bufplugin/protocolbuffers/go v1.36.12-20261002170247-538130002972.2 // indirect
 	buf.build/gen/go/bufbuild/protodescriptor/protocolbuffers/go v1.36.12-20261012172039-ff528c23443f.2 // indirect

@@ -165,7 +165,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inner: inner, boot: &bootstrapEntry{path: cfg.Bootstrap}, refs: map[string]int{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inner: inner, boot: bootstrapFor(cfg.Bootstrap), refs: map[string]int{}}
 	r, err := newRelay(s, cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -199,7 +199,7 @@ func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Ins
 		return nil, fmt.Errorf("run %s: %w", fs.RunUID, err)
 	}
 	inst := &instance{s: s, name: p.name, uid: fs.RunUID, done: make(chan struct{})}
-	out, err := s.invoke(ctx, p.name, payload.Request{Kind: payload.KindPing})
+	out, err := s.ping(ctx, p.name)
 	if err != nil {
 		err = awsError("Invoke", err)
 	} else {
@@ -215,6 +215,28 @@ func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Ins
 	}
 	fs.Logger.Info("lambda function ready", "function", p.name)
 	return inst, nil
+}
+
+// ping proves the handler loads. A registration is not a user's
+// invocation: past the concurrency limit it waits and tries again, within
+// ctx (the core's init timeout).
+func (s *Server) ping(ctx context.Context, name string) (*awslambda.InvokeOutput, error) {
+	delay := 50 * time.Millisecond
+	for {
+		out, err := s.invoke(ctx, name, payload.Request{Kind: payload.KindPing})
+		var tooMany *types.TooManyRequestsException
+		if !errors.As(err, &tooMany) {
+			return out, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // acquire creates the function of p, or finds the one that exists, waits

@@ -33,8 +33,17 @@ const (
 // the same bytes and therefore the same digest.
 var zipTime = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// bootstrapEntry is the bootstrap binary deflated once: every package
-// copies it raw instead of compressing tens of megabytes again.
+// bootstrapEntries are the bootstrap binaries deflated once per process,
+// by path: every package copies the entry raw instead of compressing tens
+// of megabytes again.
+var bootstrapEntries sync.Map // path → *bootstrapEntry
+
+func bootstrapFor(path string) *bootstrapEntry {
+	e, _ := bootstrapEntries.LoadOrStore(path, &bootstrapEntry{path: path})
+	return e.(*bootstrapEntry)
+}
+
+// bootstrapEntry is one bootstrap binary as a deflated zip entry.
 type bootstrapEntry struct {
 	path string
 

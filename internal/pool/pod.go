@@ -43,6 +43,8 @@
 // and Lookup until its PodGone.
 package pool
 
+import "stoke.dev/stoke/api/stoke/v1alpha1"
+
 // Pod is one runtime pod as the control plane sees it. A pod that is
 // replaced gets a new UID, so a Run assigned to the old UID is fenced.
 type Pod struct {
@@ -51,8 +53,10 @@ type Pod struct {
 	Runtime   string
 	Name      string
 	UID       string
-	// Server is the built-in Runtime Server: "bash" or "python".
+	// Server is the built-in Runtime Server: "bash", "python" or "lambda".
 	Server string
+	// Lambda is the Runtime's spec.lambda, for the lambda server's flags.
+	Lambda *v1alpha1.LambdaSpec
 	// Slots is the Runtime's spec.runs: how many Runs the pod may hold.
 	Slots int32
 	// Addr is the Runtime Server's gRPC target, e.g.

@@ -96,6 +96,7 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 	if s.cfg.RunLogDir != "" {
 		args = append(args, "--run-log-dir", s.cfg.RunLogDir)
 	}
+	args = append(args, serverArgs(pod.Lambda)...)
 	cmd := s.cfg.Command(pod, args)
 	// Our own pipe rather than exec's copying goroutine, so that the exit
 	// is seen at once even if something still holds the write end.

@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -500,12 +502,13 @@ func (l *loop) upsert(rt *v1alpha1.Runtime) {
 	}
 	old := p.spec
 	p.spec = rt.Spec
-	if old.Server == p.spec.Server && old.Replicas == p.spec.Replicas && old.Runs == p.spec.Runs {
+	sameServer := old.Server == p.spec.Server && reflect.DeepEqual(old.Lambda, p.spec.Lambda)
+	if sameServer && old.Replicas == p.spec.Replicas && old.Runs == p.spec.Runs {
 		return // nothing the pods depend on (most often: our own status write)
 	}
 	l.s.log.Info("runtime pool changed", "runtime", key.String(), "server", rt.Spec.Server,
 		"replicas", rt.Spec.Replicas, "runs", rt.Spec.Runs)
-	if old.Server != p.spec.Server {
+	if !sameServer {
 		for _, pr := range p.pods {
 			l.stopPod(pr, ReasonServerChanged)
 		}
@@ -631,6 +634,7 @@ func (l *loop) startPod(p *pool) error {
 		Name:          name,
 		UID:           string(uuid.NewUUID()),
 		Server:        p.spec.Server,
+		Lambda:        p.spec.Lambda,
 		Slots:         p.spec.Runs,
 		Addr:          "unix://" + filepath.Join(dir, socketName),
 		WorkspaceRoot: s.runsDir,
@@ -645,6 +649,25 @@ func (l *loop) startPod(p *pool) error {
 	}()
 	l.submitStatus(p)
 	return nil
+}
+
+// serverArgs are the Runtime Server flags a Runtime's spec adds: the
+// lambda server's configuration.
+func serverArgs(l *v1alpha1.LambdaSpec) []string {
+	if l == nil {
+		return nil
+	}
+	args := []string{"--lambda-runtime", l.Runtime, "--lambda-role", l.Role}
+	if l.Architecture != "" {
+		args = append(args, "--lambda-architecture", l.Architecture)
+	}
+	if l.MemoryMB != 0 {
+		args = append(args, "--lambda-memory", strconv.Itoa(int(l.MemoryMB)))
+	}
+	if l.NamePrefix != "" {
+		args = append(args, "--lambda-name-prefix", l.NamePrefix)
+	}
+	return args
 }
 
 // claimPodDir picks a free pod name for runtime and creates its directory.

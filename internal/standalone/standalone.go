@@ -7,6 +7,7 @@
 package standalone
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/metricsrpc"
 	"stoke.dev/stoke/internal/pool"
@@ -58,6 +61,9 @@ type Config struct {
 	// EndpointBase is the gateway's base URL ("http://127.0.0.1:7070"); a
 	// Ready function's status.endpoint is its invoke URL under it.
 	EndpointBase string
+	// LambdaCollectInterval is how often functions of lambda Runtimes
+	// whose Run is gone are deleted (default lambda.DefaultCollectInterval).
+	LambdaCollectInterval time.Duration
 	// OnScheduled observes each assignment's scheduling latency (metrics).
 	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
 	// FinishedRunTTL is how long a finished Run that sets no
@@ -245,6 +251,8 @@ func (s *Standalone) Run(ctx context.Context) error {
 	run("reaper", s.reaper.Run)
 	run("run logs", s.logs.Run)
 	run("pod events", s.followPods)
+	collector := &lambda.Collector{Interval: s.cfg.LambdaCollectInterval, Prefixes: s.lambdaPrefixes, Exists: s.runNeedsFunction, Logger: s.log}
+	run("lambda collector", collector.Run)
 
 	var err error
 	select {
@@ -262,6 +270,30 @@ func (s *Standalone) Run(ctx context.Context) error {
 		pd.stop()
 	}
 	return err
+}
+
+// lambdaPrefixes are the function name prefixes of the lambda Runtimes.
+func (s *Standalone) lambdaPrefixes() []string {
+	var prefixes []string
+	for _, rt := range s.rtInf.List(func(rt *v1alpha1.Runtime) bool { return rt.Spec.Lambda != nil }) {
+		p := cmp.Or(rt.Spec.Lambda.NamePrefix, lambda.DefaultNamePrefix)
+		if !slices.Contains(prefixes, p) {
+			prefixes = append(prefixes, p)
+		}
+	}
+	return prefixes
+}
+
+// runNeedsFunction reports whether the Run with this UID exists and has
+// not finished. It answers from the Run cache, which holds every Run
+// before it can be scheduled, hence before its function is created.
+func (s *Standalone) runNeedsFunction(ctx context.Context, uid string) (bool, error) {
+	if err := s.runInf.WaitForSync(ctx); err != nil {
+		return false, err
+	}
+	return len(s.runInf.List(func(r *v1alpha1.Run) bool {
+		return string(r.UID) == uid && !r.Status.Phase.Terminal()
+	})) > 0, nil
 }
 
 // ensureRuntimes creates the default Runtimes on first start.

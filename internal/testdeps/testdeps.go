@@ -22,10 +22,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Programs maps a test dependency's name to the package that builds it,
-// resolved through tools/go.mod.
+// Programs maps a test dependency's name to the package that builds it, a
+// package of the tools module (tools/go.mod): a pinned tool or a program
+// of the tools module's own.
 var Programs = map[string]string{
 	"aws-lambda-rie": "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie",
+	// A minimal aws-lambda-go function, the Lambda benchmarks' baseline.
+	"lambdaecho": "stoke.dev/stoke/tools/lambdaecho",
 }
 
 // Names lists Programs' names, sorted.
@@ -74,8 +77,8 @@ func Path(name string) (string, error) {
 		return bin, nil
 	}
 	tmp := bin + ".tmp"
-	cmd := exec.Command("go", "build", "-modfile=tools/go.mod", "-o", tmp, pkg)
-	cmd.Dir = root
+	cmd := exec.Command("go", "build", "-o", tmp, pkg)
+	cmd.Dir = filepath.Join(root, "tools")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		_ = os.Remove(tmp)

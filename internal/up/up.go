@@ -46,6 +46,8 @@ type Config struct {
 	// ttlSecondsAfterFinished is kept; zero keeps it until deleted. The
 	// command's default is DefaultFinishedRunTTL.
 	FinishedRunTTL time.Duration
+	// LambdaCollectInterval: see standalone.Config.
+	LambdaCollectInterval time.Duration
 	// HTTPTimeouts bound slow clients; zero fields take
 	// gateway.DefaultTimeouts.
 	HTTPTimeouts gateway.Timeouts
@@ -147,7 +149,7 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics := gateway.NewMetrics(func() map[v1alpha1.Phase]int { return s.RunPhases() })
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
 		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, OnScheduled: metrics.ObserveScheduled,
-		FinishedRunTTL: cfg.FinishedRunTTL})
+		FinishedRunTTL: cfg.FinishedRunTTL, LambdaCollectInterval: cfg.LambdaCollectInterval})
 	if err != nil {
 		lis.Close()
 		return err

@@ -30,7 +30,7 @@ const (
 )
 
 // Servers are the Runtime Servers a Runtime may name.
-var servers = []string{"bash", "python"}
+var servers = []string{"bash", "python", "lambda"}
 
 // ValidateRun checks a Run on creation. Call SetRunDefaults first: an empty
 // namespace is an error here.
@@ -158,6 +158,39 @@ func validateRuntime(e *errorList, rt *v1alpha1.Runtime) {
 	validateDuration(e, s.DefaultTaskTimeout, spec.Child("defaultTaskTimeout"))
 	validateDuration(e, s.DefaultFunctionTimeout, spec.Child("defaultFunctionTimeout"))
 	validateDuration(e, s.DefaultInvokeTimeout, spec.Child("defaultInvokeTimeout"))
+	validateLambda(e, s, spec.Child("lambda"))
+}
+
+// validateLambda checks spec.lambda: present exactly for the lambda server.
+func validateLambda(e *errorList, s *v1alpha1.RuntimeSpec, p *field.Path) {
+	l := s.Lambda
+	switch {
+	case s.Server != "lambda" && l != nil:
+		e.add(p, "is only for server lambda")
+		return
+	case s.Server != "lambda":
+		return
+	case l == nil:
+		e.add(p, "is required for server lambda")
+		return
+	}
+	if l.Runtime != "bash" && l.Runtime != "python" {
+		e.add(p.Child("runtime"), "%s, want bash or python", quote(l.Runtime))
+	}
+	if !strings.HasPrefix(l.Role, "arn:") || len(l.Role) > 2048 {
+		e.add(p.Child("role"), "%s is not a role ARN", quote(l.Role))
+	}
+	if l.Architecture != "" && l.Architecture != "x86_64" && l.Architecture != "arm64" {
+		e.add(p.Child("architecture"), "%s, want x86_64 or arm64", quote(l.Architecture))
+	}
+	if l.MemoryMB != 0 && (l.MemoryMB < 128 || l.MemoryMB > 10240) {
+		e.add(p.Child("memoryMB"), "is %d, must be 128–10240", l.MemoryMB)
+	}
+	if len(l.NamePrefix) > 32 || strings.ContainsFunc(l.NamePrefix, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	}) {
+		e.add(p.Child("namePrefix"), "%s: at most 32 letters, digits, - and _", quote(l.NamePrefix))
+	}
 }
 
 func validateTypeMeta(e *errorList, tm metav1.TypeMeta, kind string) {

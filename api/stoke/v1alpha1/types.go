@@ -231,7 +231,8 @@ type Runtime struct {
 
 // RuntimeSpec defines a pool.
 type RuntimeSpec struct {
-	// Server is the built-in Runtime Server: bash or python.
+	// Server is the built-in Runtime Server: bash, python, or lambda
+	// (Runs on AWS Lambda; spec.lambda configures it).
 	Server string `json:"server"`
 	// Replicas is the number of runtime pods.
 	Replicas int32 `json:"replicas"`
@@ -246,6 +247,28 @@ type RuntimeSpec struct {
 	// DefaultInvokeTimeout applies to invocations without a timeout.
 	// +optional
 	DefaultInvokeTimeout *metav1.Duration `json:"defaultInvokeTimeout,omitempty"`
+	// Lambda configures a Runtime whose server is lambda; required then,
+	// forbidden otherwise. AWS credentials, region and endpoint are not
+	// here: the pods take them from the environment, as AWS tools do.
+	// +optional
+	Lambda *LambdaSpec `json:"lambda,omitempty"`
+}
+
+// LambdaSpec configures the functions of a lambda Runtime.
+type LambdaSpec struct {
+	// Runtime is the runtime inside the function: bash or python.
+	Runtime string `json:"runtime"`
+	// Role is the ARN of the functions' execution role.
+	Role string `json:"role"`
+	// Architecture is x86_64 or arm64 (default: stoke's own).
+	// +optional
+	Architecture string `json:"architecture,omitempty"`
+	// MemoryMB is the functions' memory (default 512).
+	// +optional
+	MemoryMB int32 `json:"memoryMB,omitempty"`
+	// NamePrefix starts every function name (default "stoke-").
+	// +optional
+	NamePrefix string `json:"namePrefix,omitempty"`
 }
 
 // RuntimeStatus reports the pool's pods.

@@ -59,7 +59,7 @@ func (s *Simulator) startSandbox(ctx context.Context, conf configuration, zipFil
 	}
 	var lastErr error
 	for range 3 { // a free port found may be taken before the RIE binds it
-		sb, err := s.startRIE(ctx, conf, dir, task, tmp)
+		sb, err := startRIE(ctx, s.cfg.RIE, dir, task, sandboxEnv(conf, task, tmp))
 		if err == nil {
 			return sb, nil
 		}
@@ -69,20 +69,22 @@ func (s *Simulator) startSandbox(ctx context.Context, conf configuration, zipFil
 	return nil, lastErr
 }
 
-func (s *Simulator) startRIE(ctx context.Context, conf configuration, dir, task, tmp string) (*sandbox, error) {
+// startRIE starts an RIE serving task/bootstrap with env; dir is the
+// sandbox's directory, removed by kill.
+func startRIE(ctx context.Context, rie, dir, task string, env []string) (*sandbox, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
 	invokeAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	apiAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
-	cmd := exec.Command(s.cfg.RIE,
+	cmd := exec.Command(rie,
 		"--runtime-interface-emulator-address", invokeAddr,
 		"--runtime-api-address", apiAddr,
 		"--log-level", "warn",
 		filepath.Join(task, "bootstrap"))
 	cmd.Dir = task
-	cmd.Env = sandboxEnv(conf, task, tmp)
+	cmd.Env = env
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -128,6 +130,35 @@ func (s *Simulator) startRIE(ctx context.Context, conf configuration, dir, task,
 		}
 	}
 }
+
+// Sandbox is one RIE serving a bootstrap, without the control plane: for
+// benchmarks that compare bootstraps under the RIE alone.
+type Sandbox struct{ sb *sandbox }
+
+// StartSandbox starts the RIE at rie serving taskDir/bootstrap with the
+// function's environment env ("K=V"; the RIE passes it on). Close kills it
+// and removes dir, which holds taskDir.
+func StartSandbox(ctx context.Context, rie, dir, taskDir string, env []string) (*Sandbox, error) {
+	env = append([]string{"PATH=" + os.Getenv("PATH"), "LAMBDA_TASK_ROOT=" + taskDir, "AWS_LAMBDA_FUNCTION_TIMEOUT=600",
+		"AWS_ACCESS_KEY_ID=SIMULATED", "AWS_SECRET_ACCESS_KEY=SIMULATED", "AWS_SESSION_TOKEN=SIMULATED"}, env...)
+	sb, err := startRIE(ctx, rie, dir, taskDir, env)
+	if err != nil {
+		return nil, err
+	}
+	return &Sandbox{sb: sb}, nil
+}
+
+// Invoke sends one event and returns the answer's body.
+func (s *Sandbox) Invoke(ctx context.Context, event []byte) ([]byte, error) {
+	res := s.sb.invoke(ctx, newRequestID(), event, 10*time.Minute)
+	if res.functionError {
+		return res.body, fmt.Errorf("function error: %s", res.body)
+	}
+	return res.body, nil
+}
+
+// Close kills the sandbox.
+func (s *Sandbox) Close() { s.sb.kill() }
 
 // sandboxEnv is the environment Lambda gives a provided.al2023 function.
 // The RIE hands its own environment to the bootstrap.

@@ -1,0 +1,172 @@
+package bootstrap_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"stoke.dev/stoke/internal/lambda/lambdasim"
+	"stoke.dev/stoke/internal/lambda/payload"
+	"stoke.dev/stoke/internal/testbin"
+	"stoke.dev/stoke/internal/testdeps"
+)
+
+var stokeBin, rieBin, goEchoBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		var cleanup func()
+		var err error
+		if stokeBin, cleanup, err = testbin.Stoke(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer cleanup()
+		for _, d := range []struct {
+			path *string
+			name string
+		}{{&rieBin, "aws-lambda-rie"}, {&goEchoBin, "lambdaecho"}} {
+			if *d.path, err = testdeps.Path(d.name); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		return m.Run()
+	}())
+}
+
+// sandbox runs bin as the bootstrap of a package holding files, under the
+// RIE alone.
+func sandbox(tb testing.TB, bin string, files map[string]string, env ...string) *lambdasim.Sandbox {
+	tb.Helper()
+	dir := tb.TempDir()
+	task := filepath.Join(dir, "task")
+	if err := os.Mkdir(task, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	// Run under the name bootstrap, as Lambda runs it.
+	if err := os.Symlink(bin, filepath.Join(task, "bootstrap")); err != nil {
+		tb.Fatal(err)
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(task, name), []byte(text), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	sb, err := lambdasim.StartSandbox(context.Background(), rieBin, dir, task, append(env, "TMPDIR="+tb.TempDir()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(sb.Close)
+	return sb
+}
+
+func event(t testing.TB, req payload.Request) []byte {
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+const bashHandler = `count=0
+handle() {
+	count=$((count + 1))
+	case "$1" in
+	'"fail"') echo "it broke" >&2; return 4 ;;
+	esac
+	printf 'greeting=hi\n' >> "$STOKE_OUTPUTS"
+	printf '{"echo":%s,"count":%d,"user":"%s"}' "$1" "$count" "$USER_VAR"
+}
+`
+
+func TestBashFunctionUnderTheRIE(t *testing.T) {
+	sb := sandbox(t, stokeBin, map[string]string{"h.sh": bashHandler},
+		"STOKE_RUNTIME=bash", "_HANDLER=h.handle", "USER_VAR=mine", "STOKE_ENV_KEYS=USER_VAR")
+	ctx := context.Background()
+	// Each invocation starts from the state right after registration, as on a pod.
+	for range 2 {
+		out, err := sb.Invoke(ctx, event(t, payload.Request{Kind: payload.KindInvoke, Input: json.RawMessage(`{"a":1}`)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp payload.Response
+		if err := json.Unmarshal(out, &resp); err != nil || string(resp.Output) != `{"echo":{"a":1},"count":1,"user":"mine"}` || resp.Outputs["greeting"] != "hi" {
+			t.Fatalf("invoke = %s (%v)", out, err)
+		}
+	}
+	out, err := sb.Invoke(ctx, event(t, payload.Request{Kind: payload.KindInvoke, Input: json.RawMessage(`"fail"`)}))
+	var perr payload.Error
+	if err == nil || json.Unmarshal(out, &perr) != nil || perr.Type != "Runtime.ExitError" || !strings.Contains(strings.Join(perr.StackTrace, "\n"), "it broke") {
+		t.Fatalf("failing invocation = %s, %v; want Runtime.ExitError with the handler's stderr", out, err)
+	}
+	out, err = sb.Invoke(ctx, event(t, payload.Request{Kind: payload.KindTask, Task: &payload.Task{Entrypoint: "h.sh"}}))
+	var resp payload.Response
+	if err != nil || json.Unmarshal(out, &resp) != nil || resp.Task == nil || resp.Task.State != "EXECUTION_STATE_SUCCEEDED" {
+		t.Fatalf("task on a function = %s, %v", out, err)
+	}
+}
+
+func TestTaskFunctionUnderTheRIE(t *testing.T) {
+	sb := sandbox(t, stokeBin, map[string]string{"t.sh": "echo out \"$1\"\necho err >&2\necho K=V >> \"$STOKE_OUTPUTS\"\nexit \"$2\"\n"},
+		"STOKE_RUNTIME=bash", "_HANDLER="+payload.TaskHandler)
+	for _, code := range []int32{0, 5} {
+		out, err := sb.Invoke(context.Background(), event(t, payload.Request{Kind: payload.KindTask,
+			Task: &payload.Task{Entrypoint: "t.sh", Args: []string{"x", fmt.Sprint(code)}}}))
+		var resp payload.Response
+		if err != nil || json.Unmarshal(out, &resp) != nil || resp.Task == nil {
+			t.Fatalf("task = %s, %v", out, err)
+		}
+		if resp.Task.ExitCode != code || resp.Task.Stdout != "out x\n" || resp.Task.Stderr != "err\n" || (code == 0 && resp.Outputs["K"] != "V") {
+			t.Fatalf("task exiting %d: result %+v outputs %v", code, resp.Task, resp.Outputs)
+		}
+	}
+}
+
+// BenchmarkBootstrapEcho compares Stoke's bootstrap running a Python and a
+// Bash echo handler with a minimal aws-lambda-go echo function, all under
+// the same RIE, interleaved in one run so that load hits them alike.
+func BenchmarkBootstrapEcho(b *testing.B) {
+	cases := []struct {
+		name string
+		sb   *lambdasim.Sandbox
+	}{
+		{"go", sandbox(b, goEchoBin, nil)},
+		{"python", sandbox(b, stokeBin, map[string]string{"h.py": "def handle(event):\n    return event\n"}, "STOKE_RUNTIME=python", "_HANDLER=h.handle")},
+		{"bash", sandbox(b, stokeBin, map[string]string{"h.sh": "handle() { printf '%s' \"$1\"; }\n"}, "STOKE_RUNTIME=bash", "_HANDLER=h.handle")},
+	}
+	ev := event(b, payload.Request{Kind: payload.KindInvoke, Input: json.RawMessage(`{"hello":"world"}`)})
+	ctx := context.Background()
+	lat := make([][]time.Duration, len(cases))
+	for i, c := range cases {
+		if _, err := c.sb.Invoke(ctx, ev); err != nil { // init
+			b.Fatalf("%s: %v", c.name, err)
+		}
+		lat[i] = make([]time.Duration, 0, b.N)
+	}
+	b.ResetTimer()
+	for range b.N {
+		for i, c := range cases {
+			start := time.Now()
+			if _, err := c.sb.Invoke(ctx, ev); err != nil {
+				b.Fatalf("%s: %v", c.name, err)
+			}
+			lat[i] = append(lat[i], time.Since(start))
+		}
+	}
+	b.StopTimer()
+	p50 := make([]float64, len(cases))
+	for i, c := range cases {
+		slices.Sort(lat[i])
+		p50[i] = float64(lat[i][len(lat[i])/2].Microseconds())
+		b.ReportMetric(p50[i], c.name+"-p50-µs")
+	}
+	b.ReportMetric(p50[1]/p50[0], "python/go")
+	b.ReportMetric(p50[2]/p50[0], "bash/go")
+}
