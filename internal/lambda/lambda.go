@@ -171,6 +171,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.relay = r
+	// Deflate the bootstrap now rather than in the first registration.
+	go func() { _ = s.boot.load() }()
 	return s, nil
 }
 
