@@ -43,6 +43,9 @@ bench:
 	$(BENCH) 'UpExecThroughput' -benchtime 3x ./internal/up/
 	$(BENCH) 'TaskOutput100MB' -benchtime 3x ./e2e/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
+	$(BENCH) 'BootstrapEcho' -benchtime 500x ./internal/lambda/bootstrap/
+	$(BENCH) 'RegisterToReady' -benchtime 10x ./internal/lambda/
+	$(BENCH) 'LambdaInvoke' -benchtime 500x ./e2e/
 
 lint:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted; exit 1; fi

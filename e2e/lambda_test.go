@@ -23,7 +23,7 @@ const lambdaAccessKey = "AKIDSTOKEE2E"
 
 // startLambda starts a simulator and points the AWS configuration of the
 // stoke up processes this test starts at it.
-func startLambda(t *testing.T, concurrency int) *lambdasim.Simulator {
+func startLambda(t testing.TB, concurrency int) *lambdasim.Simulator {
 	t.Helper()
 	rie, err := testdeps.Path("aws-lambda-rie")
 	if err != nil {
@@ -44,14 +44,14 @@ func startLambda(t *testing.T, concurrency int) *lambdasim.Simulator {
 	return sim
 }
 
-func (u *stokeUp) applyLambdaRuntime(t *testing.T, name, inner string) {
+func (u *stokeUp) applyLambdaRuntime(t testing.TB, name, inner string) {
 	t.Helper()
 	rt := &v1alpha1.Runtime{Spec: v1alpha1.RuntimeSpec{Server: "lambda", Replicas: 1, Runs: 16,
 		Lambda: &v1alpha1.LambdaSpec{Runtime: inner, Role: "arn:aws:iam::123456789012:role/stoke"}}}
 	rt.APIVersion, rt.Kind = v1alpha1.GroupVersion.String(), v1alpha1.KindRuntime
 	rt.Name, rt.Namespace = name, "default"
-	if status, body := u.do(t, http.MethodPut, "/v1/namespaces/default/runtimes/"+name, rt); status/100 != 2 {
-		t.Fatalf("apply runtime %s: %d %s", name, status, body)
+	if status, body, err := u.request(http.MethodPut, "/v1/namespaces/default/runtimes/"+name, rt); err != nil || status/100 != 2 {
+		t.Fatalf("apply runtime %s: %d %s %v", name, status, body, err)
 	}
 }
 

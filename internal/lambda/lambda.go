@@ -74,6 +74,10 @@ type Config struct {
 	// Client overrides the SDK client (tests); nil loads the default AWS
 	// configuration.
 	Client *awslambda.Client
+	// Observe, when set, is told how long each step of placing a function
+	// took: "package", "create" (CreateFunction), "active" (waiting until
+	// Active) and "ping" (the first invocation, which loads the handler).
+	Observe func(step string, d time.Duration)
 	// StateDir holds the relay socket of tasks (a private directory).
 	StateDir string
 	Logger   *slog.Logger
@@ -189,11 +193,13 @@ func (s *Server) ValidateHandler(h string) error { return s.inner.ValidateHandle
 // Active, and ping it so that a handler that cannot load fails here, with
 // its init error.
 func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Instance, error) {
+	start := time.Now()
 	p, err := s.build(fs.WorkingDir, spec{
 		Runtime: s.cfg.Runtime, Handler: fs.Handler, Env: userEnv(fs.Env, fs.WorkingDir),
 		Role: s.cfg.Role, Architecture: s.cfg.Architecture, MemoryMB: s.cfg.MemoryMB,
 		TimeoutSecs: int32(bounds.MaxInvokeTimeout / time.Second),
 	})
+	s.observe("package", start)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", fs.RunUID, err)
 	}
@@ -201,7 +207,9 @@ func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Ins
 		return nil, fmt.Errorf("run %s: %w", fs.RunUID, err)
 	}
 	inst := &instance{s: s, name: p.name, uid: fs.RunUID, done: make(chan struct{})}
+	start = time.Now()
 	out, err := s.ping(ctx, p.name)
+	s.observe("ping", start)
 	if err != nil {
 		err = awsError("Invoke", err)
 	} else {
@@ -255,6 +263,7 @@ func (s *Server) acquire(ctx context.Context, p *pkg, uid string) error {
 }
 
 func (s *Server) ensure(ctx context.Context, p *pkg, uid string) error {
+	start := time.Now()
 	_, err := s.c.CreateFunction(ctx, &awslambda.CreateFunctionInput{
 		FunctionName:  aws.String(p.name),
 		Runtime:       types.RuntimeProvidedal2023,
@@ -268,6 +277,7 @@ func (s *Server) ensure(ctx context.Context, p *pkg, uid string) error {
 		Description:   aws.String("Stoke " + s.cfg.Runtime + " Run"),
 		Tags:          map[string]string{TagRunUID: uid, TagDigest: p.digest},
 	})
+	s.observe("create", start)
 	var conflict *types.ResourceConflictException
 	switch {
 	case err == nil:
@@ -284,7 +294,9 @@ func (s *Server) ensure(ctx context.Context, p *pkg, uid string) error {
 	if d, ok := ctx.Deadline(); ok {
 		wait = time.Until(d)
 	}
+	start = time.Now()
 	out, err := w.WaitForOutput(ctx, &awslambda.GetFunctionInput{FunctionName: aws.String(p.name)}, wait)
+	s.observe("active", start)
 	if err != nil {
 		if out != nil && out.Configuration != nil && out.Configuration.State == types.StateFailed {
 			return fmt.Errorf("function %s failed: %s", p.name, aws.ToString(out.Configuration.StateReason))
@@ -295,6 +307,12 @@ func (s *Server) ensure(ctx context.Context, p *pkg, uid string) error {
 		return fmt.Errorf("function %s exists with another digest %s: delete it or use another name prefix", p.name, d)
 	}
 	return nil
+}
+
+func (s *Server) observe(step string, start time.Time) {
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(step, time.Since(start))
+	}
 }
 
 // handlerOrNone: Lambda wants a handler; a task function has none.

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,7 +56,7 @@ type env struct {
 	rs  *runtimetest.Server
 }
 
-func start(t *testing.T, runtime string, fixtures map[runtimetest.Fixture]runtimetest.Source) env {
+func start(t testing.TB, runtime string, fixtures map[runtimetest.Fixture]runtimetest.Source, observe ...func(string, time.Duration)) env {
 	t.Helper()
 	sim, err := lambdasim.New(lambdasim.Config{RIE: rieBin, Dir: t.TempDir(), AccessKeyID: accessKey, Concurrency: 10})
 	if err != nil {
@@ -65,10 +67,14 @@ func start(t *testing.T, runtime string, fixtures map[runtimetest.Fixture]runtim
 		Region: lambdasim.Region, BaseEndpoint: aws.String(sim.URL()),
 		Credentials: credentials.NewStaticCredentialsProvider(accessKey, "secret", ""),
 	})
-	srv, err := lambda.New(context.Background(), lambda.Config{
+	cfg := lambda.Config{
 		Runtime: runtime, Role: "arn:aws:iam::123456789012:role/stoke", Bootstrap: stokeBin, Relay: stokeBin,
 		Client: client, StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	if len(observe) > 0 {
+		cfg.Observe = observe[0]
+	}
+	srv, err := lambda.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,4 +279,53 @@ func TestCollectDeletesFunctionsOfGoneRuns(t *testing.T) {
 	if got := e.sim.Functions(); len(got) != 0 {
 		t.Fatalf("functions after Collect: %v", got)
 	}
+}
+
+// BenchmarkRegisterToReady registers a new function (new code each time)
+// on the simulator until READY, and reports the median of the whole and of
+// Stoke's own work in it: packaging the zip, against the AWS calls (whose
+// time is mostly the simulator's and the RIE's cold start).
+func BenchmarkRegisterToReady(b *testing.B) {
+	var mu sync.Mutex
+	steps := map[string][]time.Duration{}
+	e := start(b, "python", pythonFixtures, func(step string, d time.Duration) {
+		mu.Lock()
+		steps[step] = append(steps[step], d)
+		mu.Unlock()
+	})
+	ctx := context.Background()
+	var total []time.Duration
+	for i := range b.N {
+		req := e.rs.RegisterRequest(b, runtimetest.Echo, fmt.Sprintf("uid-%d", i), 1)
+		if err := os.WriteFile(filepath.Join(req.GetWorkingDir(), "n.txt"), []byte(fmt.Sprint(i)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		resp, err := e.rs.Functions.RegisterFunction(ctx, req)
+		for err == nil && resp.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_REGISTERING {
+			resp, err = e.rs.Functions.RegisterFunction(ctx, req)
+		}
+		if err != nil || resp.GetState() != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+			b.Fatalf("register: %v %v", resp.GetState(), err)
+		}
+		total = append(total, time.Since(start))
+		if _, err := e.rs.Functions.UnregisterFunction(ctx, &pb.UnregisterFunctionRequest{Registration: resp.GetRegistration()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p50 := func(d []time.Duration) float64 {
+		if len(d) == 0 {
+			return 0
+		}
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	b.ReportMetric(p50(total), "ready-p50-ms")
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range []string{"package", "create", "active", "ping"} {
+		b.ReportMetric(p50(steps[s]), s+"-p50-ms")
+	}
+	b.ReportMetric(p50(steps["package"])/p50(total), "package-share")
 }
