@@ -3,13 +3,11 @@ package lambdasim_test
 import (
 	"archive/zip"
 	"bytes"
-	"compress/flate"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"strings"
 	"sync"
@@ -23,45 +21,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
 	"stoke.dev/stoke/internal/lambda/lambdasim"
-	"stoke.dev/stoke/internal/testbin"
 	"stoke.dev/stoke/internal/testdeps"
 )
 
-var (
-	rieBin string
-	// The stoke binary, deflated once: compressing it per package would
-	// dominate the tests under -race.
-	bootHdr  zip.FileHeader
-	bootData []byte
-)
+var rieBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		stokeBin, cleanup, err := testbin.Stoke()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer cleanup()
-		raw, err := os.ReadFile(stokeBin)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		var buf bytes.Buffer
-		fw, _ := flate.NewWriter(&buf, flate.BestSpeed)
-		fw.Write(raw)
-		fw.Close()
-		bootHdr = zip.FileHeader{Name: "bootstrap", Method: zip.Deflate, CRC32: crc32.ChecksumIEEE(raw),
-			CompressedSize64: uint64(buf.Len()), UncompressedSize64: uint64(len(raw))}
-		bootHdr.SetMode(0o755)
-		bootData = buf.Bytes()
-		if rieBin, err = testdeps.Path("aws-lambda-rie"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		return m.Run()
-	}())
+	var err error
+	if rieBin, err = testdeps.Path("aws-lambda-rie"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
 }
 
 const accessKey = "AKIDSIMULATOR"
@@ -84,51 +55,57 @@ func client(url, key string) *lambda.Client {
 	})
 }
 
-// pkg zips the stoke binary as bootstrap with files.
-func pkg(t *testing.T, files map[string]string) []byte {
+// pkg zips pyBootstrap as bootstrap.
+func pkg(t *testing.T) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
-	hdr := bootHdr
-	w, err := zw.CreateRaw(&hdr)
+	hdr := &zip.FileHeader{Name: "bootstrap", Method: zip.Deflate}
+	hdr.SetMode(0o755)
+	w, err := zw.CreateHeader(hdr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Write(bootData)
-	for name, text := range files {
-		w, err := zw.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write([]byte(text))
-	}
+	w.Write([]byte(pyBootstrap))
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
 }
 
-const pyHandler = `import os, time
+const pyBootstrap = `#!/usr/bin/env python3
+import json, os, time, urllib.request
+api = "http://" + os.environ["AWS_LAMBDA_RUNTIME_API"] + "/2018-06-01/runtime"
+def post(path, body, error_type=None):
+    req = urllib.request.Request(api + path, data=json.dumps(body).encode(), method="POST")
+    if error_type:
+        req.add_header("Lambda-Runtime-Function-Error-Type", error_type)
+    urllib.request.urlopen(req).read()
+if os.environ.get("_HANDLER") == "missing":
+    post("/init/error", {"errorType": "Runtime.InitError", "errorMessage": "handler missing not found"}, "Runtime.InitError")
+    raise SystemExit(1)
 calls = 0
-def handle(event, context):
-    global calls
+while True:
+    with urllib.request.urlopen(api + "/invocation/next") as r:
+        rid = r.headers["Lambda-Runtime-Aws-Request-Id"]
+        event = json.loads(r.read() or b"null")
     calls += 1
-    if event.get("started"):
-        # Tell the test this invocation runs, then wait for its release.
+    if isinstance(event, dict) and event.get("started"):
         with open(event["started"], "w") as f:
-            f.write("x\n")
+            f.write("x\\n")
         fd = os.open(event["release"], os.O_RDONLY)
         os.read(fd, 3)
         os.close(fd)
-    if event.get("fail"):
-        raise ValueError("asked to fail")
-    if event.get("sleep"):
+    if isinstance(event, dict) and event.get("sleep"):
         time.sleep(event["sleep"])
-    print("handled", calls)
-    return {"calls": calls, "echo": event}
+    if isinstance(event, dict) and event.get("fail"):
+        post("/invocation/" + rid + "/error", {"errorType": "ValueError", "errorMessage": "asked to fail"}, "ValueError")
+        continue
+    print("handled", calls, flush=True)
+    post("/invocation/" + rid + "/response", {"calls": calls, "echo": event})
 `
 
-func create(t *testing.T, c *lambda.Client, name, handler string, timeout int32, files map[string]string) {
+func create(t *testing.T, c *lambda.Client, name, handler string, timeout int32) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := c.CreateFunction(ctx, &lambda.CreateFunctionInput{
@@ -137,7 +114,7 @@ func create(t *testing.T, c *lambda.Client, name, handler string, timeout int32,
 		Role:         aws.String("arn:aws:iam::123456789012:role/stoke"),
 		Handler:      aws.String(handler),
 		Timeout:      aws.Int32(timeout),
-		Code:         &types.FunctionCode{ZipFile: pkg(t, files)},
+		Code:         &types.FunctionCode{ZipFile: pkg(t)},
 		Environment:  &types.Environment{Variables: map[string]string{"STOKE_RUNTIME": "python"}},
 		Tags:         map[string]string{"stoke.dev/run-uid": "uid-1"},
 	})
@@ -152,7 +129,7 @@ func create(t *testing.T, c *lambda.Client, name, handler string, timeout int32,
 
 func invoke(t *testing.T, c *lambda.Client, name string, input any) *lambda.InvokeOutput {
 	t.Helper()
-	ev, _ := json.Marshal(map[string]any{"stoke": "invoke", "input": input})
+	ev, _ := json.Marshal(input)
 	out, err := c.Invoke(context.Background(), &lambda.InvokeInput{FunctionName: aws.String(name), Payload: ev, LogType: types.LogTypeTail})
 	if err != nil {
 		t.Fatalf("Invoke: %v", err)
@@ -163,11 +140,11 @@ func invoke(t *testing.T, c *lambda.Client, name string, input any) *lambda.Invo
 func TestLifecycleWithTheRealSDK(t *testing.T) {
 	sim, c := start(t, 10)
 	ctx := context.Background()
-	create(t, c, "fn-a", "h.handle", 10, map[string]string{"h.py": pyHandler})
+	create(t, c, "fn-a", "h.handle", 10)
 
 	// A second create conflicts.
 	_, err := c.CreateFunction(ctx, &lambda.CreateFunctionInput{FunctionName: aws.String("fn-a"), Runtime: types.RuntimeProvidedal2023,
-		Role: aws.String("arn:aws:iam::123456789012:role/stoke"), Code: &types.FunctionCode{ZipFile: pkg(t, nil)}})
+		Role: aws.String("arn:aws:iam::123456789012:role/stoke"), Code: &types.FunctionCode{ZipFile: pkg(t)}})
 	var conflict *types.ResourceConflictException
 	if !errors.As(err, &conflict) {
 		t.Fatalf("second CreateFunction = %v; want ResourceConflictException", err)
@@ -185,10 +162,8 @@ func TestLifecycleWithTheRealSDK(t *testing.T) {
 	// Warm: module globals survive from one invocation to the next.
 	for want := 1; want <= 3; want++ {
 		out := invoke(t, c, "fn-a", map[string]int{"n": want})
-		var resp struct {
-			Output struct{ Calls int } `json:"output"`
-		}
-		if out.FunctionError != nil || json.Unmarshal(out.Payload, &resp) != nil || resp.Output.Calls != want {
+		var resp struct{ Calls int }
+		if out.FunctionError != nil || json.Unmarshal(out.Payload, &resp) != nil || resp.Calls != want {
 			t.Fatalf("invocation %d = %s (function error %v)", want, out.Payload, aws.ToString(out.FunctionError))
 		}
 		logs, _ := base64.StdEncoding.DecodeString(aws.ToString(out.LogResult))
@@ -247,7 +222,7 @@ func TestWrongCredentialsAreRefused(t *testing.T) {
 
 func TestConcurrencyLimitAndMoreSandboxes(t *testing.T) {
 	sim, c := start(t, 2)
-	create(t, c, "fn-c", "h.handle", 60, map[string]string{"h.py": pyHandler})
+	create(t, c, "fn-c", "h.handle", 60)
 	started, release := blockers(t)
 	// Two invocations that block in their handler occupy the limit.
 	var wg sync.WaitGroup
@@ -256,7 +231,7 @@ func TestConcurrencyLimitAndMoreSandboxes(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ev, _ := json.Marshal(map[string]any{"stoke": "invoke", "input": map[string]string{"started": started.Name(), "release": release.Name()}})
+			ev, _ := json.Marshal(map[string]string{"started": started.Name(), "release": release.Name()})
 			out, err := c.Invoke(context.Background(), &lambda.InvokeInput{FunctionName: aws.String("fn-c"), Payload: ev})
 			if err == nil && out.FunctionError != nil {
 				err = fmt.Errorf("function error: %s", out.Payload)
@@ -265,7 +240,7 @@ func TestConcurrencyLimitAndMoreSandboxes(t *testing.T) {
 		}()
 	}
 	awaitLines(t, started, 2)
-	_, err := c.Invoke(context.Background(), &lambda.InvokeInput{FunctionName: aws.String("fn-c"), Payload: []byte(`{"stoke":"ping"}`)},
+	_, err := c.Invoke(context.Background(), &lambda.InvokeInput{FunctionName: aws.String("fn-c"), Payload: []byte(`{}`)},
 		func(o *lambda.Options) { o.RetryMaxAttempts = 1 })
 	var tooMany *types.TooManyRequestsException
 	if !errors.As(err, &tooMany) {
@@ -323,7 +298,7 @@ func awaitLines(t *testing.T, f *os.File, n int) {
 
 func TestTimeoutKillsTheSandbox(t *testing.T) {
 	sim, c := start(t, 10)
-	create(t, c, "fn-t", "h.handle", 1, map[string]string{"h.py": pyHandler})
+	create(t, c, "fn-t", "h.handle", 1)
 	// A cold invocation has Lambda's init limit on top of the timeout:
 	// warm the sandbox first.
 	invoke(t, c, "fn-t", map[string]int{"n": 0})
@@ -337,15 +312,15 @@ func TestTimeoutKillsTheSandbox(t *testing.T) {
 	}
 	// The next invocation starts afresh.
 	out = invoke(t, c, "fn-t", map[string]int{"n": 1})
-	if out.FunctionError != nil || !strings.Contains(string(out.Payload), `"calls":1`) {
+	if out.FunctionError != nil || !strings.Contains(string(out.Payload), `"calls": 1`) {
 		t.Fatalf("invocation after the timeout = %s", out.Payload)
 	}
 }
 
 func TestInitErrorIsAFunctionError(t *testing.T) {
 	_, c := start(t, 10)
-	create(t, c, "fn-i", "h.missing", 10, map[string]string{"h.py": pyHandler})
-	out, err := c.Invoke(context.Background(), &lambda.InvokeInput{FunctionName: aws.String("fn-i"), Payload: []byte(`{"stoke":"ping"}`)})
+	create(t, c, "fn-i", "missing", 10)
+	out, err := c.Invoke(context.Background(), &lambda.InvokeInput{FunctionName: aws.String("fn-i"), Payload: []byte(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
