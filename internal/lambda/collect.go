@@ -97,7 +97,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.Client = NewClient
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	var client *awslambda.Client
 	t := time.NewTicker(c.Interval)

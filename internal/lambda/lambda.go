@@ -112,7 +112,7 @@ func NewClient(ctx context.Context) (*awslambda.Client, error) {
 // New checks cfg and returns a Server; Close stops its relay.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Role == "" {
 		return nil, errors.New("lambda: an execution role ARN is required (--lambda-role)")

@@ -293,7 +293,6 @@ func TestTasksOnLambda(t *testing.T) {
 	}
 }
 
-
 // BenchmarkRegisterToReady registers a new function (new code each time)
 // on the simulator until READY, and reports the median of the whole and of
 // Stoke's own work in it: packaging the zip, against the AWS calls (whose

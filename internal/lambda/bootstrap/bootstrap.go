@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 func start(ctx context.Context, cfg Config) (*Bootstrap, error) {
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.RuntimeAPI == "" {
 		return nil, errors.New("bootstrap: AWS_LAMBDA_RUNTIME_API is not set: run as bootstrap only inside Lambda")

@@ -132,7 +132,7 @@ func New(cfg Config) (*Simulator, error) {
 		cfg.Pending = 50 * time.Millisecond
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
