@@ -30,17 +30,29 @@ import (
 
 var stokeBin, rieBin string
 
+// launcher is what these tests package as bootstrap: a script that runs
+// the stoke binary built for the test under the name bootstrap. The
+// sandboxes run on this machine, so the package need not carry the binary,
+// and tens of megabytes less per CreateFunction keep the tests fast under
+// -race. The e2e tests package the binary itself.
+var launcher string
+
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
 		var cleanup func()
 		var err error
-		// Without symbols: a smaller package to upload in every test.
-		if stokeBin, cleanup, err = testbin.Build("stoke.dev/stoke/cmd/stoke", "", "-ldflags=-s -w"); err != nil {
+		if stokeBin, cleanup, err = testbin.Stoke(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		defer cleanup()
 		if rieBin, err = testdeps.Path("aws-lambda-rie"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		launcher = filepath.Join(filepath.Dir(stokeBin), "launcher")
+		script := "#!/usr/bin/env bash\nexec -a bootstrap " + stokeBin + " \"$@\"\n"
+		if err := os.WriteFile(launcher, []byte(script), 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -68,7 +80,7 @@ func start(t testing.TB, runtime string, fixtures map[runtimetest.Fixture]runtim
 		Credentials: credentials.NewStaticCredentialsProvider(accessKey, "secret", ""),
 	})
 	cfg := lambda.Config{
-		Runtime: runtime, Role: "arn:aws:iam::123456789012:role/stoke", Bootstrap: stokeBin, Relay: stokeBin,
+		Runtime: runtime, Role: "arn:aws:iam::123456789012:role/stoke", Bootstrap: launcher, Relay: stokeBin,
 		Client: client, StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
 	}
 	if len(observe) > 0 {

@@ -16,9 +16,9 @@ import (
 
 // Build runs `go build` for pkg (an import path; with modfile set, resolved
 // through that module file, relative to the module root) into a new
-// temporary directory, with further build flags. It returns the binary's
-// path and a function that removes the directory.
-func Build(pkg, modfile string, flags ...string) (path string, cleanup func(), err error) {
+// temporary directory. It returns the binary's path and a function that
+// removes the directory.
+func Build(pkg, modfile string) (path string, cleanup func(), err error) {
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", nil, fmt.Errorf("go env GOMOD: %w", err)
@@ -34,7 +34,6 @@ func Build(pkg, modfile string, flags ...string) (path string, cleanup func(), e
 	if modfile != "" {
 		args = append(args, "-modfile="+modfile)
 	}
-	args = append(args, flags...)
 	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
