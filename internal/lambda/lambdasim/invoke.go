@@ -80,7 +80,7 @@ func (s *Simulator) invoke(w http.ResponseWriter, r *http.Request) {
 	if sb == nil {
 		// Lambda bounds init apart from the invocation.
 		timeout += initTimeout
-		sb, err = s.startSandbox(r.Context(), conf, zipFile)
+		sb, err = s.startSandbox(r.Context(), fn, conf, zipFile)
 		if err != nil {
 			s.log.Error("starting a sandbox failed", "function", name, "error", err)
 			writeError(w, http.StatusInternalServerError, "ServiceException", "starting a sandbox: "+err.Error())

@@ -41,25 +41,30 @@ type sandbox struct {
 }
 
 // startSandbox unpacks the package and starts an RIE for it.
-func (s *Simulator) startSandbox(ctx context.Context, conf configuration, zipFile []byte) (*sandbox, error) {
+func (s *Simulator) startSandbox(ctx context.Context, fn *function, conf configuration, zipFile []byte) (*sandbox, error) {
+	// The package is unpacked once per function and shared, read-only in
+	// spirit, by its sandboxes, as Lambda's /var/task is.
+	fn.unpackOnce.Do(func() {
+		fn.code, fn.unpackErr = os.MkdirTemp(s.cfg.Dir, conf.FunctionName+"-code-")
+		if fn.unpackErr == nil {
+			fn.unpackErr = unzip(zipFile, fn.code)
+		}
+	})
+	if fn.unpackErr != nil {
+		return nil, fmt.Errorf("unpacking the package: %w", fn.unpackErr)
+	}
 	dir, err := os.MkdirTemp(s.cfg.Dir, conf.FunctionName+"-")
 	if err != nil {
 		return nil, err
 	}
-	task, tmp := filepath.Join(dir, "task"), filepath.Join(dir, "tmp")
-	for _, d := range []string{task, tmp} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-	}
-	if err := unzip(zipFile, task); err != nil {
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("unpacking the package: %w", err)
+		return nil, err
 	}
 	var lastErr error
 	for range 3 { // a free port found may be taken before the RIE binds it
-		sb, err := startRIE(ctx, s.cfg.RIE, dir, task, sandboxEnv(conf, task, tmp))
+		sb, err := startRIE(ctx, s.cfg.RIE, dir, fn.code, sandboxEnv(conf, fn.code, tmp))
 		if err == nil {
 			return sb, nil
 		}
@@ -205,7 +210,10 @@ func (sb *sandbox) kill() {
 }
 
 // unzip unpacks a package into dir, refusing paths that leave it and
-// packages that expand past bounds.LambdaUnzipped.
+// packages that expand past bounds.LambdaUnzipped. The entries are checked
+// here and inflated by python3's zipfile (zlib in C: inflating tens of
+// megabytes in Go's own code is slow in a test binary built with -race);
+// the modes, which zipfile does not set, are applied after.
 func unzip(b []byte, dir string) error {
 	zr, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
@@ -217,43 +225,28 @@ func unzip(b []byte, dir string) error {
 		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
 			return fmt.Errorf("%s: path leaves the package", f.Name)
 		}
-		path := filepath.Join(dir, name)
-		if f.FileInfo().IsDir() {
-			if err := os.MkdirAll(path, 0o755); err != nil {
-				return err
-			}
-			continue
-		}
 		total += int64(f.UncompressedSize64)
 		if total > bounds.LambdaUnzipped {
 			return fmt.Errorf("unzipped size must be smaller than %d bytes", bounds.LambdaUnzipped)
 		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
+	}
+	zipPath := dir + ".zip"
+	if err := os.WriteFile(zipPath, b, 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(zipPath)
+	if out, err := exec.Command("python3", "-m", "zipfile", "-e", zipPath, dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("python3 -m zipfile: %w: %s", err, out)
+	}
+	for _, f := range zr.File {
+		if f.FileInfo().IsDir() {
+			continue
 		}
-		if err := writeEntry(f, path); err != nil {
+		if err := os.Chmod(filepath.Join(dir, filepath.Clean(f.Name)), f.Mode().Perm()|0o400); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-func writeEntry(f *zip.File, path string) error {
-	rc, err := f.Open()
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	mode := f.Mode().Perm() | 0o400
-	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, io.LimitReader(rc, int64(f.UncompressedSize64))); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // freePorts finds n free loopback ports.

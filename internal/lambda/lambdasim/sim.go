@@ -5,9 +5,9 @@
 // tag calls, closely enough that the real SDK, pointed at it with
 // BaseEndpoint and static credentials, cannot tell the difference on those
 // calls. A function is Pending for a moment after it is created, then
-// Active. An invocation runs in a sandbox: the function's zip unpacked into
-// a directory of its own, served by the real AWS Lambda Runtime Interface
-// Emulator started with the package's bootstrap. A sandbox serves one
+// Active. An invocation runs in a sandbox: the real AWS Lambda Runtime
+// Interface Emulator started with the package's bootstrap, the zip
+// unpacked once per function and shared by its sandboxes (as /var/task). A sandbox serves one
 // invocation at a time, as on Lambda; concurrent invocations get more
 // sandboxes, which stay warm and are reused. The function's timeout kills
 // the sandbox.
@@ -91,6 +91,10 @@ type function struct {
 	idle    []*sandbox // warm sandboxes waiting for an invocation
 	all     map[*sandbox]struct{}
 	deleted bool
+
+	unpackOnce sync.Once
+	code       string // the unpacked package, shared by the sandboxes
+	unpackErr  error
 }
 
 // configuration is the FunctionConfiguration document.
