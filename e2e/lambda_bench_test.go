@@ -31,7 +31,7 @@ func BenchmarkLambdaInvoke(b *testing.B) {
 	}
 	b.Cleanup(func() { up.Close() })
 	u := &stokeUp{Up: up}
-	u.applyLambdaRuntime(b, "lambda-python", "python")
+	u.applyLambdaRuntime(b, "lambda-python", "python", "")
 	if status, body, err := u.request(http.MethodPost, "/v1/namespaces/default/runs",
 		newRun("echo", function("lambda-python", "m.handle", "m.py", "def handle(event):\n    return event\n"))); err != nil || status != http.StatusCreated {
 		b.Fatalf("create: %d %s %v", status, body, err)

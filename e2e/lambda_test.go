@@ -44,10 +44,12 @@ func startLambda(t testing.TB, concurrency int) *lambdasim.Simulator {
 	return sim
 }
 
-func (u *stokeUp) applyLambdaRuntime(t testing.TB, name, inner string) {
+// applyLambdaRuntime creates a lambda Runtime; bootstrap, when set, is what
+// its functions package as bootstrap instead of the stoke binary.
+func (u *stokeUp) applyLambdaRuntime(t testing.TB, name, inner, bootstrap string) {
 	t.Helper()
 	rt := &v1alpha1.Runtime{Spec: v1alpha1.RuntimeSpec{Server: "lambda", Replicas: 1, Runs: 16,
-		Lambda: &v1alpha1.LambdaSpec{Runtime: inner, Role: "arn:aws:iam::123456789012:role/stoke"}}}
+		Lambda: &v1alpha1.LambdaSpec{Runtime: inner, Role: "arn:aws:iam::123456789012:role/stoke", Bootstrap: bootstrap}}}
 	rt.APIVersion, rt.Kind = v1alpha1.GroupVersion.String(), v1alpha1.KindRuntime
 	rt.Name, rt.Namespace = name, "default"
 	if status, body, err := u.request(http.MethodPut, "/v1/namespaces/default/runtimes/"+name, rt); err != nil || status/100 != 2 {
@@ -101,8 +103,16 @@ func TestLambdaRuntime(t *testing.T) {
 	sim := startLambda(t, 100)
 	dir := t.TempDir()
 	u := startUp(t, dir, "--lambda-collect-interval", "1s")
-	u.applyLambdaRuntime(t, "lambda-python", "python")
-	u.applyLambdaRuntime(t, "lambda-bash", "bash")
+	// The sandboxes run on this machine: a launcher of the stoke binary is
+	// packaged instead of its tens of megabytes, which the simulator in this
+	// test binary (built with -race) would otherwise decode at every
+	// CreateFunction. BenchmarkLambdaInvoke packages the binary itself.
+	launcher := filepath.Join(t.TempDir(), "launcher")
+	if err := os.WriteFile(launcher, []byte("#!/usr/bin/env bash\nexec -a bootstrap "+stokeBin+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u.applyLambdaRuntime(t, "lambda-python", "python", launcher)
+	u.applyLambdaRuntime(t, "lambda-bash", "bash", launcher)
 	w := u.watchRuns(t)
 	defer func() { w.stop() }()
 

@@ -667,6 +667,9 @@ func serverArgs(l *v1alpha1.LambdaSpec) []string {
 	if l.NamePrefix != "" {
 		args = append(args, "--lambda-name-prefix", l.NamePrefix)
 	}
+	if l.Bootstrap != "" {
+		args = append(args, "--lambda-bootstrap", l.Bootstrap)
+	}
 	return args
 }
 

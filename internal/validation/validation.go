@@ -191,6 +191,9 @@ func validateLambda(e *errorList, s *v1alpha1.RuntimeSpec, p *field.Path) {
 	}) {
 		e.add(p.Child("namePrefix"), "%s: at most 32 letters, digits, - and _", quote(l.NamePrefix))
 	}
+	if l.Bootstrap != "" && (!strings.HasPrefix(l.Bootstrap, "/") || len(l.Bootstrap) > 4096) {
+		e.add(p.Child("bootstrap"), "%s is not an absolute path", quote(l.Bootstrap))
+	}
 }
 
 func validateTypeMeta(e *errorList, tm metav1.TypeMeta, kind string) {

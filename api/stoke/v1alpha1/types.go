@@ -269,6 +269,12 @@ type LambdaSpec struct {
 	// NamePrefix starts every function name (default "stoke-").
 	// +optional
 	NamePrefix string `json:"namePrefix,omitempty"`
+	// Bootstrap is the absolute path, on the machine that runs the pods,
+	// of the stoke binary to package as the functions' bootstrap: one built
+	// for Architecture when that is not the pods' own (default: the pods'
+	// stoke).
+	// +optional
+	Bootstrap string `json:"bootstrap,omitempty"`
 }
 
 // RuntimeStatus reports the pool's pods.
