@@ -87,7 +87,10 @@ const (
 
 	// ExecFrame is the most stdin, stdout or stderr bytes one exec frame
 	// carries (gRPC or WebSocket), and so each exec pump's one buffer.
-	ExecFrame = 32 << 10
+	// It leaves room for the frame's protobuf tag and length within
+	// 32 KiB, grpc-go's pooled buffer size: one byte more and every
+	// message is marshalled into a zeroed 1 MiB buffer.
+	ExecFrame = 32<<10 - 64
 	// ExecControlFrame bounds a WebSocket exec message that is not stdin:
 	// a resize or a close.
 	ExecControlFrame = 1 << 10

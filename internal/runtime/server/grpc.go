@@ -63,6 +63,10 @@ const (
 	// holds the largest message, so that none waits for a window update.
 	streamWindow = maxSendMsg
 	connWindow   = 4 * streamWindow
+	// connBuffer is a connection's read and write buffer: one exec frame
+	// with its HTTP/2 and gRPC framing fits, so that a frame is one read
+	// and one write.
+	connBuffer = 2 * bounds.ExecFrame
 )
 
 // DialOptions are how a client (runtimed) connects to a Runtime Server:
@@ -74,6 +78,8 @@ func DialOptions() []grpc.DialOption {
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxSendMsg)),
+		grpc.WithReadBufferSize(connBuffer),
+		grpc.WithWriteBufferSize(connBuffer),
 	}
 }
 
@@ -91,6 +97,8 @@ func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
 		grpc.MaxSendMsgSize(maxSendMsg),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
+		grpc.ReadBufferSize(connBuffer),
+		grpc.WriteBufferSize(connBuffer),
 	}, opts...)
 	s := grpc.NewServer(opts...)
 	h := health.NewServer()
