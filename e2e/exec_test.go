@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -120,7 +121,9 @@ func TestExecCLI(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 2 })
+		// Both sleeps run (the marker is in the CLI's and bash's command
+		// lines too, so count the sleeps themselves).
+		awaitSleeps(t, marker, 2)
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}
@@ -195,5 +198,21 @@ func TestExecEndsWithRunAndPod(t *testing.T) {
 			t.Fatal(err)
 		}
 		ended(cmd, marker)
+	})
+}
+
+// awaitSleeps polls /proc (outside state with no event) until n processes
+// run exactly `sleep marker`, or fails.
+func awaitSleeps(t *testing.T, marker string, n int) {
+	t.Helper()
+	want := "sleep\x00" + marker + "\x00"
+	exectest.AwaitProcesses(t, marker, func(int) bool {
+		count := 0
+		for _, pid := range exectest.Processes(marker) {
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && string(b) == want {
+				count++
+			}
+		}
+		return count == n
 	})
 }

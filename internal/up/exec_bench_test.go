@@ -3,7 +3,6 @@ package up_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -200,6 +199,6 @@ func statusKiB(b *testing.B, field string) int {
 			return n
 		}
 	}
-	b.Fatal(fmt.Sprintf("no %s", field))
+	b.Fatalf("no %s", field)
 	return 0
 }
