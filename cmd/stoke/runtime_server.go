@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/cli"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/runtime/server"
@@ -14,6 +15,7 @@ import (
 
 func newRuntimeServerCommand() *cobra.Command {
 	var cfg server.Config
+	var containment string
 	var lcfg lambda.Config
 	cmd := &cobra.Command{
 		Use:   "runtime-server",
@@ -36,6 +38,11 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.Default()
 			cfg.Subreaper = true
+			mode, err := cgroup.ParseMode(containment)
+			if err != nil {
+				return err
+			}
+			cfg.Containment = mode
 			if cfg.Runtime == "lambda" {
 				lcfg.StateDir, lcfg.Logger = cfg.StateDir, cfg.Logger
 				srv, err := lambda.New(cmd.Context(), lcfg)
@@ -49,6 +56,8 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&containment, "containment", string(cgroup.Auto), "how what a task starts is contained: auto (a cgroup v2 per task where this server's cgroup is writable and has cgroup.kill, plus the child subreaper) or subreaper (the child subreaper alone)")
+	f.StringVar(&cfg.Runtime, "runtime", "bash", "built-in runtime: bash or python")
 	f.StringVar(&cfg.Runtime, "runtime", "bash", "runtime: bash, python, or lambda")
 	f.StringVar(&lcfg.Runtime, "lambda-runtime", "", "lambda: the runtime inside the function, bash or python")
 	f.StringVar(&lcfg.Role, "lambda-role", "", "lambda: the functions' execution role ARN")

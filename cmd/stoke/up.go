@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/up"
@@ -12,6 +13,7 @@ import (
 
 func newUpCommand() *cobra.Command {
 	var cfg up.Config
+	var containment string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run standalone Stoke on this machine: control plane, runtime pools and HTTP API",
@@ -40,6 +42,11 @@ Runs until they are deleted.`,
 			}
 			cfg.Logger = slog.Default()
 			cfg.Subreaper = true
+			mode, err := cgroup.ParseMode(containment)
+			if err != nil {
+				return err
+			}
+			cfg.Containment = mode
 			if err := up.StopWithGoRun(); err != nil {
 				return err
 			}
@@ -47,6 +54,7 @@ Runs until they are deleted.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&containment, "containment", string(cgroup.Auto), "how what a Run starts is contained: auto (a cgroup v2 per pod and per task, killed with cgroup.kill, where the host delegates a writable one, plus the child subreaper) or subreaper (the child subreaper alone); see docs/runtime-server.md")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "state directory: store, token, pods, Run files (default $XDG_STATE_HOME/stoke or ~/.local/state/stoke)")
 	f.StringVar(&cfg.Listen, "listen", datadir.DefaultListen, "HTTP API address; port 0 picks a free port")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS with this PEM certificate (with --tls-key)")

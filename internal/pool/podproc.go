@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	executorv1 "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/loglines"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/shm"
@@ -43,6 +44,11 @@ const sidFile = "sid"
 // lies outside the pod's directory (on /dev/shm), so that a supervisor
 // started after this one died can remove it.
 const ipcFile = "ipc"
+
+// cgroupFile, in a pod's directory, records the pod's cgroup (written
+// before the group is created), so that a supervisor started after this
+// one died can kill everything in it, even what left the pod's session.
+const cgroupFile = "cgroup"
 
 // ipcPrefix starts the name of every pod's IPC directory on /dev/shm.
 const ipcPrefix = "stoke-pod-"
@@ -84,6 +90,23 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 			log.Warn("cannot remove pod IPC directory", "dir", ipcDir, "err", err)
 		}
 	}()
+	mode := cgroup.Subreaper
+	var opts []proc.Option
+	if s.cfg.Cgroup != nil {
+		cg, fd, err := s.makePodCgroup(dir, pod)
+		if err != nil {
+			log.Error("cannot create the pod's cgroup", "err", err)
+			return reasonStartFailed
+		}
+		defer func() {
+			if err := cg.Remove(); err != nil {
+				log.Warn("cannot remove the pod's cgroup", "err", err)
+			}
+		}()
+		defer fd.Close()
+		opts = append(opts, proc.InCgroup(int(fd.Fd())))
+		mode = cgroup.Auto
+	}
 	args := []string{
 		"runtime-server",
 		"--runtime", pod.Server,
@@ -92,6 +115,7 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 		"--state-dir", stateDir,
 		"--ipc-dir", ipcDir,
 		"--shutdown-grace", s.cfg.ShutdownGrace.String(),
+		"--containment", string(mode),
 	}
 	if s.cfg.RunLogDir != "" {
 		args = append(args, "--run-log-dir", s.cfg.RunLogDir)
@@ -111,7 +135,7 @@ func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) strin
 	if cmd.Stderr == nil {
 		cmd.Stderr = w
 	}
-	p, err := proc.Start(cmd, proc.NewSession(), proc.ParentDeathSignal(syscall.SIGTERM))
+	p, err := proc.Start(cmd, append(opts, proc.NewSession(), proc.ParentDeathSignal(syscall.SIGTERM))...)
 	_ = w.Close() // the child has its copy; EOF needs ours closed
 	if err != nil {
 		_ = r.Close()
@@ -320,6 +344,60 @@ func makeIPCDir(dir, stateDir string) (string, error) {
 	return shm.MkdirRecorded(stateDir, ipcPrefix, func(ipcDir string) error {
 		return os.WriteFile(filepath.Join(dir, ipcFile), []byte(ipcDir+"\n"), 0o600)
 	})
+}
+
+// makePodCgroup records the pod's cgroup in its directory dir, then
+// creates it (a leftover of the same name is killed and removed first) and
+// opens it for proc.InCgroup.
+func (s *Supervisor) makePodCgroup(dir string, pod Pod) (*cgroup.Group, *os.File, error) {
+	name := "pod-" + pod.UID
+	path := filepath.Join(s.cfg.Cgroup.Path(), name)
+	if err := os.WriteFile(filepath.Join(dir, cgroupFile), []byte(path+"\n"), 0o600); err != nil {
+		return nil, nil, err
+	}
+	if old, err := s.cfg.Cgroup.Within(path); err == nil {
+		if err := old.Remove(); err != nil {
+			return nil, nil, err
+		}
+	}
+	cg, err := s.cfg.Cgroup.Child(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	fd, err := cg.Open()
+	if err != nil {
+		_ = cg.Remove()
+		return nil, nil, err
+	}
+	return cg, fd, nil
+}
+
+// removeRecordedCgroup kills and removes the cgroup that the pod whose
+// directory is podDir recorded, if it recorded one inside this
+// supervisor's own group; a record outside it is refused.
+func (s *Supervisor) removeRecordedCgroup(podDir string, log *slog.Logger) {
+	b, err := os.ReadFile(filepath.Join(podDir, cgroupFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		log.Warn("cannot read the cgroup of an earlier pod", "err", err)
+		return
+	}
+	if s.cfg.Cgroup == nil {
+		log.Warn("an earlier pod ran in a cgroup, but this supervisor uses none; leaving it", "cgroup", strings.TrimSpace(string(b)))
+		return
+	}
+	cg, err := s.cfg.Cgroup.Within(strings.TrimSpace(string(b)))
+	if err != nil {
+		log.Error("refusing the recorded cgroup of an earlier pod", "err", err)
+		return
+	}
+	if err := cg.Remove(); err != nil {
+		log.Error("cannot kill the cgroup of an earlier pod", "err", err)
+		return
+	}
+	log.Info("killed and removed the cgroup of an earlier pod", "cgroup", cg.Path())
 }
 
 // removeRecordedIPC removes the IPC directory on /dev/shm that the pod

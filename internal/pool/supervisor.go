@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/store"
@@ -102,6 +103,13 @@ type Config struct {
 	StatusInterval time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
+	// Cgroup, when set, is the cgroup v2 this supervisor owns for its pods:
+	// each pod starts directly in a child group of it (recorded in the
+	// pod's directory first), which is killed with cgroup.kill and removed
+	// when the pod ends, and the pod's Runtime Server puts each task in a
+	// child of that (--containment auto). Nil: pods run in this process's
+	// cgroup with --containment subreaper.
+	Cgroup *cgroup.Group
 }
 
 // Supervisor keeps the runtime pods of every Runtime object running. Create
@@ -273,6 +281,7 @@ func (s *Supervisor) killLeftovers() {
 		if err := removeRecordedIPC(filepath.Join(s.podsDir, e.Name())); err != nil {
 			log.Warn("cannot remove the IPC directory of an earlier pod", "err", err)
 		}
+		s.removeRecordedCgroup(filepath.Join(s.podsDir, e.Name()), log)
 		b, err := os.ReadFile(filepath.Join(s.podsDir, e.Name(), sidFile))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // it died before it was recorded, taking nothing along

@@ -30,7 +30,13 @@ type Option func(*options)
 type options struct {
 	session  bool
 	deathSig syscall.Signal
+	cgroupFD int // -1: the parent's cgroup
 }
+
+// InCgroup starts the process directly in the cgroup v2 whose directory fd
+// is open (clone3 with CLONE_INTO_CGROUP), so that it is never outside it,
+// not even between fork and exec.
+func InCgroup(fd int) Option { return func(o *options) { o.cgroupFD = fd } }
 
 // NewSession starts the process as the leader of a new session (setsid)
 // rather than of a new process group in the caller's session. Everything
@@ -63,7 +69,7 @@ func ParentDeathSignal(sig syscall.Signal) Option {
 // child compares its parent with the pid recorded before the fork and
 // signals itself if they differ (syscall's forkAndExecInChild).
 func Start(cmd *exec.Cmd, opts ...Option) (*Process, error) {
-	o := options{deathSig: syscall.SIGKILL}
+	o := options{deathSig: syscall.SIGKILL, cgroupFD: -1}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -79,6 +85,10 @@ func Start(cmd *exec.Cmd, opts ...Option) (*Process, error) {
 		cmd.SysProcAttr.Setpgid = true
 	}
 	cmd.SysProcAttr.Pdeathsig = o.deathSig
+	if o.cgroupFD >= 0 {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = o.cgroupFD
+	}
 	// Recorded before a Subreaper can see it (see tracked).
 	startMu.RLock()
 	err := cmd.Start()

@@ -15,6 +15,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/runlog"
@@ -66,6 +67,10 @@ type TasksConfig struct {
 	// that left its process group (setsid, a double fork) are killed when
 	// it ends too.
 	Scopes Scopes
+	// Cgroup, when set, is the cgroup v2 under which each execution runs
+	// in a child group of its own, started directly in it and killed whole
+	// (cgroup.kill) and removed when the execution ends.
+	Cgroup *cgroup.Group
 }
 
 // Tasks is the Runtime (one-shot) implementation of one Runtime Server: the
@@ -126,7 +131,8 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 // execution is one one-shot program run.
 type execution struct {
 	id      string
-	scope   string // of its processes (TasksConfig.Scopes)
+	scope   string        // of its processes (TasksConfig.Scopes)
+	cgroup  *cgroup.Group // its own, under TasksConfig.Cgroup; nil if none
 	scratch string
 	log     *slog.Logger
 	out     *runlog.Sink // nil: the output is not logged
@@ -166,6 +172,12 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 	if t.cfg.Scopes != nil {
 		// The process group is dead: what escaped it goes now.
 		t.cfg.Scopes.End(e.scope)
+	}
+	if e.cgroup != nil {
+		// Everything in it, whatever session it made, goes now.
+		if err := e.cgroup.Remove(); err != nil {
+			e.log.Warn("removing the execution's cgroup", "error", err)
+		}
 	}
 	if err := removeScratch(e.scratch); err != nil {
 		e.log.Warn("removing scratch directory", "error", err)

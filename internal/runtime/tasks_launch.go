@@ -79,7 +79,23 @@ func (t *Tasks) start(e *execution, l launch) {
 		Stderr: errW,
 		// Stdin nil is /dev/null: a task never waits for input.
 	}
-	p, err := proc.Start(cmd)
+	var opts []proc.Option
+	if t.cfg.Cgroup != nil {
+		cg, err := t.cfg.Cgroup.Child(e.scope)
+		var dir *os.File
+		if err == nil {
+			e.cgroup = cg // removed by finish, also when nothing starts
+			dir, err = cg.Open()
+		}
+		if err != nil {
+			closeAll(outR, outW, errR, errW)
+			fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: cgroup: "+err.Error())
+			return
+		}
+		defer dir.Close()
+		opts = append(opts, proc.InCgroup(int(dir.Fd())))
+	}
+	p, err := proc.Start(cmd, opts...)
 	closeAll(outW, errW) // the child has its copies; EOF needs ours closed
 	if err != nil {
 		closeAll(outR, errR)

@@ -26,6 +26,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/lambda"
@@ -69,6 +70,8 @@ type Config struct {
 	// FinishedRunTTL is how long a finished Run that sets no
 	// ttlSecondsAfterFinished is kept; zero keeps it until deleted.
 	FinishedRunTTL time.Duration
+	// Cgroup, when set, is the cgroup v2 the pods run under (pool.Config.Cgroup).
+	Cgroup *cgroup.Group
 }
 
 // DefaultRuntimes are the pools `stoke up` starts with: bash and python,
@@ -138,7 +141,7 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		return nil, err
 	}
 	s.pods, err = pool.NewSupervisor(pool.Config{Store: st, DataDir: cfg.DataDir, Command: cfg.PodCommand,
-		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval, RunLogDir: s.logs.Dir()})
+		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval, RunLogDir: s.logs.Dir(), Cgroup: cfg.Cgroup})
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -5,7 +5,9 @@ package up
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/logging"
@@ -57,6 +60,12 @@ type Config struct {
 	// up` sets it; a test that runs Run in its own process must not, as
 	// its other children would be taken for orphans.
 	Subreaper bool
+	// Containment (with Subreaper) is cgroup.Auto to run the pods in a
+	// cgroup v2 of stoke up's own, <own cgroup>/stoke-<hash of the data
+	// directory>, each pod and each task in a child group, where the host
+	// delegates a writable one with cgroup.kill; cgroup.Subreaper (or
+	// empty) for the subreaper alone.
+	Containment cgroup.Mode
 }
 
 // DefaultFinishedRunTTL is `stoke up`'s default FinishedRunTTL: a day to
@@ -145,11 +154,27 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}()
 	}
+	var pods *cgroup.Group
+	if cfg.Subreaper && cfg.Containment == cgroup.Auto {
+		if pods, err = ownCgroup(dataDir); err != nil {
+			cfg.Logger.Info("no cgroup v2 of our own; containment by the subreaper alone", "reason", err)
+			pods = nil
+		} else {
+			cfg.Logger.Info("pods and tasks run in cgroups v2 of their own", "cgroup", pods.Path())
+			// Runs after the pods are stopped (deferred before the control
+			// plane starts): whatever is still in the group goes too.
+			defer func() {
+				if err := pods.Remove(); err != nil {
+					cfg.Logger.Warn("cannot remove the pods' cgroup", "error", err)
+				}
+			}()
+		}
+	}
 	var s *standalone.Standalone
 	metrics := gateway.NewMetrics(func() map[v1alpha1.Phase]int { return s.RunPhases() })
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
 		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, OnScheduled: metrics.ObserveScheduled,
-		FinishedRunTTL: cfg.FinishedRunTTL, LambdaCollectInterval: cfg.LambdaCollectInterval})
+		FinishedRunTTL: cfg.FinishedRunTTL, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods})
 	if err != nil {
 		lis.Close()
 		return err
@@ -196,4 +221,17 @@ func Run(ctx context.Context, cfg Config) error {
 		runErr = err
 	}
 	return runErr
+}
+
+// ownCgroup makes (or finds, after a predecessor on the same data
+// directory died) the cgroup v2 that stoke up on dataDir runs its pods in:
+// a child of its own cgroup named after the data directory, so that a
+// restart finds the one its predecessor used.
+func ownCgroup(dataDir string) (*cgroup.Group, error) {
+	own, err := cgroup.Detect()
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return own.Child("stoke-" + hex.EncodeToString(sum[:8]))
 }

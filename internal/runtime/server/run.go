@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/proc"
@@ -65,6 +66,11 @@ type Config struct {
 	// inside another program (a test) must not, as that program's other
 	// children would be taken for orphans.
 	Subreaper bool
+	// Containment is Auto to run each task in a cgroup v2 of its own
+	// under this server's cgroup, where that is usable (cgroup.Detect), as
+	// well as the subreaper; Subreaper (or empty) for the subreaper alone.
+	// Only with Subreaper set.
+	Containment cgroup.Mode
 
 	Logger *slog.Logger
 	// OnListen, if set, is called with the bound address once the server
@@ -162,6 +168,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer stopReaper()
 	}
+	var taskCgroup *cgroup.Group
+	if cfg.Subreaper && cfg.Containment == cgroup.Auto {
+		var err error
+		if taskCgroup, err = cgroup.Detect(); err != nil {
+			log.Info("no cgroup v2 of our own; containment by the subreaper alone", "reason", err)
+			taskCgroup = nil
+		} else {
+			log.Info("each task runs in a cgroup v2 of its own", "parent", taskCgroup.Path())
+		}
+	}
 	if cfg.WorkspaceRoot == "" {
 		return errors.New("a workspace root is required")
 	}
@@ -211,7 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	tasks, err := runtime.NewTasks(runtime.TasksConfig{
 		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/tasks", Logger: log, Logs: logs,
-		MaxTaskDuration: maxTask, Scopes: scopes,
+		MaxTaskDuration: maxTask, Scopes: scopes, Cgroup: taskCgroup,
 	})
 	if err != nil {
 		return err
