@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/cgroup"
 )
 
 // escapeBound is how long an escaped process may live on once what
@@ -23,6 +25,19 @@ func withMarker(marker string) []process {
 	var ps []process
 	for _, p := range processes() {
 		if strings.Contains(strings.Join(p.cmdline, " "), marker) {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// sleeping returns the live `sleep marker` processes: not the shell whose
+// script names marker, which withMarker finds too, before it has started
+// anything.
+func sleeping(marker string) []process {
+	var ps []process
+	for _, p := range processes() {
+		if len(p.cmdline) == 2 && filepath.Base(p.cmdline[0]) == "sleep" && p.cmdline[1] == marker {
 			ps = append(ps, p)
 		}
 	}
@@ -58,10 +73,20 @@ func assertGone(t *testing.T, dir, marker, what string) {
 // Bash and a Python function's do when the call ends; a load-time daemon
 // and a running task's escapee when `stoke up` stops cleanly; and an
 // escapee of a task whose pod is killed with SIGKILL when the pod dies.
+//
+// It runs under each containment: auto (on a host that delegates a
+// writable cgroup v2, such as this one, each pod and task in a cgroup of
+// its own) and the child subreaper alone.
 func TestUpLeavesNoEscapedProcess(t *testing.T) {
+	for _, mode := range []string{"auto", "subreaper"} {
+		t.Run(mode, func(t *testing.T) { testUpLeavesNoEscapedProcess(t, mode) })
+	}
+}
+
+func testUpLeavesNoEscapedProcess(t *testing.T, mode string) {
 	dir := t.TempDir()
 	proof := t.TempDir()
-	u := startUp(t, dir)
+	u := startUp(t, dir, "--containment", mode)
 	w := u.watchRuns(t)
 	// A marker is a sleep duration no other process here uses.
 	tag := fmt.Sprintf("%d%06d", os.Getpid(), time.Now().Nanosecond()/1000)
@@ -150,12 +175,17 @@ def handle(event):
 	// goes with the pod.
 	u.createRun(t, newRun("victim", v1alpha1.RunSpec{Runtime: "bash",
 		Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"bash", "-c", escaper(proof, marker(11)) + "; exec sleep " + marker(12)}}}}))
-	if !awaitProcess(60*time.Second, func() bool { return len(withMarker(marker(11))) == 1 && len(withMarker(marker(12))) == 1 }) {
+	if !awaitProcess(60*time.Second, func() bool { return len(sleeping(marker(11))) == 1 && len(sleeping(marker(12))) == 1 }) {
 		t.Fatalf("the victim task's processes never ran")
+	}
+	// The task runs in the containment asked for.
+	cg := cgroupOf(t, sleeping(marker(12))[0].pid)
+	if inTask := taskCgroup.MatchString(cg); inTask != (mode == "auto" && cgroupUsable()) {
+		t.Errorf("containment %s: the victim task's cgroup is %q", mode, cg)
 	}
 	server := 0
 	for _, p := range descendants(u.Pid) {
-		if len(p.cmdline) > 1 && p.cmdline[1] == "runtime-server" && slicesContainsPid(descendants(p.pid), withMarker(marker(12))[0].pid) {
+		if len(p.cmdline) > 1 && p.cmdline[1] == "runtime-server" && slicesContainsPid(descendants(p.pid), sleeping(marker(12))[0].pid) {
 			server = p.pid
 		}
 	}
@@ -173,13 +203,38 @@ def handle(event):
 	// A clean stop: a running task's escapee and the load-time daemon go.
 	u.createRun(t, newRun("long", v1alpha1.RunSpec{Runtime: "bash",
 		Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"bash", "-c", escaper(proof, marker(5)) + "; exec sleep 600"}}}}))
-	if !awaitProcess(60*time.Second, func() bool { return len(withMarker(marker(5))) == 1 }) {
+	if !awaitProcess(60*time.Second, func() bool { return len(sleeping(marker(5))) == 1 }) {
 		t.Fatalf("the long task's escapee never ran")
 	}
 	w.stop()
 	u.stop(t)
 	assertGone(t, proof, marker(5), "a running task's escapee at a clean stop")
 	assertGone(t, proof, marker(6), "a function's load-time daemon at a clean stop")
+}
+
+// taskCgroup matches the cgroup v2 path of a task under stoke up's
+// containment auto: <stoke up's>/stoke-<hash>/pod-<pod UID>/task_<ID>.
+var taskCgroup = regexp.MustCompile(`/stoke-[0-9a-f]{16}/pod-[^/]+/task_[^/]+$`)
+
+// cgroupOf returns pid's cgroup v2 path.
+func cgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cgroup.OwnPath(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// cgroupUsable says whether this host lets the tests create a cgroup v2
+// with cgroup.kill, as stoke up's containment auto needs.
+func cgroupUsable() bool {
+	_, err := cgroup.Detect()
+	return err == nil
 }
 
 func slicesContainsPid(ps []process, pid int) bool {
@@ -189,4 +244,60 @@ func slicesContainsPid(ps []process, pid int) bool {
 		}
 	}
 	return false
+}
+
+// When a pod and stoke up are both killed with SIGKILL, an escapee of a
+// running task is orphaned to init, out of reach of every subreaper; under
+// containment auto it is still in the pod's cgroup, which the next stoke
+// up on the data directory kills.
+func TestUpKilledWithItsPodLeavesNoEscapedProcess(t *testing.T) {
+	if !cgroupUsable() {
+		t.Fatal("this host delegates no writable cgroup v2 with cgroup.kill; this test proves containment auto and needs one")
+	}
+	dir := t.TempDir()
+	proof := t.TempDir()
+	u := startUp(t, dir, "--containment", "auto")
+	tag := fmt.Sprintf("%d%06d", os.Getpid(), time.Now().Nanosecond()/1000)
+	escapee, sleeper := "401."+tag, "402."+tag
+	t.Cleanup(func() {
+		for _, p := range withMarker(tag) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	})
+	u.createRun(t, newRun("victim", v1alpha1.RunSpec{Runtime: "bash",
+		Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"bash", "-c", escaper(proof, escapee) + "; exec sleep " + sleeper}}}}))
+	if !awaitProcess(60*time.Second, func() bool { return len(sleeping(escapee)) == 1 && len(sleeping(sleeper)) == 1 }) {
+		t.Fatalf("the victim task's processes never ran")
+	}
+	server := 0
+	for _, p := range descendants(u.Pid) {
+		if len(p.cmdline) > 1 && p.cmdline[1] == "runtime-server" && slicesContainsPid(descendants(p.pid), sleeping(sleeper)[0].pid) {
+			server = p.pid
+		}
+	}
+	if server == 0 {
+		t.Fatalf("no runtime server runs the victim task:\n%s", describeProcesses(descendants(u.Pid)))
+	}
+	// Both at once: neither lives to collect what the other leaves.
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	u.kill9(t)
+	// The task itself dies with its server (its parent-death signal); the
+	// escapee, in a session of its own and orphaned to init, does not.
+	if left := awaitGone(escapeBound, func() []process { return withMarker(sleeper) }); len(left) > 0 {
+		t.Errorf("the task of a pod killed with SIGKILL still runs:\n%s", describeProcesses(left))
+	}
+	left := sleeping(escapee)
+	if len(left) != 1 {
+		t.Fatalf("the escapee should have outlived both kills (nothing is left to kill it), found %d", len(left))
+	}
+	if cg := cgroupOf(t, left[0].pid); !taskCgroup.MatchString(cg) {
+		t.Fatalf("the escapee is not in its task's cgroup: %q", cg)
+	}
+
+	// The next stoke up kills what the pods its predecessor recorded left.
+	u2 := startUp(t, dir, "--containment", "auto")
+	assertGone(t, proof, escapee, "the escapee of a task whose pod and stoke up were killed with SIGKILL, after a restart")
+	u2.stop(t)
 }
