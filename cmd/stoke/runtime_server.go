@@ -57,7 +57,6 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&containment, "containment", string(cgroup.Auto), "how what a task starts is contained: auto (a cgroup v2 per task where this server's cgroup is writable and has cgroup.kill, plus the child subreaper) or subreaper (the child subreaper alone)")
-	f.StringVar(&cfg.Runtime, "runtime", "bash", "built-in runtime: bash or python")
 	f.StringVar(&cfg.Runtime, "runtime", "bash", "runtime: bash, python, or lambda")
 	f.StringVar(&lcfg.Runtime, "lambda-runtime", "", "lambda: the runtime inside the function, bash or python")
 	f.StringVar(&lcfg.Role, "lambda-role", "", "lambda: the functions' execution role ARN")
