@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,8 +19,10 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/testbin"
+	stokeup "stoke.dev/stoke/internal/up"
 )
 
 // stokeUp is a running `stoke up` (see testbin.StartUp) with the helpers
@@ -54,6 +57,16 @@ func startUp(t testing.TB, dataDir string, extra ...string) *stokeUp {
 		}
 		if err := pool.RemoveIPCDirs(dataDir); err != nil {
 			t.Error(err)
+		}
+		// And the cgroups (containment auto) of one that was killed.
+		if own, err := cgroup.Detect(); err == nil {
+			if abs, err := filepath.Abs(dataDir); err == nil {
+				if g, err := own.Within(filepath.Join(own.Path(), stokeup.CgroupName(abs))); err == nil {
+					if err := g.Remove(); err != nil {
+						t.Error(err)
+					}
+				}
+			}
 		}
 	})
 	return &stokeUp{Up: up}

@@ -232,6 +232,12 @@ func ownCgroup(dataDir string) (*cgroup.Group, error) {
 	if err != nil {
 		return nil, err
 	}
+	return own.Child(CgroupName(dataDir))
+}
+
+// CgroupName is the name of the cgroup, under its own, in which stoke up
+// on the absolute data directory dataDir runs its pods.
+func CgroupName(dataDir string) string {
 	sum := sha256.Sum256([]byte(dataDir))
-	return own.Child("stoke-" + hex.EncodeToString(sum[:8]))
+	return "stoke-" + hex.EncodeToString(sum[:8])
 }
