@@ -128,9 +128,10 @@ func TestFunctionThroughTheAPI(t *testing.T) {
 	if r.status != http.StatusOK || string(r.body) != `{"echo":{"n":1}}` || r.header.Get("X-Stoke-Invocation-ID") != "inv-1" {
 		t.Fatalf("invoke: %s %v", r, r.header)
 	}
-	recs := s.logRecords(t, "echo", false)
-	if len(recs) == 0 || str(recs[len(recs)-1]["line"]) != `got {"n":1}` || recs[len(recs)-1]["invocationId"] != "inv-1" {
-		t.Errorf("function log %v", recs)
+	// A Bash call's stderr reaches the log just after its answer, so
+	// follow the log until the line comes.
+	if rec := s.followUntil(t, "echo", func(rec map[string]any) bool { return str(rec["line"]) == `got {"n":1}` }); rec["invocationId"] != "inv-1" {
+		t.Errorf("function log record %v, want invocationId inv-1", rec)
 	}
 	m := s.do(t, http.MethodGet, "/metrics", "", nil)
 	for _, want := range []string{`stoke_invocations_total{code="200"} 1`, `stoke_runs{phase="Ready"} 1`, "stoke_scheduling_duration_seconds_count 1"} {

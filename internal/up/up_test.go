@@ -238,3 +238,38 @@ func (s *server) logRecords(t testing.TB, name string, follow bool) []map[string
 	}
 	return out
 }
+
+// followUntil follows name's log (an event stream) until a record
+// satisfies match and returns it, or fails after a minute.
+func (s *server) followUntil(t testing.TB, name string, match func(map[string]any) bool) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/v1/namespaces/default/runs/"+name+"/logs?follow=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("follow logs of %s: %s", name, resp.Status)
+	}
+	var seen []map[string]any
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var rec map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("log line %q: %v", sc.Text(), err)
+		}
+		if match(rec) {
+			return rec
+		}
+		seen = append(seen, rec)
+	}
+	t.Fatalf("log of %s ended (%v) without the record; saw %v", name, sc.Err(), seen)
+	return nil
+}
