@@ -51,18 +51,7 @@ func benchInvoke(b *testing.B, manifest string) {
 			b.Fatalf("status %d", resp.StatusCode)
 		}
 	}
-	for range 50 {
-		call()
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		call()
-		lat = append(lat, time.Since(start))
-	}
-	b.StopTimer()
-	report(b, lat)
+	measureCalls(b, 50, call)
 }
 
 func BenchmarkUpInvokePython(b *testing.B) {
@@ -164,4 +153,21 @@ func watchTerminal(b *testing.B, ctx context.Context, s *server, prefix string, 
 		out <- total - len(seen) + failed
 	}()
 	return out
+}
+
+// measureCalls makes warm calls untimed, then b.N timed ones, and reports
+// their latency percentiles.
+func measureCalls(b *testing.B, warm int, call func()) {
+	for range warm {
+		call()
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		call()
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	report(b, lat)
 }

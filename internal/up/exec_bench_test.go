@@ -96,18 +96,7 @@ func BenchmarkUpExecSetup(b *testing.B) {
 			b.Fatalf("exit %+v, %v", exit, err)
 		}
 	}
-	for range 20 {
-		call()
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		call()
-		lat = append(lat, time.Since(start))
-	}
-	b.StopTimer()
-	report(b, lat)
+	measureCalls(b, 20, call)
 }
 
 // BenchmarkUpExecCLI runs the whole `stoke exec target -- true` process.
@@ -120,18 +109,7 @@ func BenchmarkUpExecCLI(b *testing.B) {
 			b.Fatalf("stoke exec: %v: %s", err, out)
 		}
 	}
-	for range 5 {
-		call()
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		call()
-		lat = append(lat, time.Since(start))
-	}
-	b.StopTimer()
-	report(b, lat)
+	measureCalls(b, 5, call)
 }
 
 // patternReader gives n bytes of a fixed pattern without allocating.
