@@ -356,19 +356,40 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 // engine. On a conflict it re-reads the Run and decides again; it writes
 // nothing once the Run is terminal or assigned elsewhere.
 func (r *Reaper) recover(ctx context.Context, run *v1alpha1.Run, message func(*v1alpha1.Run) string) error {
+	err := r.settleAssigned(ctx, run, func(run *v1alpha1.Run) (*v1alpha1.Run, func(*v1alpha1.Run)) {
+		d := retry.Decide(run, retry.PodGone, message(run), r.clk.Now())
+		next := run.DeepCopy()
+		retry.Apply(next, d)
+		return next, func(stored *v1alpha1.Run) {
+			r.log.Info("reaper: recovered run of a gone pod", "run", informer.KeyOf(run).String(), "run_uid", run.UID,
+				"pod_uid", run.Status.AssignedPodUID, "phase", stored.Status.Phase, "attempt", stored.Status.Attempt, "retry", d.Retry)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("recover run %s: %w", informer.KeyOf(run), err)
+	}
+	return nil
+}
+
+// settleAssigned writes the status that change returns for run, still assigned
+// to the pod it is assigned to now, and logs with the returned func on
+// success. On a conflict it re-reads the Run and asks change again; it
+// writes nothing once the Run is terminal, assigned elsewhere, being
+// deleted or gone, or when change returns nil.
+func (r *Reaper) settleAssigned(ctx context.Context, run *v1alpha1.Run,
+	change func(run *v1alpha1.Run) (next *v1alpha1.Run, logged func(stored *v1alpha1.Run))) error {
 	uid := run.Status.AssignedPodUID
-	err := store.RetryOnConflict(func() error {
+	return store.RetryOnConflict(func() error {
 		if run.Status.Phase.Terminal() || run.Status.AssignedPodUID != uid || run.DeletionTimestamp != nil {
 			return nil
 		}
-		now := r.clk.Now()
-		d := retry.Decide(run, retry.PodGone, message(run), now)
-		next := run.DeepCopy()
-		retry.Apply(next, d)
+		next, logged := change(run)
+		if next == nil {
+			return nil
+		}
 		stored, err := r.cfg.Runs.UpdateStatus(ctx, next)
 		if err == nil {
-			r.log.Info("reaper: recovered run of a gone pod", "run", informer.KeyOf(run).String(), "run_uid", run.UID,
-				"pod_uid", uid, "phase", stored.Status.Phase, "attempt", stored.Status.Attempt, "retry", d.Retry)
+			logged(stored)
 			return nil
 		}
 		fresh, rerr := r.reread(ctx, run, err)
@@ -378,10 +399,6 @@ func (r *Reaper) recover(ctx context.Context, run *v1alpha1.Run, message func(*v
 		run = fresh
 		return err // the conflict: decide again
 	})
-	if err != nil {
-		return fmt.Errorf("recover run %s: %w", informer.KeyOf(run), err)
-	}
-	return nil
 }
 
 // releaseFinalizer removes runtimed's finalizer from a Run being deleted

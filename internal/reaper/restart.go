@@ -90,15 +90,11 @@ func requeueable(run *v1alpha1.Run) bool {
 // requeue makes run Pending again with its attempt unchanged (see
 // RecoverRestart), re-reading it on a conflict.
 func (r *Reaper) requeue(ctx context.Context, run *v1alpha1.Run) error {
-	uid := run.Status.AssignedPodUID
 	var recoverInstead bool
-	err := store.RetryOnConflict(func() error {
-		if run.Status.Phase.Terminal() || run.Status.AssignedPodUID != uid || run.DeletionTimestamp != nil {
-			return nil
-		}
+	err := r.settleAssigned(ctx, run, func(run *v1alpha1.Run) (*v1alpha1.Run, func(*v1alpha1.Run)) {
 		if !requeueable(run) {
 			recoverInstead = true
-			return nil
+			return nil, nil
 		}
 		next := run.DeepCopy()
 		st := &next.Status
@@ -109,18 +105,10 @@ func (r *Reaper) requeue(ctx context.Context, run *v1alpha1.Run) error {
 		msg := bounds.Truncate(fmt.Sprintf("Stoke restarted while the run was %s on pod %s; %s (attempt %d, not counted as a failure)",
 			phaseName(st.Phase), st.AssignedPod, what, max(st.Attempt, 1)), bounds.Message)
 		retry.Requeue(next, retry.Restarted, msg, r.clk.Now())
-		stored, err := r.cfg.Runs.UpdateStatus(ctx, next)
-		if err == nil {
+		return next, func(stored *v1alpha1.Run) {
 			r.log.Info("reaper: requeued a run after a restart", "run", informer.KeyOf(run).String(), "run_uid", run.UID,
-				"pod_uid", uid, "attempt", stored.Status.Attempt)
-			return nil
+				"pod_uid", run.Status.AssignedPodUID, "attempt", stored.Status.Attempt)
 		}
-		fresh, rerr := r.reread(ctx, run, err)
-		if fresh == nil {
-			return rerr
-		}
-		run = fresh
-		return err // the conflict: decide again
 	})
 	if err != nil {
 		return fmt.Errorf("requeue run %s after a restart: %w", informer.KeyOf(run), err)
