@@ -278,7 +278,12 @@ func TestUpKilledWithItsPodLeavesNoEscapedProcess(t *testing.T) {
 	if server == 0 {
 		t.Fatalf("no runtime server runs the victim task:\n%s", describeProcesses(descendants(u.Pid)))
 	}
-	// Both at once: neither lives to collect what the other leaves.
+	// Both at once: neither lives to collect what the other leaves. stoke
+	// up is stopped first, so that, a subreaper, it cannot adopt and kill
+	// what the dead pod orphans before its own SIGKILL.
+	if err := syscall.Kill(u.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
