@@ -2,17 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
-
-// Group and version of Stoke's API.
-const (
-	Group   = "stoke.dev"
-	Version = "v1alpha1"
-)
-
-// GroupVersion is stoke.dev/v1alpha1.
-var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 
 // Kinds.
 const (
