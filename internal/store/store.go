@@ -11,11 +11,12 @@
 //   - Identity is kind + namespace + name. An empty namespace on a single
 //     object means DefaultNamespace; in List and Watch it means "all
 //     namespaces".
-//   - metadata.resourceVersion is set by the store on every write. It is a
-//     decimal string of one counter shared by both kinds that only grows, so
-//     a later write always has a larger value (Kubernetes calls the value
-//     opaque; callers should only compare it for equality or hand it back to
-//     Watch, the suite checks the ordering).
+//   - metadata.resourceVersion is set by the store on every write; every
+//     write gives a new value. It is opaque, as Kubernetes says: callers
+//     compare it for equality and hand it back to Update, Delete and Watch,
+//     never for order (the order of writes is the order Watch delivers
+//     them). The SQLite store happens to use one growing decimal counter
+//     for both kinds, its own tests check that; the suite does not.
 //   - Writes are optimistic: Update and UpdateStatus carry the
 //     resourceVersion they read, and a stale one fails with
 //     errdefs.ErrConflict. The caller re-reads and retries.
@@ -147,6 +148,12 @@ type ListOptions struct {
 	// Empty means every phase. It is InvalidArgument for kinds without a
 	// phase. In Kubernetes this is a field selector on status.phase.
 	Phases []v1alpha1.Phase
+	// AssignedPodUID limits a Run list to Runs whose
+	// status.assignedPodUID is this UID (a runtime pod's runtimed lists
+	// only its own Runs); "" means no limit. It is InvalidArgument for
+	// kinds other than Run. In Kubernetes this is a field selector on
+	// status.assignedPodUID.
+	AssignedPodUID string
 }
 
 // DeleteOptions are conditions on a delete.
@@ -171,6 +178,17 @@ type WatchOptions struct {
 	ResourceVersion string
 	// Namespace limits the watch to one namespace; "" means all.
 	Namespace string
+	// AssignedPodUID limits a Run watch to Runs whose
+	// status.assignedPodUID is this UID; "" means no limit. It is
+	// InvalidArgument for kinds other than Run. As with a Kubernetes field
+	// selector, the watch sees the set of matching Runs change: a Run that
+	// comes to match (a write assigns it to the pod) is Added, one that
+	// stops matching (reassigned, or deleted) is Deleted, carrying its
+	// last matching state at the resourceVersion of the write that took it
+	// out, and writes to a Run that matches before and after are
+	// Modified. Writes to Runs that match neither before nor after are not
+	// seen.
+	AssignedPodUID string
 }
 
 // EventType says what happened to an object. The values are Kubernetes'

@@ -34,6 +34,9 @@ type kind[T store.Object] struct {
 	spec func(obj T) ([]byte, error)
 	// phase is the value of the objects.phase column.
 	phase func(obj T) string
+	// assignedPodUID returns what ListOptions.AssignedPodUID and
+	// WatchOptions.AssignedPodUID select on; nil for kinds without it.
+	assignedPodUID func(obj T) string
 }
 
 // gvk is the group, version and kind set on every stored object, so that
@@ -66,9 +69,10 @@ var runKind = &kind[*v1alpha1.Run]{
 		dst.Status = status
 		return err
 	},
-	clearStatus: func(obj *v1alpha1.Run) { obj.Status = v1alpha1.RunStatus{} },
-	spec:        func(obj *v1alpha1.Run) ([]byte, error) { return json.Marshal(&obj.Spec) },
-	phase:       func(obj *v1alpha1.Run) string { return string(obj.Status.Phase) },
+	clearStatus:    func(obj *v1alpha1.Run) { obj.Status = v1alpha1.RunStatus{} },
+	spec:           func(obj *v1alpha1.Run) ([]byte, error) { return json.Marshal(&obj.Spec) },
+	phase:          func(obj *v1alpha1.Run) string { return string(obj.Status.Phase) },
+	assignedPodUID: func(obj *v1alpha1.Run) string { return obj.Status.AssignedPodUID },
 }
 
 var runtimeKind = &kind[*v1alpha1.Runtime]{

@@ -204,6 +204,9 @@ func (r *resource[T]) List(ctx context.Context, opts store.ListOptions) ([]T, st
 	if len(opts.Phases) > 0 && !r.k.hasPhase {
 		return nil, "", fmt.Errorf("list %ss: a phase filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
 	}
+	if opts.AssignedPodUID != "" && r.k.assignedPodUID == nil {
+		return nil, "", fmt.Errorf("list %ss: an assigned pod filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
+	}
 	var q strings.Builder
 	args := []any{r.k.name}
 	q.WriteString(`SELECT resource_version, body FROM objects WHERE kind = ?`)
@@ -247,6 +250,9 @@ func (r *resource[T]) List(ctx context.Context, opts store.ListOptions) ([]T, st
 			return nil, "", err
 		}
 		if opts.LabelSelector != nil && !opts.LabelSelector.Matches(labels.Set(obj.GetLabels())) {
+			continue
+		}
+		if opts.AssignedPodUID != "" && r.k.assignedPodUID(obj) != opts.AssignedPodUID {
 			continue
 		}
 		items = append(items, obj)
@@ -336,7 +342,7 @@ func (r *resource[T]) create(ctx context.Context, obj T) (T, error) {
 			return nil, fmt.Errorf("%s %s/%s: %w", r.k.noun, namespace, name, errdefs.ErrAlreadyExists)
 		}
 		stored.SetResourceVersion(formatRV(rv))
-		return r.record(ctx, tx, store.Added, &current[T]{rv: rv, body: body, obj: stored}, &out)
+		return r.record(ctx, tx, store.Added, zero, &current[T]{rv: rv, body: body, obj: stored}, &out)
 	})
 	if err != nil {
 		return zero, err
@@ -347,8 +353,10 @@ func (r *resource[T]) create(ctx context.Context, obj T) (T, error) {
 // record appends the event for the new state and updates the write cache,
 // inside the batch's transaction; it sets *out to the caller's own copy of
 // the new state, and returns what hands the state to the watchers once
-// the batch has committed. The caller holds c.mu.
-func (r *resource[T]) record(ctx context.Context, tx *sql.Tx, typ store.EventType, next *current[T], out *T) (func(), error) {
+// the batch has committed. prev is the state before the change (nil for
+// Added), which watches filtered by assigned pod need. The caller holds
+// c.mu.
+func (r *resource[T]) record(ctx context.Context, tx *sql.Tx, typ store.EventType, prev T, next *current[T], out *T) (func(), error) {
 	namespace, name := next.obj.GetNamespace(), next.obj.GetName()
 	if err := r.c.appendEvent(ctx, tx, next.rv, r.k.name, typ, namespace, name, next.body); err != nil {
 		return nil, fmt.Errorf("%s %s/%s: record event: %w", r.k.noun, namespace, name, err)
@@ -361,7 +369,7 @@ func (r *resource[T]) record(ctx context.Context, tx *sql.Tx, typ store.EventTyp
 	if out != nil {
 		*out = next.obj.DeepCopyObject().(T)
 	}
-	return func() { r.fanout(typ, next.obj) }, nil
+	return func() { r.fanout(typ, prev, next.obj) }, nil
 }
 
 // Update implements store.Writer.
@@ -456,12 +464,12 @@ func (r *resource[T]) update(ctx context.Context, in T, spec bool) (T, error) {
 			if _, err := tx.StmtContext(ctx, c.deleteObject).ExecContext(ctx, r.k.name, namespace, name); err != nil {
 				return nil, fmt.Errorf("%s %s %s/%s: %w", verb, r.k.noun, namespace, name, err)
 			}
-			return r.record(ctx, tx, store.Deleted, &current[T]{rv: rv, body: body, obj: next}, &out)
+			return r.record(ctx, tx, store.Deleted, old, &current[T]{rv: rv, body: body, obj: next}, &out)
 		}
 		if _, err := tx.StmtContext(ctx, c.updateObject).ExecContext(ctx, rv, r.k.phase(next), body, r.k.name, namespace, name); err != nil {
 			return nil, fmt.Errorf("%s %s %s/%s: %w", verb, r.k.noun, namespace, name, err)
 		}
-		return r.record(ctx, tx, store.Modified, &current[T]{rv: rv, body: body, obj: next}, &out)
+		return r.record(ctx, tx, store.Modified, old, &current[T]{rv: rv, body: body, obj: next}, &out)
 	})
 	if err != nil {
 		return zero, err
@@ -491,7 +499,7 @@ func (r *resource[T]) Delete(ctx context.Context, namespace, name string, opts s
 			}
 			last := old.DeepCopyObject().(T)
 			last.SetResourceVersion(formatRV(rv))
-			return r.record(ctx, tx, store.Deleted, &current[T]{rv: rv, body: cur.body, obj: last}, nil)
+			return r.record(ctx, tx, store.Deleted, old, &current[T]{rv: rv, body: cur.body, obj: last}, nil)
 		}
 		if old.GetDeletionTimestamp() != nil {
 			return nil, nil // already being deleted; waiting for its finalizers
@@ -507,7 +515,7 @@ func (r *resource[T]) Delete(ctx context.Context, namespace, name string, opts s
 		if _, err := tx.StmtContext(ctx, c.updateObject).ExecContext(ctx, rv, r.k.phase(next), body, r.k.name, namespace, name); err != nil {
 			return nil, fmt.Errorf("delete %s %s/%s: %w", r.k.noun, namespace, name, err)
 		}
-		return r.record(ctx, tx, store.Modified, &current[T]{rv: rv, body: body, obj: next}, nil)
+		return r.record(ctx, tx, store.Modified, old, &current[T]{rv: rv, body: body, obj: next}, nil)
 	})
 }
 

@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -34,6 +36,7 @@ type watcher[T store.Object] struct {
 	r           *resource[T]
 	ctx         context.Context
 	namespace   string
+	podUID      string // WatchOptions.AssignedPodUID
 	from, until int64
 	limit       int
 
@@ -59,6 +62,9 @@ func (r *resource[T]) Watch(ctx context.Context, opts store.WatchOptions) (store
 		}
 		from = v
 	}
+	if opts.AssignedPodUID != "" && r.k.assignedPodUID == nil {
+		return nil, fmt.Errorf("watch %ss: an assigned pod filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
+	}
 	c := r.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -80,6 +86,7 @@ func (r *resource[T]) Watch(ctx context.Context, opts store.WatchOptions) (store
 		r:         r,
 		ctx:       ctx,
 		namespace: opts.Namespace,
+		podUID:    opts.AssignedPodUID,
 		from:      from,
 		until:     c.rv,
 		limit:     c.opts.watchBuffer,
@@ -109,15 +116,58 @@ func (w *watcher[T]) end() { w.stopOnce.Do(func() { close(w.stop) }) }
 // caller holds c.mu, so watchers receive changes in commit order. A watcher
 // whose queue is full is failed and dropped here instead of being waited
 // for.
-func (r *resource[T]) fanout(typ store.EventType, obj T) {
+func (r *resource[T]) fanout(typ store.EventType, prev, obj T) {
 	for w := range r.watchers {
 		if w.namespace != "" && w.namespace != obj.GetNamespace() {
 			continue
 		}
-		if !w.push(liveEvent[T]{typ: typ, obj: obj}) {
+		seen, out := typ, obj
+		if w.podUID != "" {
+			var ok bool
+			if seen, ok = w.filter(typ, typ != store.Added && w.matches(prev), obj); !ok {
+				continue
+			}
+			if seen == store.Deleted && typ == store.Modified {
+				out = leftAt(prev, obj.GetResourceVersion())
+			}
+		}
+		if !w.push(liveEvent[T]{typ: seen, obj: out}) {
 			delete(r.watchers, w)
 		}
 	}
+}
+
+// matches reports whether obj is in a filtered watch's set.
+func (w *watcher[T]) matches(obj T) bool { return w.r.k.assignedPodUID(obj) == w.podUID }
+
+// leftAt is what a filtered watch's Deleted event carries for an object
+// that a write took out of its set: the last state in the set, at the
+// version of that write (what a Kubernetes watch with a field selector
+// delivers).
+func leftAt[T store.Object](last T, rv string) T {
+	out := last.DeepCopyObject().(T)
+	out.SetResourceVersion(rv)
+	return out
+}
+
+// filter is what a watch filtered by assigned pod sees of a change, given
+// whether the object was in its set before: as with a Kubernetes field
+// selector, entering the set is Added, leaving it Deleted. ok is false when
+// the change is outside the set before and after.
+func (w *watcher[T]) filter(typ store.EventType, before bool, obj T) (seen store.EventType, ok bool) {
+	after := typ != store.Deleted && w.matches(obj)
+	if typ == store.Deleted {
+		before = w.matches(obj) // the last state is the state before
+	}
+	switch {
+	case before && after:
+		return store.Modified, true
+	case after:
+		return store.Added, true
+	case before:
+		return store.Deleted, true
+	}
+	return "", false
 }
 
 // push queues ev, or fails the watch when its consumer is too far behind.
@@ -241,6 +291,9 @@ type logRow struct {
 // whether the watch goes on.
 func (w *watcher[T]) replay() bool {
 	last := w.from
+	// inSet remembers, for a filtered watch, the state of each object it
+	// met in the replay while in its set (nil when out of it).
+	inSet := map[objectKey]T{}
 	for last < w.until {
 		page, err := w.readPage(last)
 		if err != nil {
@@ -266,7 +319,31 @@ func (w *watcher[T]) replay() bool {
 				w.send(store.Event[T]{Type: store.Error, Err: fmt.Errorf("watch %ss: %w", w.r.k.noun, err)})
 				return false
 			}
-			if !w.send(store.Event[T]{Type: store.EventType(row.typ), Object: obj}) {
+			typ := store.EventType(row.typ)
+			if w.podUID != "" {
+				key := objectKey{row.namespace, obj.GetName()}
+				prev, known := inSet[key]
+				if !known && typ == store.Modified {
+					if prev, err = w.stateBefore(key, row.rv); err != nil {
+						w.send(store.Event[T]{Type: store.Error, Err: err})
+						return false
+					}
+				}
+				var zero T
+				inSet[key] = zero
+				if typ != store.Deleted && w.matches(obj) {
+					inSet[key] = obj
+				}
+				seen, ok := w.filter(typ, prev != nil && typ != store.Added, obj)
+				if !ok {
+					continue
+				}
+				if seen == store.Deleted && typ == store.Modified {
+					obj = leftAt(prev, obj.GetResourceVersion())
+				}
+				typ = seen
+			}
+			if !w.send(store.Event[T]{Type: typ, Object: obj}) {
 				return false
 			}
 		}
@@ -290,4 +367,37 @@ func (w *watcher[T]) readPage(last int64) ([]logRow, error) {
 		page = append(page, row)
 	}
 	return page, rows.Err()
+}
+
+// stateBefore returns an object's state just before the change at rv if
+// it was in a filtered watch's set then, nil if not, from its previous
+// change in the log. When the log no longer holds one, the state the watch
+// starts from is unknown: the watch ends as expired and the watcher
+// re-lists.
+func (w *watcher[T]) stateBefore(key objectKey, rv int64) (T, error) {
+	var (
+		zero T
+		typ  string
+		prv  int64
+		body []byte
+	)
+	err := w.r.c.r.QueryRowContext(w.ctx, `SELECT rv, type, body FROM events WHERE kind = ? AND namespace = ? AND name = ? AND rv < ? ORDER BY rv DESC LIMIT 1`,
+		w.r.k.name, key.namespace, key.name, rv).Scan(&prv, &typ, &body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return zero, fmt.Errorf("watch %ss: the change before %s %s/%s at resourceVersion %d was pruned: %w, re-list", w.r.k.noun, w.r.k.noun, key.namespace, key.name, rv, errdefs.ErrExpired)
+	}
+	if err != nil {
+		return zero, fmt.Errorf("watch %ss: read the change before resourceVersion %d: %w", w.r.k.noun, rv, err)
+	}
+	if store.EventType(typ) == store.Deleted {
+		return zero, nil
+	}
+	prev, err := w.r.decode(body, prv)
+	if err != nil {
+		return zero, fmt.Errorf("watch %ss: %w", w.r.k.noun, err)
+	}
+	if !w.matches(prev) {
+		return zero, nil
+	}
+	return prev, nil
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -33,7 +34,6 @@ func testCreateGet[T store.Object](e *env[T]) {
 	if got.GetResourceVersion() == "" {
 		t.Error("resourceVersion is empty")
 	}
-	rv(t, got.GetResourceVersion())
 	if ts := got.GetCreationTimestamp(); ts.IsZero() {
 		t.Error("creationTimestamp is not set")
 	}
@@ -152,17 +152,15 @@ func testNotFound[T store.Object](e *env[T]) {
 
 func testList[T store.Object](e *env[T]) {
 	t := e.t
-	maxRV := uint64(0)
 	for _, o := range []struct{ ns, name, app string }{
 		{nsA, "a1", "web"}, {nsA, "a2", "batch"}, {nsA, "a3", ""},
 		{nsB, "b1", "web"}, {nsB, "b2", "batch"},
 	} {
-		obj := e.create(o.ns, o.name, func(obj T) {
+		e.create(o.ns, o.name, func(obj T) {
 			if o.app != "" {
 				obj.SetLabels(map[string]string{"app": o.app, "tier": "t-" + o.app})
 			}
 		})
-		maxRV = max(maxRV, rv(t, obj.GetResourceVersion()))
 	}
 	for _, tc := range []struct {
 		name string
@@ -185,8 +183,8 @@ func testList[T store.Object](e *env[T]) {
 				t.Fatalf("list: %v", err)
 			}
 			sameValue(t, "names", names(items), tc.want)
-			if got := rv(t, listRV); got < maxRV {
-				t.Fatalf("list resourceVersion %d is older than the last write %d", got, maxRV)
+			if listRV == "" || listRV == "0" {
+				t.Fatalf("list resourceVersion %q", listRV)
 			}
 			for _, it := range items {
 				if it.GetResourceVersion() == "" || it.GetUID() == "" {
@@ -195,6 +193,15 @@ func testList[T store.Object](e *env[T]) {
 			}
 		})
 	}
+	// A list covers every write before it: a watch from its version
+	// starts with the next write, nothing listed.
+	_, listRV, err := e.r.List(e.ctx, store.ListOptions{Namespace: nsB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.watch(store.WatchOptions{ResourceVersion: listRV})
+	after := e.create(nsA, "after")
+	wantEvent(t, nextEvent(t, e.cfg, w), store.Added, after)
 }
 
 func mustSelector(t testing.TB, s string) labels.Selector {
@@ -226,9 +233,7 @@ func testUpdateIgnoresStatus[T store.Object](e *env[T]) {
 	sameValue(t, "labels", got.GetLabels(), map[string]string{"changed": "yes"})
 	sameValue(t, "annotations", got.GetAnnotations(), map[string]string{"a": "b"})
 	sameValue(t, "finalizers", got.GetFinalizers(), []string{"stoke.dev/test"})
-	if rv(t, got.GetResourceVersion()) <= rv(t, withStatus.GetResourceVersion()) {
-		t.Errorf("resourceVersion %s did not grow past %s", got.GetResourceVersion(), withStatus.GetResourceVersion())
-	}
+	newVersion(t, "update", got.GetResourceVersion(), withStatus.GetResourceVersion())
 	if got.GetGeneration() != 2 {
 		t.Errorf("generation = %d after a spec change, want 2", got.GetGeneration())
 	}
@@ -270,9 +275,7 @@ func testUpdateStatusIgnoresSpec[T store.Object](e *env[T]) {
 	if got.GetGeneration() != created.GetGeneration() {
 		t.Errorf("generation moved from %d to %d on a status update", created.GetGeneration(), got.GetGeneration())
 	}
-	if rv(t, got.GetResourceVersion()) <= rv(t, created.GetResourceVersion()) {
-		t.Errorf("resourceVersion %s did not grow past %s", got.GetResourceVersion(), created.GetResourceVersion())
-	}
+	newVersion(t, "update status", got.GetResourceVersion(), created.GetResourceVersion())
 	sameObject(t, "get after update status", e.get(nsA, "obj"), got)
 }
 
@@ -335,46 +338,70 @@ func testNoOpUpdate[T store.Object](e *env[T]) {
 	}
 	changed := e.updateStatus(obj, 2)
 	// The first event is the real change: the no-ops produced none.
-	ev := next(t, e.cfg, w)
+	ev := nextEvent(t, e.cfg, w)
 	wantEvent(t, ev, store.Modified, changed)
 }
 
-func testResourceVersionIncreases[T store.Object](e *env[T]) {
+func testResourceVersionChanges[T store.Object](e *env[T]) {
 	t := e.t
-	last := uint64(0)
-	step := func(what string, v string) {
+	w := e.watch(store.WatchOptions{})
+	type write struct {
+		typ      store.EventType
+		name, rv string // rv is "" for a delete, which returns no object
+	}
+	var writes []write
+	given := map[string]string{} // resourceVersion → the write that got it
+	mark := func(what, v string) {
 		t.Helper()
-		n := rv(t, v)
-		if n <= last {
-			t.Fatalf("%s: resourceVersion %d is not above the previous %d", what, n, last)
+		if v == "" {
+			t.Fatalf("%s: empty resourceVersion", what)
 		}
-		last = n
+		if first, ok := given[v]; ok {
+			t.Fatalf("%s: resourceVersion %s was already given to %s", what, v, first)
+		}
+		given[v] = what
 	}
 	for i := range 5 {
 		name := fmt.Sprintf("obj-%d", i)
 		o := e.create(nsA, name)
-		step("create", o.GetResourceVersion())
+		mark("create "+name, o.GetResourceVersion())
+		writes = append(writes, write{store.Added, name, o.GetResourceVersion()})
 		o = e.updateStatus(o, i+1)
-		step("update status", o.GetResourceVersion())
+		mark("update status of "+name, o.GetResourceVersion())
+		writes = append(writes, write{store.Modified, name, o.GetResourceVersion()})
 		e.k.setSpec(o, i+10)
 		o, err := e.r.Update(e.ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		step("update", o.GetResourceVersion())
+		mark("update "+name, o.GetResourceVersion())
+		writes = append(writes, write{store.Modified, name, o.GetResourceVersion()})
 		if i%2 == 0 {
 			if err := e.r.Delete(e.ctx, nsA, name, store.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			writes = append(writes, write{store.Deleted, name, ""})
 		}
 	}
+	// Order is what Watch shows: the writes, in the order they were made,
+	// at the versions they returned; deletes at versions of their own.
+	for _, wr := range writes {
+		ev := nextEvent(t, e.cfg, w)
+		if ev.Type != wr.typ || ev.Object.GetName() != wr.name || (wr.rv != "" && ev.Object.GetResourceVersion() != wr.rv) {
+			t.Fatalf("event %s %s at %s, want %s %s at %q", ev.Type, ev.Object.GetName(), ev.Object.GetResourceVersion(), wr.typ, wr.name, wr.rv)
+		}
+		if wr.typ == store.Deleted {
+			mark("delete "+wr.name, ev.Object.GetResourceVersion())
+		}
+	}
+	// A list covers the deletes: a watch from its version starts after them.
 	_, listRV, err := e.r.List(e.ctx, store.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rv(t, listRV) <= last {
-		t.Fatalf("list resourceVersion %s does not cover the deletes after %d", listRV, last)
-	}
+	after := e.watch(store.WatchOptions{ResourceVersion: listRV})
+	last := e.create(nsA, "last")
+	wantEvent(t, nextEvent(t, e.cfg, after), store.Added, last)
 }
 
 func testDeleteWithoutFinalizers[T store.Object](e *env[T]) {
@@ -408,10 +435,8 @@ func testDeleteWithFinalizers[T store.Object](e *env[T]) {
 	if deleting.GetDeletionTimestamp() == nil {
 		t.Fatal("delete of an object with finalizers did not set deletionTimestamp")
 	}
-	if rv(t, deleting.GetResourceVersion()) <= rv(t, created.GetResourceVersion()) {
-		t.Fatal("setting deletionTimestamp did not move resourceVersion")
-	}
-	wantEvent(t, next(t, e.cfg, w), store.Modified, deleting)
+	newVersion(t, "setting deletionTimestamp", deleting.GetResourceVersion(), created.GetResourceVersion())
+	wantEvent(t, nextEvent(t, e.cfg, w), store.Modified, deleting)
 
 	// Deleting again changes nothing: the timestamp is set once.
 	if err := e.r.Delete(e.ctx, nsA, "held", store.DeleteOptions{}); err != nil {
@@ -430,7 +455,7 @@ func testDeleteWithFinalizers[T store.Object](e *env[T]) {
 	if withStatus.GetDeletionTimestamp() == nil {
 		t.Fatal("update status cleared deletionTimestamp")
 	}
-	wantEvent(t, next(t, e.cfg, w), store.Modified, withStatus)
+	wantEvent(t, nextEvent(t, e.cfg, w), store.Modified, withStatus)
 
 	// Removing the last finalizer completes the deletion.
 	in = withStatus.DeepCopyObject().(T)
@@ -441,13 +466,11 @@ func testDeleteWithFinalizers[T store.Object](e *env[T]) {
 	}
 	_, err = e.r.Get(e.ctx, nsA, "held")
 	wantErr(t, err, errdefs.ErrNotFound, "held")
-	ev := next(t, e.cfg, w)
+	ev := nextEvent(t, e.cfg, w)
 	if ev.Type != store.Deleted || ev.Object.GetName() != "held" {
 		t.Fatalf("event = %s %v, want DELETED held", ev.Type, ev.Object)
 	}
-	if rv(t, ev.Object.GetResourceVersion()) <= rv(t, withStatus.GetResourceVersion()) {
-		t.Fatalf("deleted event resourceVersion %s is not after %s", ev.Object.GetResourceVersion(), withStatus.GetResourceVersion())
-	}
+	newVersion(t, "deleted event", ev.Object.GetResourceVersion(), withStatus.GetResourceVersion())
 	if final.GetName() != "held" || final.GetUID() != created.GetUID() {
 		t.Fatalf("update that completed the deletion returned %s/%s uid %s", final.GetNamespace(), final.GetName(), final.GetUID())
 	}
@@ -477,32 +500,6 @@ func testDeletePreconditions[T store.Object](e *env[T]) {
 	}
 	_, err := e.r.Get(e.ctx, nsA, "guarded")
 	wantErr(t, err, errdefs.ErrNotFound)
-}
-
-func testResourceVersionAcrossKinds(t *testing.T, s store.Store, cfg *config) {
-	ctx := testContext(t, cfg)
-	last := uint64(0)
-	for i := range 10 {
-		var v string
-		if i%2 == 0 {
-			o, err := s.Runs().Create(ctx, runCase.object(nsA, fmt.Sprintf("r%d", i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			v = o.GetResourceVersion()
-		} else {
-			o, err := s.Runtimes().Create(ctx, runtimeCase.object(nsA, fmt.Sprintf("p%d", i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			v = o.GetResourceVersion()
-		}
-		if n := rv(t, v); n <= last {
-			t.Fatalf("write %d: resourceVersion %d is not above %d from the other kind", i, n, last)
-		} else {
-			last = n
-		}
-	}
 }
 
 func testSameNameInBothKinds(t *testing.T, s store.Store, cfg *config) {
@@ -579,4 +576,72 @@ func wantEvent[T store.Object](t testing.TB, ev store.Event[T], typ store.EventT
 		t.Fatalf("event type = %s (err %v), want %s for %s/%s", ev.Type, ev.Err, typ, want.GetNamespace(), want.GetName())
 	}
 	sameObject(t, "event object", ev.Object, want)
+}
+
+// Pod UIDs for the assigned-pod tests.
+const (
+	podUID1 = "4a2c1a3e-0000-4000-8000-000000000001"
+	podUID2 = "4a2c1a3e-0000-4000-8000-000000000002"
+)
+
+// assign writes a Run's status as the scheduler does when it places the
+// Run on a pod (uid "" unassigns it), or fails the test.
+func assign(t testing.TB, ctx context.Context, runs store.Resource[*v1alpha1.Run], r *v1alpha1.Run, phase v1alpha1.Phase, uid string) *v1alpha1.Run {
+	t.Helper()
+	r = r.DeepCopy()
+	r.Status.Phase = phase
+	r.Status.AssignedPod, r.Status.AssignedPodUID = "", uid
+	if uid != "" {
+		r.Status.AssignedPod = "pod-" + uid[len(uid)-1:]
+	}
+	out, err := runs.UpdateStatus(ctx, r)
+	if err != nil {
+		t.Fatalf("assign run %s/%s to %q: %v", r.Namespace, r.Name, uid, err)
+	}
+	return out
+}
+
+func testListAssignedPod(t *testing.T, s store.Store, cfg *config) {
+	ctx := testContext(t, cfg)
+	runs := s.Runs()
+	for _, r := range []struct {
+		ns, name string
+		phase    v1alpha1.Phase
+		uid      string
+	}{
+		{nsA, "on-1", v1alpha1.PhaseScheduled, podUID1},
+		{nsA, "on-1-running", v1alpha1.PhaseRunning, podUID1},
+		{nsB, "on-1-b", v1alpha1.PhaseScheduled, podUID1},
+		{nsA, "on-2", v1alpha1.PhaseScheduled, podUID2},
+		{nsA, "pending", v1alpha1.PhasePending, ""},
+	} {
+		run, err := runs.Create(ctx, runCase.object(r.ns, r.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		assign(t, ctx, runs, run, r.phase, r.uid)
+	}
+	for _, tc := range []struct {
+		name string
+		opts store.ListOptions
+		want []string
+	}{
+		{"AllNamespaces", store.ListOptions{AssignedPodUID: podUID1}, []string{"team-a/on-1", "team-a/on-1-running", "team-b/on-1-b"}},
+		{"OneNamespace", store.ListOptions{Namespace: nsA, AssignedPodUID: podUID1}, []string{"team-a/on-1", "team-a/on-1-running"}},
+		{"WithPhase", store.ListOptions{AssignedPodUID: podUID1, Phases: []v1alpha1.Phase{v1alpha1.PhaseRunning}}, []string{"team-a/on-1-running"}},
+		{"OtherPod", store.ListOptions{AssignedPodUID: podUID2}, []string{"team-a/on-2"}},
+		{"NoRuns", store.ListOptions{AssignedPodUID: "4a2c1a3e-0000-4000-8000-000000000009"}, []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			items, _, err := runs.List(ctx, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameValue(t, "names", names(items), tc.want)
+		})
+	}
+	t.Run("RuntimesHaveNoPod", func(t *testing.T) {
+		_, _, err := s.Runtimes().List(ctx, store.ListOptions{AssignedPodUID: podUID1})
+		wantErr(t, err, errdefs.ErrInvalidArgument)
+	})
 }

@@ -4,18 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/store"
 )
 
-// next returns the watch's next event; the watch ending or no event within
+// nextEvent returns the watch's next event; the watch ending or no event within
 // the timeout fails the test.
-func next[T store.Object](t testing.TB, cfg *config, w store.Watcher[T]) store.Event[T] {
+func nextEvent[T store.Object](t testing.TB, cfg *config, w store.Watcher[T]) store.Event[T] {
 	t.Helper()
 	timer := time.NewTimer(cfg.timeout)
 	defer timer.Stop()
@@ -70,7 +70,7 @@ func testWatchFromNow[T store.Object](e *env[T]) {
 			w := e.watch(store.WatchOptions{ResourceVersion: from})
 
 			created := e.create(nsA, name)
-			ev := next(t, e.cfg, w)
+			ev := nextEvent(t, e.cfg, w)
 			wantEvent(t, ev, store.Added, created)
 			// The event's object is the receiver's own.
 			ev.Object.SetLabels(map[string]string{"mutated": "by-receiver"})
@@ -87,9 +87,9 @@ func testWatchFromNow[T store.Object](e *env[T]) {
 			if err := e.r.Delete(e.ctx, nsA, name, store.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			wantEvent(t, next(t, e.cfg, w), store.Modified, updated)
-			wantEvent(t, next(t, e.cfg, w), store.Modified, withStatus)
-			ev = next(t, e.cfg, w)
+			wantEvent(t, nextEvent(t, e.cfg, w), store.Modified, updated)
+			wantEvent(t, nextEvent(t, e.cfg, w), store.Modified, withStatus)
+			ev = nextEvent(t, e.cfg, w)
 			if ev.Type != store.Deleted {
 				t.Fatalf("event = %s, want DELETED", ev.Type)
 			}
@@ -97,9 +97,7 @@ func testWatchFromNow[T store.Object](e *env[T]) {
 				t.Fatalf("deleted event carries %s/%s, want %s/%s", ev.Object.GetNamespace(), ev.Object.GetName(), nsA, name)
 			}
 			sameValue(t, "deleted object's status", e.k.status(ev.Object), e.k.status(withStatus))
-			if rv(t, ev.Object.GetResourceVersion()) <= rv(t, withStatus.GetResourceVersion()) {
-				t.Fatalf("deleted event at resourceVersion %s, want one after %s", ev.Object.GetResourceVersion(), withStatus.GetResourceVersion())
-			}
+			newVersion(t, "deleted event", ev.Object.GetResourceVersion(), withStatus.GetResourceVersion())
 		})
 	}
 }
@@ -117,7 +115,7 @@ func testWatchFromListVersion[T store.Object](e *env[T]) {
 	}
 	a := e.create(nsA, "a")
 	early := e.watch(store.WatchOptions{ResourceVersion: emptyRV})
-	wantEvent(t, next(t, e.cfg, early), store.Added, a)
+	wantEvent(t, nextEvent(t, e.cfg, early), store.Added, a)
 	e.create(nsA, "b")
 	items, listRV, err := e.r.List(e.ctx, store.ListOptions{})
 	if err != nil {
@@ -129,31 +127,25 @@ func testWatchFromListVersion[T store.Object](e *env[T]) {
 	c := e.create(nsA, "c")
 	a2 := e.updateStatus(a, 1)
 	w := e.watch(store.WatchOptions{ResourceVersion: listRV})
-	wantEvent(t, next(t, e.cfg, w), store.Added, c)
-	wantEvent(t, next(t, e.cfg, w), store.Modified, a2)
+	wantEvent(t, nextEvent(t, e.cfg, w), store.Added, c)
+	wantEvent(t, nextEvent(t, e.cfg, w), store.Modified, a2)
 
 	// And the watch goes on live.
 	if err := e.r.Delete(e.ctx, nsA, "b", store.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ev := next(t, e.cfg, w)
+	ev := nextEvent(t, e.cfg, w)
 	if ev.Type != store.Deleted || ev.Object.GetName() != "b" {
 		t.Fatalf("event = %s %s, want DELETED b", ev.Type, ev.Object.GetName())
 	}
 }
 
-// parseRV is rv for goroutines that must not call t.Fatal; a version that
-// does not parse becomes 0 and fails the comparison later.
-func parseRV(obj interface{ GetResourceVersion() string }) uint64 {
-	n, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
-	return n
-}
-
 // ack is one write a writer saw succeed.
 type ack struct {
-	rv   uint64 // 0 for a delete, which returns no object
-	typ  store.EventType
-	name string
+	writer int
+	rv     string // "" for a delete, which returns no object
+	typ    store.EventType
+	name   string
 }
 
 func testWatchReplayConcurrentWriters[T store.Object](e *env[T]) {
@@ -178,19 +170,19 @@ func testWatchReplayConcurrentWriters[T store.Object](e *env[T]) {
 					errs <- err
 					return
 				}
-				acks <- ack{parseRV(obj), store.Added, name}
+				acks <- ack{wi, obj.GetResourceVersion(), store.Added, name}
 				e.k.setStatus(obj, i+1)
 				if obj, err = e.r.UpdateStatus(e.ctx, obj); err != nil {
 					errs <- err
 					return
 				}
-				acks <- ack{parseRV(obj), store.Modified, name}
+				acks <- ack{wi, obj.GetResourceVersion(), store.Modified, name}
 				if i%3 == 0 {
 					if err := e.r.Delete(e.ctx, nsA, name, store.DeleteOptions{}); err != nil {
 						errs <- err
 						return
 					}
-					acks <- ack{0, store.Deleted, name}
+					acks <- ack{wi, "", store.Deleted, name}
 				}
 			}
 		})
@@ -220,59 +212,79 @@ func testWatchReplayConcurrentWriters[T store.Object](e *env[T]) {
 	if len(all) != total {
 		t.Fatalf("writers acknowledged %d writes, want %d", len(all), total)
 	}
-	finalItems, finalRV, err := e.r.List(e.ctx, store.ListOptions{})
+	finalItems, _, err := e.r.List(e.ctx, store.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A last write marks the end: each watch is read up to it.
+	sentinel := e.create(nsB, "sentinel")
 
-	// collect reads a watch up to the final list's version.
-	collect := func(w store.Watcher[T]) []store.Event[T] {
+	// collect reads a watch up to the sentinel (not included).
+	collect := func(t *testing.T, w store.Watcher[T]) []store.Event[T] {
 		t.Helper()
 		var evs []store.Event[T]
-		last := uint64(0)
-		for last < rv(t, finalRV) {
-			ev := next(t, e.cfg, w)
+		versions := map[string]bool{}
+		for {
+			ev := nextEvent(t, e.cfg, w)
 			if ev.Type == store.Error {
 				t.Fatalf("watch failed: %v", ev.Err)
 			}
-			n := rv(t, ev.Object.GetResourceVersion())
-			if n <= last {
-				t.Fatalf("event at resourceVersion %d after %d: out of order or duplicated", n, last)
+			if ev.Object.GetName() == sentinel.GetName() {
+				wantEvent(t, ev, store.Added, sentinel)
+				return evs
 			}
-			last = n
+			v := ev.Object.GetResourceVersion()
+			if versions[v] {
+				t.Fatalf("two events at resourceVersion %s", v)
+			}
+			versions[v] = true
 			evs = append(evs, ev)
 		}
-		return evs
+	}
+	// inWriterOrder fails unless the events of each writer's objects come
+	// in the order the writer made them: one writer's writes are ordered,
+	// so their commits are, and a watch delivers commit order.
+	inWriterOrder := func(t *testing.T, evs []store.Event[T], complete bool) {
+		t.Helper()
+		byWriter := make([][]ack, writers)
+		for _, a := range all {
+			byWriter[a.writer] = append(byWriter[a.writer], a)
+		}
+		pos := make([]int, writers)
+		for _, ev := range evs {
+			var wi, i int
+			if _, err := fmt.Sscanf(ev.Object.GetName(), "w%d-%d", &wi, &i); err != nil || wi < 0 || wi >= writers {
+				t.Fatalf("event for %s, which no writer wrote", ev.Object.GetName())
+			}
+			// A watch that starts midway skips each writer's earlier writes.
+			for !complete && pos[wi] < len(byWriter[wi]) && !sameWrite(byWriter[wi][pos[wi]], ev) {
+				pos[wi]++
+			}
+			if pos[wi] >= len(byWriter[wi]) || !sameWrite(byWriter[wi][pos[wi]], ev) {
+				t.Fatalf("event %s %s at %s is not writer %d's next write", ev.Type, ev.Object.GetName(), ev.Object.GetResourceVersion(), wi)
+			}
+			pos[wi]++
+		}
+		if complete {
+			for wi, p := range pos {
+				if p != len(byWriter[wi]) {
+					t.Fatalf("writer %d made %d writes, the watch saw %d", wi, len(byWriter[wi]), p)
+				}
+			}
+		}
 	}
 	for _, tc := range []struct {
 		name string
 		w    store.Watcher[T]
 	}{{"FromNow", fromNow}, {"FromStartList", fromStart}} {
 		t.Run(tc.name, func(t *testing.T) {
-			evs := collect(tc.w)
+			evs := collect(t, tc.w)
 			if len(evs) != total {
 				t.Fatalf("saw %d events, want one per write: %d", len(evs), total)
 			}
-			// Every acknowledged write is there, once, as its own type.
-			seen := map[uint64]store.EventType{}
-			deleted := map[string]int{}
-			for _, ev := range evs {
-				seen[rv(t, ev.Object.GetResourceVersion())] = ev.Type
-				if ev.Type == store.Deleted {
-					deleted[ev.Object.GetName()]++
-				}
-			}
-			for _, a := range all {
-				if a.typ == store.Deleted {
-					if deleted[a.name] != 1 {
-						t.Fatalf("delete of %s seen %d times, want once", a.name, deleted[a.name])
-					}
-					continue
-				}
-				if seen[a.rv] != a.typ {
-					t.Fatalf("write %s %s at %d seen as %q", a.typ, a.name, a.rv, seen[a.rv])
-				}
-			}
+			// Every acknowledged write is there, once, as its own type,
+			// in each writer's order.
+			inWriterOrder(t, evs, true)
 		})
 	}
 	t.Run("FromMidList", func(t *testing.T) {
@@ -282,26 +294,30 @@ func testWatchReplayConcurrentWriters[T store.Object](e *env[T]) {
 		for _, it := range midItems {
 			mirror[it.GetName()] = it.GetResourceVersion()
 		}
-		for _, ev := range collect(fromMid) {
-			if rv(t, ev.Object.GetResourceVersion()) <= rv(t, midRV) {
-				t.Fatalf("event at %s is not after the list's %s", ev.Object.GetResourceVersion(), midRV)
-			}
+		evs := collect(t, fromMid)
+		inWriterOrder(t, evs, false)
+		for _, ev := range evs {
+			name, v := ev.Object.GetName(), ev.Object.GetResourceVersion()
 			switch ev.Type {
 			case store.Added:
-				if _, ok := mirror[ev.Object.GetName()]; ok {
-					t.Fatalf("ADDED %s, which the list already had", ev.Object.GetName())
+				if _, ok := mirror[name]; ok {
+					t.Fatalf("ADDED %s, which the list already had", name)
 				}
-				mirror[ev.Object.GetName()] = ev.Object.GetResourceVersion()
+				mirror[name] = v
 			case store.Modified:
-				if _, ok := mirror[ev.Object.GetName()]; !ok {
-					t.Fatalf("MODIFIED %s, which is neither listed nor added", ev.Object.GetName())
+				had, ok := mirror[name]
+				if !ok {
+					t.Fatalf("MODIFIED %s, which is neither listed nor added", name)
 				}
-				mirror[ev.Object.GetName()] = ev.Object.GetResourceVersion()
+				if had == v {
+					t.Fatalf("MODIFIED %s at %s, the version the list already had", name, v)
+				}
+				mirror[name] = v
 			case store.Deleted:
-				if _, ok := mirror[ev.Object.GetName()]; !ok {
-					t.Fatalf("DELETED %s, which is neither listed nor added", ev.Object.GetName())
+				if _, ok := mirror[name]; !ok {
+					t.Fatalf("DELETED %s, which is neither listed nor added", name)
 				}
-				delete(mirror, ev.Object.GetName())
+				delete(mirror, name)
 			}
 		}
 		want := map[string]string{}
@@ -310,6 +326,11 @@ func testWatchReplayConcurrentWriters[T store.Object](e *env[T]) {
 		}
 		sameValue(t, "list at half + watch vs final list", mirror, want)
 	})
+}
+
+// sameWrite reports whether ev is the event of write a.
+func sameWrite[T store.Object](a ack, ev store.Event[T]) bool {
+	return a.typ == ev.Type && a.name == ev.Object.GetName() && (a.rv == "" || a.rv == ev.Object.GetResourceVersion())
 }
 
 func testWatchNamespace[T store.Object](e *env[T]) {
@@ -323,13 +344,13 @@ func testWatchNamespace[T store.Object](e *env[T]) {
 	a := e.create(nsA, "a")
 	b2 := e.updateStatus(b, 1)
 	a2 := e.updateStatus(a, 1)
-	wantEvent(t, next(t, e.cfg, onlyA), store.Added, a)
-	wantEvent(t, next(t, e.cfg, onlyA), store.Modified, a2)
+	wantEvent(t, nextEvent(t, e.cfg, onlyA), store.Added, a)
+	wantEvent(t, nextEvent(t, e.cfg, onlyA), store.Modified, a2)
 
 	// The filter applies to the replayed part too.
 	onlyB := e.watch(store.WatchOptions{ResourceVersion: startRV, Namespace: nsB})
-	wantEvent(t, next(t, e.cfg, onlyB), store.Added, b)
-	wantEvent(t, next(t, e.cfg, onlyB), store.Modified, b2)
+	wantEvent(t, nextEvent(t, e.cfg, onlyB), store.Added, b)
+	wantEvent(t, nextEvent(t, e.cfg, onlyB), store.Modified, b2)
 }
 
 func testWatchInvalidVersion[T store.Object](e *env[T]) {
@@ -339,19 +360,23 @@ func testWatchInvalidVersion[T store.Object](e *env[T]) {
 
 func testWatchExpired[T store.Object](e *env[T]) {
 	t := e.t
-	if e.cfg.historyLimit == 0 {
-		t.Skip("the store's history is not bounded by a count (storetest.WithHistoryLimit)")
-	}
 	first := e.create(nsA, "old")
 	obj := first
-	for i := range e.cfg.historyLimit + 1 {
-		obj = e.updateStatus(obj, i+1)
+	switch {
+	case e.cfg.historyLimit > 0:
+		for i := range e.cfg.historyLimit + 1 {
+			obj = e.updateStatus(obj, i+1)
+		}
+	case e.cfg.expire != nil:
+		e.cfg.expire(t)
+	default:
+		t.Fatal("the suite needs storetest.WithHistoryLimit or storetest.WithExpiry to make a version expire")
 	}
 	w, err := e.r.Watch(e.ctx, store.WatchOptions{ResourceVersion: first.GetResourceVersion()})
 	if err == nil {
 		// Some stores report it as the first event instead.
 		defer w.Stop()
-		ev := next(t, e.cfg, w)
+		ev := nextEvent(t, e.cfg, w)
 		if ev.Type != store.Error {
 			t.Fatalf("watch from a version older than the history delivered %s, want ERROR", ev.Type)
 		}
@@ -363,9 +388,10 @@ func testWatchExpired[T store.Object](e *env[T]) {
 	wantErr(t, err, errdefs.ErrExpired)
 
 	// A recent version is still watchable.
+	obj = e.updateStatus(e.get(nsA, "old"), 0)
 	recent := e.watch(store.WatchOptions{ResourceVersion: obj.GetResourceVersion()})
-	last := e.updateStatus(obj, 0)
-	wantEvent(t, next(t, e.cfg, recent), store.Modified, last)
+	last := e.updateStatus(obj, 1)
+	wantEvent(t, nextEvent(t, e.cfg, recent), store.Modified, last)
 }
 
 func testSlowWatcher[T store.Object](e *env[T]) {
@@ -426,7 +452,7 @@ func testSlowWatcher[T store.Object](e *env[T]) {
 	// The slow watcher got a gap-free prefix, then either everything
 	// (it was buffered) or an ERROR wrapping ErrExpired and the end.
 	for i := 0; i < n; i++ {
-		ev := next(t, e.cfg, slow)
+		ev := nextEvent(t, e.cfg, slow)
 		if ev.Type == store.Error {
 			wantErr(t, ev.Err, errdefs.ErrExpired)
 			if rest := drain(t, e.cfg, slow); len(rest) != 0 {
@@ -468,7 +494,7 @@ func testWatchEnds[T store.Object](e *env[T]) {
 		}
 		if err == nil {
 			defer w.Stop()
-			next(t, e.cfg, w)
+			nextEvent(t, e.cfg, w)
 			cancel()
 			drain(t, e.cfg, w)
 		}
@@ -504,5 +530,84 @@ func testWatchSeesOneKind(t *testing.T, s store.Store, cfg *config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantEvent(t, next(t, cfg, w), store.Added, run)
+	wantEvent(t, nextEvent(t, cfg, w), store.Added, run)
+}
+
+func testWatchAssignedPod(t *testing.T, s store.Store, cfg *config) {
+	ctx := testContext(t, cfg)
+	runs := s.Runs()
+	_, startRV, err := runs.List(ctx, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := store.WatchOptions{AssignedPodUID: podUID1}
+	live, err := runs.Watch(ctx, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Stop()
+
+	create := func(name string) *v1alpha1.Run {
+		t.Helper()
+		r, err := runs.Create(ctx, runCase.object(nsA, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	type want struct {
+		typ store.EventType
+		obj *v1alpha1.Run
+	}
+	var wants []want
+	r := create("moved") // unassigned: not seen
+	r = assign(t, ctx, runs, r, v1alpha1.PhaseScheduled, podUID1)
+	wants = append(wants, want{store.Added, r}) // enters the set
+	r = assign(t, ctx, runs, r, v1alpha1.PhaseRunning, podUID1)
+	wants = append(wants, want{store.Modified, r})
+	last := r
+	r = assign(t, ctx, runs, r, v1alpha1.PhasePending, podUID2)
+	// Leaves the set: its last state in the set, at the version that
+	// took it out.
+	left := last.DeepCopy()
+	left.ResourceVersion = r.ResourceVersion
+	wants = append(wants, want{store.Deleted, left})
+	assign(t, ctx, runs, create("other"), v1alpha1.PhaseScheduled, podUID2) // never seen
+	d := assign(t, ctx, runs, create("deleted"), v1alpha1.PhaseScheduled, podUID1)
+	wants = append(wants, want{store.Added, d})
+	if err := runs.Delete(ctx, nsA, "deleted", store.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wants = append(wants, want{store.Deleted, nil})
+	end := assign(t, ctx, runs, create("end"), v1alpha1.PhaseScheduled, podUID1)
+	wants = append(wants, want{store.Added, end})
+
+	check := func(t *testing.T, w store.Watcher[*v1alpha1.Run]) {
+		for _, wt := range wants {
+			ev := nextEvent(t, cfg, w)
+			if wt.obj == nil {
+				if ev.Type != wt.typ || ev.Object.Name != "deleted" {
+					t.Fatalf("event %s %v, want %s deleted", ev.Type, ev.Object, wt.typ)
+				}
+				continue
+			}
+			wantEvent(t, ev, wt.typ, wt.obj)
+		}
+	}
+	t.Run("Live", func(t *testing.T) { check(t, live) })
+	t.Run("Replayed", func(t *testing.T) {
+		w, err := runs.Watch(ctx, store.WatchOptions{ResourceVersion: startRV, AssignedPodUID: podUID1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		check(t, w)
+	})
+	t.Run("RuntimesHaveNoPod", func(t *testing.T) {
+		w, err := s.Runtimes().Watch(ctx, store.WatchOptions{AssignedPodUID: podUID1})
+		if err == nil {
+			w.Stop()
+		}
+		wantErr(t, err, errdefs.ErrInvalidArgument)
+	})
 }
