@@ -22,6 +22,7 @@ type pkg struct {
 	XTestGoFiles []string
 	Doc          string
 	Imports      []string
+	Deps         []string
 	Name         string
 }
 

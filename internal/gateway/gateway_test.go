@@ -23,7 +23,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/httpapi"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/standalone"
 	"stoke.dev/stoke/internal/testbin"
 )
@@ -60,7 +60,7 @@ func runMain(m *testing.M) int {
 		Spec: v1alpha1.RuntimeSpec{Server: "bash", Replicas: 1, Runs: 4}}
 	s, err := standalone.New(ctx, standalone.Config{DataDir: dataDir, DefaultRuntimes: []*v1alpha1.Runtime{bash},
 		Logger:         quiet,
-		PodCommand:     func(_ pool.Pod, args []string) *exec.Cmd { return exec.Command(bin, args...) },
+		PodCommand:     func(_ podsource.Pod, args []string) *exec.Cmd { return exec.Command(bin, args...) },
 		HealthInterval: 200 * time.Millisecond, StatusPoll: 100 * time.Millisecond})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

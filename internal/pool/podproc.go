@@ -23,6 +23,7 @@ import (
 	executorv1 "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/loglines"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/shm"
 )
@@ -65,7 +66,7 @@ const ipcPrefix = "stoke-pod-"
 // when the thread that started the server ends, so runPod keeps its
 // goroutine, and with it nothing else, on that thread until the pod is
 // gone (see proc.Start).
-func (s *Supervisor) runPod(pr *podRun, pod Pod, dir string, ready func()) string {
+func (s *Supervisor) runPod(pr *podRun, pod podsource.Pod, dir string, ready func()) string {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	log := s.log.With("runtime", pod.Namespace+"/"+pod.Runtime, "pod", pod.Name, "pod_uid", pod.UID)
@@ -276,7 +277,7 @@ func (s *Supervisor) supervise(pr *podRun, p *proc.Process, sock string, log *sl
 		if failures >= s.cfg.UnhealthyAfter {
 			log.Error("pod unhealthy; fencing it", "failures", failures)
 			fence(p, log)
-			return ReasonUnhealthy
+			return podsource.ReasonUnhealthy
 		}
 	}
 }
@@ -286,7 +287,7 @@ func (s *Supervisor) supervise(pr *podRun, p *proc.Process, sock string, log *sl
 func exited(p *proc.Process, log *slog.Logger) string {
 	log.Warn("runtime server exited", "exit_code", p.ExitCode())
 	fence(p, log)
-	return ReasonExited
+	return podsource.ReasonExited
 }
 
 // terminate stops the pod for pr.stopReason: SIGTERM to its group, so the
@@ -349,7 +350,7 @@ func makeIPCDir(dir, stateDir string) (string, error) {
 // makePodCgroup records the pod's cgroup in its directory dir, then
 // creates it (a leftover of the same name is killed and removed first) and
 // opens it for proc.InCgroup.
-func (s *Supervisor) makePodCgroup(dir string, pod Pod) (*cgroup.Group, *os.File, error) {
+func (s *Supervisor) makePodCgroup(dir string, pod podsource.Pod) (*cgroup.Group, *os.File, error) {
 	name := "pod-" + pod.UID
 	path := filepath.Join(s.cfg.Cgroup.Path(), name)
 	if err := os.WriteFile(filepath.Join(dir, cgroupFile), []byte(path+"\n"), 0o600); err != nil {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	executorv1 "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/shm"
 	"stoke.dev/stoke/internal/store/sqlite"
@@ -31,7 +32,7 @@ import (
 // orphan, none of which the server can kill any more. The pod is replaced.
 func TestKilledServerTakesItsSessionWithIt(t *testing.T) {
 	h := newHarness(t, nil, bashRuntime("bash", 1, 2))
-	a := h.expect(PodReady, "").Pod
+	a := h.expect(podsource.PodReady, "").Pod
 	pid := serverPid(t, a)
 
 	warmChild := registerFunction(t, a, "fn1",
@@ -60,7 +61,7 @@ wait`)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	gone := h.expect(PodGone, ReasonExited)
+	gone := h.expect(podsource.PodGone, podsource.ReasonExited)
 	if gone.Pod.UID != a.UID {
 		t.Fatalf("gone %s, want %s", gone.Pod.UID, a.UID)
 	}
@@ -73,7 +74,7 @@ wait`)
 	if left, _ := proc.SessionMembers(pid); len(left) != 0 {
 		t.Errorf("pod session members left at PodGone: %v", left)
 	}
-	b := h.expect(PodReady, "").Pod
+	b := h.expect(podsource.PodReady, "").Pod
 	if b.UID == a.UID {
 		t.Fatal("replacement reuses the UID")
 	}
@@ -184,7 +185,7 @@ func TestSupervisorDeathLeavesNothingOfThePods(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("first supervisor's pod: %q %v", line, err)
 	}
-	pod := Pod{Name: "first", Addr: addr, WorkspaceRoot: filepath.Join(data, "runs")}
+	pod := podsource.Pod{Name: "first", Addr: addr, WorkspaceRoot: filepath.Join(data, "runs")}
 	pid := serverPid(t, pod)
 	t.Cleanup(func() { _, _ = proc.KillSession(pid, 10*time.Second) }) // should the test fail
 	pids := runTask(t, pod, "task1", `sleep 1000 >/dev/null & inGroup=$!
@@ -211,7 +212,7 @@ wait`)
 	}
 
 	h := newHarness(t, func(c *Config) { c.DataDir = data }, bashRuntime("bash", 1, 2))
-	h.expect(PodReady, "") // a restart on the killed supervisor's data directory
+	h.expect(podsource.PodReady, "") // a restart on the killed supervisor's data directory
 }
 
 // The helper process of TestSupervisorDeathLeavesNothingOfThePods
@@ -238,7 +239,7 @@ func helperSupervisor(data, bin string) int {
 	sup, err := NewSupervisor(Config{
 		Store:          st,
 		DataDir:        data,
-		Command:        func(_ Pod, args []string) *exec.Cmd { return exec.Command(bin, args...) },
+		Command:        func(_ podsource.Pod, args []string) *exec.Cmd { return exec.Command(bin, args...) },
 		Logger:         slog.New(slog.NewJSONHandler(os.Stderr, nil)),
 		HealthInterval: 100 * time.Millisecond,
 		ShutdownGrace:  time.Second,
@@ -250,7 +251,7 @@ func helperSupervisor(data, bin string) int {
 	events, _, _ := sup.Subscribe()
 	go func() { _ = sup.Run(ctx) }() // until the test kills this process
 	for ev := range events {
-		if ev.Type == PodReady {
+		if ev.Type == podsource.PodReady {
 			fmt.Printf("ready %s\n", ev.Pod.Addr)
 		}
 	}
@@ -260,7 +261,7 @@ func helperSupervisor(data, bin string) int {
 // registerFunction registers a bash function in pod p, in a new working
 // directory named id whose handler.sh is file; file writes the pid of a
 // background child to bg.pid while it is sourced, which is returned.
-func registerFunction(t *testing.T, p Pod, id, file string) int {
+func registerFunction(t *testing.T, p podsource.Pod, id, file string) int {
 	t.Helper()
 	wd := filepath.Join(p.WorkspaceRoot, id)
 	if err := os.Mkdir(wd, 0o755); err != nil {
@@ -294,7 +295,7 @@ func registerFunction(t *testing.T, p Pod, id, file string) int {
 // runTask starts a one-shot task in pod p that runs script with bash in a
 // new working directory named id. The script writes pids, on one line, to
 // the FIFO pid.fifo there; runTask returns them.
-func runTask(t *testing.T, p Pod, id, script string) []int {
+func runTask(t *testing.T, p podsource.Pod, id, script string) []int {
 	t.Helper()
 	wd := filepath.Join(p.WorkspaceRoot, id)
 	if err := os.Mkdir(wd, 0o755); err != nil {
@@ -340,7 +341,7 @@ func runTask(t *testing.T, p Pod, id, script string) []int {
 }
 
 // dial connects to pod p's socket for the rest of the test.
-func dial(t *testing.T, p Pod) *grpc.ClientConn {
+func dial(t *testing.T, p podsource.Pod) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/store"
 )
@@ -76,7 +77,7 @@ type Config struct {
 	// The supervisor starts it with proc.Start, in a session of its own,
 	// and sets its stdout and stderr (when nil) to a pipe that it logs
 	// line by line.
-	Command func(pod Pod, args []string) *exec.Cmd
+	Command func(pod podsource.Pod, args []string) *exec.Cmd
 	// Logger receives the supervisor's logs and the pods' own logs (their
 	// events; the Runs' output goes to RunLogDir). Nil discards them.
 	Logger *slog.Logger
@@ -123,10 +124,7 @@ type Supervisor struct {
 	runsDir string
 	running atomic.Bool
 
-	mu    sync.Mutex
-	ready map[string]Pod // by UID: the pods announced ready and not yet gone
-	subs  map[*subscription]struct{}
-	ended bool // Run has returned: no more events
+	hub *podsource.Hub
 }
 
 // NewSupervisor checks cfg, fills in its defaults and returns a Supervisor
@@ -148,7 +146,7 @@ func NewSupervisor(cfg Config) (*Supervisor, error) {
 		if err != nil {
 			return nil, fmt.Errorf("pool: find the stoke executable: %w", err)
 		}
-		cfg.Command = func(_ Pod, args []string) *exec.Cmd { return exec.Command(exe, args...) }
+		cfg.Command = func(_ podsource.Pod, args []string) *exec.Cmd { return exec.Command(exe, args...) }
 	}
 	cfg.Logger = logging.OrDiscard(cfg.Logger)
 	setDefault(&cfg.HealthInterval, DefaultHealthInterval)
@@ -168,8 +166,7 @@ func NewSupervisor(cfg Config) (*Supervisor, error) {
 		clk:     cfg.Clock,
 		podsDir: filepath.Join(dataDir, "pods"),
 		runsDir: filepath.Join(dataDir, "runs"),
-		ready:   make(map[string]Pod),
-		subs:    make(map[*subscription]struct{}),
+		hub:     podsource.NewHub(cfg.Logger),
 	}, nil
 }
 
@@ -179,48 +176,20 @@ func setDefault(d *time.Duration, def time.Duration) {
 	}
 }
 
+// Subscribe is podsource.Hub's Subscribe: the ready pods and their later
+// transitions. After Run has returned the channel is closed once the
+// subscriber has received every queued event.
+func (s *Supervisor) Subscribe() (events <-chan podsource.Event, snapshot []podsource.Pod, cancel func()) {
+	return s.hub.Subscribe()
+}
+
 // Pods returns the pods announced ready and not yet gone, sorted by name
 // (a pod being stopped stays until its PodGone).
-func (s *Supervisor) Pods() []Pod {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.readyLocked()
-}
+func (s *Supervisor) Pods() []podsource.Pod { return s.hub.Pods() }
 
 // Lookup returns the pod with this UID if it was announced ready and is
 // not yet gone.
-func (s *Supervisor) Lookup(uid string) (Pod, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.ready[uid]
-	return p, ok
-}
-
-func (s *Supervisor) readyLocked() []Pod {
-	pods := make([]Pod, 0, len(s.ready))
-	for _, p := range s.ready {
-		pods = append(pods, p)
-	}
-	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
-	return pods
-}
-
-// publish records ev in the ready set and queues it for every subscriber,
-// in one step, so a Subscribe sees either the state before ev and then ev,
-// or the state after it.
-func (s *Supervisor) publish(ev Event) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch ev.Type {
-	case PodReady:
-		s.ready[ev.Pod.UID] = ev.Pod
-	case PodGone:
-		delete(s.ready, ev.Pod.UID)
-	}
-	for sub := range s.subs {
-		sub.enqueueLocked(ev)
-	}
-}
+func (s *Supervisor) Lookup(uid string) (podsource.Pod, bool) { return s.hub.Lookup(uid) }
 
 // Run follows the Runtime objects in the store and keeps spec.replicas pods
 // running for each until ctx ends. Then it stops every pod (SIGTERM, then
@@ -233,7 +202,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("pool: Run called twice")
 	}
-	defer s.endSubscriptions()
+	defer s.hub.End()
 	if err := os.MkdirAll(s.runsDir, 0o700); err != nil {
 		return fmt.Errorf("pool: workspace root: %w", err)
 	}
@@ -326,7 +295,7 @@ type pool struct {
 
 // podRun is one pod: the loop's view of it plus what its goroutine shares.
 type podRun struct {
-	info       Pod // owned by the loop; the pod goroutine has its own copy
+	info       podsource.Pod // owned by the loop; the pod goroutine has its own copy
 	pool       *pool
 	started    time.Time
 	readySince time.Time // zero until the pod was announced ready
@@ -428,7 +397,7 @@ func (l *loop) run(ctx context.Context) error {
 	live := 0
 	for _, p := range l.pools {
 		for _, pr := range p.pods {
-			l.stopPod(pr, ReasonShutdown)
+			l.stopPod(pr, podsource.ReasonShutdown)
 			live++
 		}
 	}
@@ -456,7 +425,7 @@ func (l *loop) handleRuntime(m rtMsg) {
 	if !m.sync {
 		if m.deleted {
 			if p := l.current[keyOf(m.obj)]; p != nil && p.uid == m.obj.UID {
-				l.remove(p, ReasonRuntimeDeleted)
+				l.remove(p, podsource.ReasonRuntimeDeleted)
 			}
 			return
 		}
@@ -470,7 +439,7 @@ func (l *loop) handleRuntime(m rtMsg) {
 	}
 	for key, p := range l.current {
 		if !seen[key] {
-			l.remove(p, ReasonRuntimeDeleted)
+			l.remove(p, podsource.ReasonRuntimeDeleted)
 		}
 	}
 }
@@ -490,13 +459,13 @@ func (l *loop) upsert(rt *v1alpha1.Runtime) {
 	p := l.current[key]
 	if rt.DeletionTimestamp != nil {
 		if p != nil && p.uid == rt.UID {
-			l.remove(p, ReasonRuntimeDeleted)
+			l.remove(p, podsource.ReasonRuntimeDeleted)
 		}
 		return
 	}
 	if p != nil && p.uid != rt.UID {
 		// Deleted and created again while we were not looking.
-		l.remove(p, ReasonRuntimeDeleted)
+		l.remove(p, podsource.ReasonRuntimeDeleted)
 		p = nil
 	}
 	if p == nil {
@@ -519,14 +488,14 @@ func (l *loop) upsert(rt *v1alpha1.Runtime) {
 		"replicas", rt.Spec.Replicas, "runs", rt.Spec.Runs)
 	if !sameServer {
 		for _, pr := range p.pods {
-			l.stopPod(pr, ReasonServerChanged)
+			l.stopPod(pr, podsource.ReasonServerChanged)
 		}
 	}
 	if old.Runs != p.spec.Runs {
 		for _, pr := range p.pods {
 			pr.info.Slots = p.spec.Runs
 			if !pr.readySince.IsZero() && !pr.stopping {
-				l.s.publish(Event{Type: PodReady, Pod: pr.info})
+				l.s.hub.Publish(podsource.Event{Type: podsource.PodReady, Pod: pr.info})
 			}
 		}
 	}
@@ -576,7 +545,7 @@ func (l *loop) reconcile(p *pool) {
 			return live[i].started.After(live[j].started)
 		})
 		for _, pr := range live[:len(live)-want] {
-			l.stopPod(pr, ReasonScaledDown)
+			l.stopPod(pr, podsource.ReasonScaledDown)
 		}
 		l.submitStatus(p)
 	}
@@ -637,7 +606,7 @@ func (l *loop) startPod(p *pool) error {
 	if err != nil {
 		return err
 	}
-	info := Pod{
+	info := podsource.Pod{
 		Namespace:     p.key.namespace,
 		Runtime:       p.key.name,
 		Name:          name,
@@ -732,14 +701,14 @@ func (l *loop) handleReport(r podReport) {
 		}
 		pr.readySince = l.s.clk.Now()
 		log.Info("pod ready", "startup", pr.readySince.Sub(pr.started).Round(time.Millisecond))
-		l.s.publish(Event{Type: PodReady, Pod: pr.info})
+		l.s.hub.Publish(podsource.Event{Type: podsource.PodReady, Pod: pr.info})
 		l.submitStatus(p)
 		return
 	}
 	delete(p.pods, pr.info.UID)
 	if !pr.readySince.IsZero() {
 		log.Info("pod gone", "reason", r.reason)
-		l.s.publish(Event{Type: PodGone, Pod: pr.info, Reason: r.reason})
+		l.s.hub.Publish(podsource.Event{Type: podsource.PodGone, Pod: pr.info, Reason: r.reason})
 	} else {
 		log.Info("pod ended before it was ready", "reason", r.reason)
 	}

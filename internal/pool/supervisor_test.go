@@ -24,6 +24,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/shm"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
@@ -55,7 +56,7 @@ type harness struct {
 	data    string
 	st      *sqlite.Store
 	sup     *Supervisor
-	events  <-chan Event
+	events  <-chan podsource.Event
 	unsub   func()
 	logs    *lockedBuffer
 	cancel  context.CancelFunc
@@ -98,7 +99,7 @@ func newHarness(t *testing.T, mutate func(*Config), runtimes ...*v1alpha1.Runtim
 	cfg := Config{
 		Store:          st,
 		DataDir:        data,
-		Command:        func(_ Pod, args []string) *exec.Cmd { return exec.Command(stokeBin, args...) },
+		Command:        func(_ podsource.Pod, args []string) *exec.Cmd { return exec.Command(stokeBin, args...) },
 		Logger:         slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		HealthInterval: 100 * time.Millisecond,
 		CheckTimeout:   500 * time.Millisecond,
@@ -113,7 +114,7 @@ func newHarness(t *testing.T, mutate func(*Config), runtimes ...*v1alpha1.Runtim
 	if err != nil {
 		t.Fatal(err)
 	}
-	var snapshot []Pod
+	var snapshot []podsource.Pod
 	h.events, snapshot, h.unsub = h.sup.Subscribe()
 	if len(snapshot) != 0 {
 		t.Fatalf("snapshot before Run: %v", snapshot)
@@ -132,13 +133,13 @@ func newHarness(t *testing.T, mutate func(*Config), runtimes ...*v1alpha1.Runtim
 
 // stop ends Run, drains the events to the closed channel and returns the
 // PodGone events seen on the way.
-func (h *harness) stop() []Event {
+func (h *harness) stop() []podsource.Event {
 	if h.stopped {
 		return nil
 	}
 	h.stopped = true
 	h.cancel()
-	var gone []Event
+	var gone []podsource.Event
 	timeout := time.After(eventTimeout)
 	for {
 		select {
@@ -155,7 +156,7 @@ func (h *harness) stop() []Event {
 				}
 				return gone
 			}
-			if ev.Type == PodGone {
+			if ev.Type == podsource.PodGone {
 				gone = append(gone, ev)
 			}
 		case <-timeout:
@@ -192,7 +193,7 @@ func (h *harness) update(name string, change func(*v1alpha1.RuntimeSpec)) {
 }
 
 // next returns the next event.
-func (h *harness) next() Event {
+func (h *harness) next() podsource.Event {
 	h.t.Helper()
 	select {
 	case ev, ok := <-h.events:
@@ -209,7 +210,7 @@ func (h *harness) next() Event {
 
 // expect returns the next event, which must be of type typ (and reason,
 // for PodGone).
-func (h *harness) expect(typ EventType, reason string) Event {
+func (h *harness) expect(typ podsource.EventType, reason string) podsource.Event {
 	h.t.Helper()
 	ev := h.next()
 	if ev.Type != typ || ev.Reason != reason {
@@ -269,10 +270,10 @@ func bashRuntime(name string, replicas, runs int32) *v1alpha1.Runtime {
 }
 
 // socketPath is a pod's socket file.
-func socketPath(p Pod) string { return strings.TrimPrefix(p.Addr, "unix://") }
+func socketPath(p podsource.Pod) string { return strings.TrimPrefix(p.Addr, "unix://") }
 
 // serverPid finds the pod's Runtime Server by its --listen argument.
-func serverPid(t *testing.T, p Pod) int {
+func serverPid(t *testing.T, p podsource.Pod) int {
 	t.Helper()
 	pids := pidsWithArg("unix:" + socketPath(p))
 	if len(pids) != 1 {
@@ -328,7 +329,7 @@ func children() []int {
 }
 
 // checkHealth asks a pod's socket for its health.
-func checkHealth(t *testing.T, p Pod) {
+func checkHealth(t *testing.T, p podsource.Pod) {
 	t.Helper()
 	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -349,15 +350,15 @@ func TestReplicasReadyStatusAndShutdown(t *testing.T) {
 	h := newHarness(t, nil)
 	h.create(bashRuntime("bash", 2, 4))
 
-	a := h.expect(PodReady, "")
-	b := h.expect(PodReady, "")
+	a := h.expect(podsource.PodReady, "")
+	b := h.expect(podsource.PodReady, "")
 	if a.Pod.UID == b.Pod.UID || a.Pod.Name == b.Pod.Name || a.Pod.Addr == b.Pod.Addr {
 		t.Fatalf("pods not distinct: %+v %+v", a.Pod, b.Pod)
 	}
 	var pids []int
 	var ipcDirs []string
-	for _, p := range []Pod{a.Pod, b.Pod} {
-		want := Pod{
+	for _, p := range []podsource.Pod{a.Pod, b.Pod} {
+		want := podsource.Pod{
 			Namespace: "default", Runtime: "bash", Name: p.Name, UID: p.UID, Server: "bash", Slots: 4,
 			Addr:          "unix://" + filepath.Join(h.data, "pods", p.Name, "rs.sock"),
 			WorkspaceRoot: filepath.Join(h.data, "runs"),
@@ -431,7 +432,7 @@ func TestReplicasReadyStatusAndShutdown(t *testing.T) {
 		t.Fatalf("gone at shutdown: %+v", gone)
 	}
 	for _, ev := range gone {
-		if ev.Reason != ReasonShutdown || (ev.Pod.UID != a.Pod.UID && ev.Pod.UID != b.Pod.UID) {
+		if ev.Reason != podsource.ReasonShutdown || (ev.Pod.UID != a.Pod.UID && ev.Pod.UID != b.Pod.UID) {
 			t.Errorf("shutdown event %+v", ev)
 		}
 	}
@@ -469,12 +470,12 @@ func TestReplicasReadyStatusAndShutdown(t *testing.T) {
 func TestExitedPodIsReplaced(t *testing.T) {
 	// The Runtime exists before the supervisor starts: found by the list.
 	h := newHarness(t, nil, bashRuntime("bash", 1, 2))
-	a := h.expect(PodReady, "").Pod
+	a := h.expect(podsource.PodReady, "").Pod
 	pid := serverPid(t, a)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	gone := h.expect(PodGone, ReasonExited)
+	gone := h.expect(podsource.PodGone, podsource.ReasonExited)
 	if gone.Pod.UID != a.UID {
 		t.Fatalf("gone %s, want %s", gone.Pod.UID, a.UID)
 	}
@@ -484,7 +485,7 @@ func TestExitedPodIsReplaced(t *testing.T) {
 	if _, ok := h.sup.Lookup(a.UID); ok {
 		t.Fatal("gone pod still looked up")
 	}
-	b := h.expect(PodReady, "").Pod
+	b := h.expect(podsource.PodReady, "").Pod
 	if b.UID == a.UID || b.Name == a.Name {
 		t.Fatalf("replacement %s/%s reuses %s/%s", b.Name, b.UID, a.Name, a.UID)
 	}
@@ -523,7 +524,7 @@ func (h *harness) expectQuietStatus(name string, d time.Duration) {
 // before PodGone, and the pod is replaced.
 func TestUnhealthyPodIsFenced(t *testing.T) {
 	h := newHarness(t, nil, bashRuntime("bash", 1, 2))
-	a := h.expect(PodReady, "").Pod
+	a := h.expect(podsource.PodReady, "").Pod
 	pid := serverPid(t, a)
 
 	// A task that leaves a background child.
@@ -535,7 +536,7 @@ func TestUnhealthyPodIsFenced(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	gone := h.expect(PodGone, ReasonUnhealthy)
+	gone := h.expect(podsource.PodGone, podsource.ReasonUnhealthy)
 	if gone.Pod.UID != a.UID {
 		t.Fatalf("gone %s, want %s", gone.Pod.UID, a.UID)
 	}
@@ -546,7 +547,7 @@ func TestUnhealthyPodIsFenced(t *testing.T) {
 	if !dead(sleepPid) {
 		t.Errorf("PodGone while the task's child %d still runs", sleepPid)
 	}
-	b := h.expect(PodReady, "").Pod
+	b := h.expect(podsource.PodReady, "").Pod
 	if b.UID == a.UID {
 		t.Fatal("replacement reuses the UID")
 	}
@@ -558,12 +559,12 @@ func TestUnhealthyPodIsFenced(t *testing.T) {
 
 func TestScaleDownSlotsAndDelete(t *testing.T) {
 	h := newHarness(t, nil, bashRuntime("bash", 2, 4))
-	a := h.expect(PodReady, "").Pod
-	b := h.expect(PodReady, "").Pod
+	a := h.expect(podsource.PodReady, "").Pod
+	b := h.expect(podsource.PodReady, "").Pod
 	pids := map[string]int{a.UID: serverPid(t, a), b.UID: serverPid(t, b)}
 
 	h.update("bash", func(s *v1alpha1.RuntimeSpec) { s.Replicas = 1 })
-	gone := h.expect(PodGone, ReasonScaledDown)
+	gone := h.expect(podsource.PodGone, podsource.ReasonScaledDown)
 	if pids[gone.Pod.UID] == 0 {
 		t.Fatalf("gone %+v is neither pod", gone.Pod)
 	}
@@ -584,7 +585,7 @@ func TestScaleDownSlotsAndDelete(t *testing.T) {
 	// spec.runs changed: the kept pod is announced again with its new
 	// Slots, same UID.
 	h.update("bash", func(s *v1alpha1.RuntimeSpec) { s.Runs = 6 })
-	again := h.expect(PodReady, "").Pod
+	again := h.expect(podsource.PodReady, "").Pod
 	if again.UID != kept.UID || again.Slots != 6 {
 		t.Fatalf("after runs=6: %+v", again)
 	}
@@ -595,7 +596,7 @@ func TestScaleDownSlotsAndDelete(t *testing.T) {
 	if err := h.st.Runtimes().Delete(t.Context(), "", "bash", store.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	gone = h.expect(PodGone, ReasonRuntimeDeleted)
+	gone = h.expect(podsource.PodGone, podsource.ReasonRuntimeDeleted)
 	if gone.Pod.UID != kept.UID {
 		t.Fatalf("gone %s, want %s", gone.Pod.UID, kept.UID)
 	}
@@ -615,7 +616,7 @@ func TestScaleDownSlotsAndDelete(t *testing.T) {
 func TestCrashLoopBacksOff(t *testing.T) {
 	starts := make(chan time.Time, 64)
 	h := newHarness(t, func(c *Config) {
-		c.Command = func(Pod, []string) *exec.Cmd {
+		c.Command = func(podsource.Pod, []string) *exec.Cmd {
 			select {
 			case starts <- time.Now():
 			default:
@@ -654,7 +655,7 @@ func TestSupervisorUsesTheInjectedClock(t *testing.T) {
 	t0 := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
 	fc := testingclock.NewFakeClock(t0)
 	h := newHarness(t, func(c *Config) { c.Clock = fc }, bashRuntime("bash", 1, 1))
-	h.expect(PodReady, "")
+	h.expect(podsource.PodReady, "")
 	st := h.awaitStatus("bash", func(s v1alpha1.RuntimeStatus) bool {
 		return len(s.Pods) == 1 && s.Pods[0].Ready && s.Pods[0].LastHeartbeat != nil
 	})
@@ -694,4 +695,19 @@ func TestNewSupervisorChecksConfig(t *testing.T) {
 	if !filepath.IsAbs(s.cfg.DataDir) || s.cfg.HealthInterval != DefaultHealthInterval || s.cfg.UnhealthyAfter != DefaultUnhealthyAfter {
 		t.Errorf("defaults not applied: %+v", s.cfg)
 	}
+}
+
+// newIdleSupervisor is a supervisor on a real store that is never Run.
+func newIdleSupervisor(t *testing.T) *Supervisor {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := NewSupervisor(Config{Store: st, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

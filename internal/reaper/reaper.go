@@ -57,7 +57,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
 )
@@ -78,7 +78,7 @@ const (
 )
 
 // Pods is where the reaper learns of pod transitions.
-type Pods = pool.Source
+type Pods = podsource.Source
 
 // Config configures a Reaper.
 type Config struct {
@@ -118,7 +118,7 @@ type Reaper struct {
 	dels    []*v1alpha1.Run // deletions seen by the handler, for OnDeleted
 
 	// Owned by the Run goroutine.
-	live      map[string]pool.Pod
+	live      map[string]podsource.Pod
 	gone      map[string]goneInfo
 	orphans   map[types.UID]time.Time // Run UID → first found on an unknown pod
 	ttl       ttlHeap
@@ -128,7 +128,7 @@ type Reaper struct {
 }
 
 type goneInfo struct {
-	pod    pool.Pod
+	pod    podsource.Pod
 	reason string
 	at     time.Time
 }
@@ -167,7 +167,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 	if err := r.cfg.RunInformer.WaitForSync(ctx); err != nil {
 		return nil
 	}
-	r.live = map[string]pool.Pod{}
+	r.live = map[string]podsource.Pod{}
 	r.gone = map[string]goneInfo{}
 	r.orphans = map[types.UID]time.Time{}
 	r.ttlAt = map[types.UID]time.Time{}
@@ -249,7 +249,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 }
 
 // drainPods applies the pod events already waiting.
-func (r *Reaper) drainPods(ctx context.Context, events <-chan pool.Event) {
+func (r *Reaper) drainPods(ctx context.Context, events <-chan podsource.Event) {
 	for {
 		select {
 		case ev, ok := <-events:
@@ -263,11 +263,11 @@ func (r *Reaper) drainPods(ctx context.Context, events <-chan pool.Event) {
 	}
 }
 
-func (r *Reaper) podEvent(ctx context.Context, ev pool.Event) {
+func (r *Reaper) podEvent(ctx context.Context, ev podsource.Event) {
 	switch ev.Type {
-	case pool.PodReady:
+	case podsource.PodReady:
 		r.live[ev.Pod.UID] = ev.Pod
-	case pool.PodGone:
+	case podsource.PodGone:
 		delete(r.live, ev.Pod.UID)
 		r.gone[ev.Pod.UID] = goneInfo{pod: ev.Pod, reason: ev.Reason, at: r.clk.Now()}
 		uid := ev.Pod.UID

@@ -17,7 +17,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/reaper"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
@@ -33,16 +33,16 @@ const waitTimeout = 30 * time.Second
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
 type fakePods struct {
-	snapshot []pool.Pod
-	ch       chan pool.Event
+	snapshot []podsource.Pod
+	ch       chan podsource.Event
 }
 
-func (f *fakePods) Subscribe() (<-chan pool.Event, []pool.Pod, func()) {
+func (f *fakePods) Subscribe() (<-chan podsource.Event, []podsource.Pod, func()) {
 	return f.ch, f.snapshot, func() {}
 }
 
-func pod(name string) pool.Pod {
-	return pool.Pod{Namespace: store.DefaultNamespace, Runtime: "bash", Name: name, UID: "uid-" + name, Server: "bash", Slots: 8}
+func pod(name string) podsource.Pod {
+	return podsource.Pod{Namespace: store.DefaultNamespace, Runtime: "bash", Name: name, UID: "uid-" + name, Server: "bash", Slots: 8}
 }
 
 type env struct {
@@ -60,7 +60,7 @@ type env struct {
 type envOptions struct {
 	// wrap, when set, wraps the store the reaper writes through.
 	wrap        func(store.Resource[*v1alpha1.Run]) store.Resource[*v1alpha1.Run]
-	live        []pool.Pod
+	live        []podsource.Pod
 	orphanGrace time.Duration
 	// finishedRunTTL is the server's default TTL of finished Runs.
 	finishedRunTTL time.Duration
@@ -75,7 +75,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, runs: st.Runs(), pods: &fakePods{snapshot: o.live, ch: make(chan pool.Event)}, clk: fc}
+	e := &env{t: t, ctx: ctx, runs: st.Runs(), pods: &fakePods{snapshot: o.live, ch: make(chan podsource.Event)}, clk: fc}
 	if o.before != nil {
 		o.before(e)
 	}
@@ -150,7 +150,7 @@ func (e *env) setStatus(name string, mutate func(*v1alpha1.RunStatus)) *v1alpha1
 }
 
 // assigned creates a Run in phase on pod p.
-func (e *env) assigned(name string, phase v1alpha1.Phase, p pool.Pod, mutate ...func(*v1alpha1.Run)) *v1alpha1.Run {
+func (e *env) assigned(name string, phase v1alpha1.Phase, p podsource.Pod, mutate ...func(*v1alpha1.Run)) *v1alpha1.Run {
 	e.t.Helper()
 	e.create(name, mutate...)
 	return e.setStatus(name, func(st *v1alpha1.RunStatus) {
@@ -202,7 +202,7 @@ func (e *env) waitAll(what string, names []string, cond func(typ store.EventType
 	return got
 }
 
-func (e *env) send(ev pool.Event) {
+func (e *env) send(ev podsource.Event) {
 	e.t.Helper()
 	select {
 	case e.pods.ch <- ev:
@@ -241,7 +241,7 @@ func policy(max int32) func(*v1alpha1.Run) {
 func TestPodGoneRetriesOrFails(t *testing.T) {
 	p, other := pod("a"), pod("b")
 	e := newEnv(t, envOptions{
-		live: []pool.Pod{p, other},
+		live: []podsource.Pod{p, other},
 		before: func(e *env) {
 			e.assigned("retried", v1alpha1.PhaseRunning, p, policy(3))
 			e.assigned("scheduled", v1alpha1.PhaseScheduled, p, policy(2))
@@ -254,7 +254,7 @@ func TestPodGoneRetriesOrFails(t *testing.T) {
 	})
 	e.watch()
 	e.barrier("sync") // the reaper is up and has looked at every Run
-	e.send(pool.Event{Type: pool.PodGone, Pod: p, Reason: "Exited"})
+	e.send(podsource.Event{Type: podsource.PodGone, Pod: p, Reason: "Exited"})
 
 	got := e.waitAll("recovery", []string{"retried", "scheduled", "ready", "failed", "cancelling"},
 		func(_ store.EventType, r *v1alpha1.Run) bool { return r.Status.Reason != "" })
@@ -331,7 +331,7 @@ func TestConflicts(t *testing.T) {
 		"labelled": func(r *v1alpha1.Run) { r.Labels = map[string]string{"x": "y"} },
 	}}
 	e := newEnv(t, envOptions{
-		live: []pool.Pod{p},
+		live: []podsource.Pod{p},
 		wrap: func(res store.Resource[*v1alpha1.Run]) store.Resource[*v1alpha1.Run] {
 			racing.Resource = res
 			return racing
@@ -343,7 +343,7 @@ func TestConflicts(t *testing.T) {
 	})
 	e.watch()
 	e.barrier("sync")
-	e.send(pool.Event{Type: pool.PodGone, Pod: p, Reason: "Exited"})
+	e.send(podsource.Event{Type: podsource.PodGone, Pod: p, Reason: "Exited"})
 	r := e.waitFor("labelled recovered", func(_ store.EventType, r *v1alpha1.Run) bool {
 		return r.Name == "labelled" && r.Status.Phase == v1alpha1.PhasePending
 	})
@@ -372,7 +372,7 @@ func TestSweepUnknownPods(t *testing.T) {
 	live := pod("live")
 	ghost := pod("ghost")
 	e := newEnv(t, envOptions{
-		live: []pool.Pod{live}, orphanGrace: 5 * time.Second,
+		live: []podsource.Pod{live}, orphanGrace: 5 * time.Second,
 		before: func(e *env) {
 			e.assigned("lost-running", v1alpha1.PhaseRunning, ghost, policy(3))
 			e.assigned("lost-scheduled", v1alpha1.PhaseScheduled, ghost)
@@ -413,7 +413,7 @@ func TestSweepUnknownPods(t *testing.T) {
 
 func TestDeletingRunOnGonePodLosesFinalizer(t *testing.T) {
 	p := pod("a")
-	e := newEnv(t, envOptions{live: []pool.Pod{p}})
+	e := newEnv(t, envOptions{live: []podsource.Pod{p}})
 	e.watch()
 	e.assigned("r", v1alpha1.PhaseRunning, p, func(r *v1alpha1.Run) { r.Finalizers = []string{reaper.RuntimedFinalizer, "example.com/keep"} })
 	e.assigned("live", v1alpha1.PhaseRunning, p, func(r *v1alpha1.Run) { r.Finalizers = []string{reaper.RuntimedFinalizer} })
@@ -425,7 +425,7 @@ func TestDeletingRunOnGonePodLosesFinalizer(t *testing.T) {
 	if r, _ := e.runs.Get(e.ctx, "", "r"); !slices.Contains(r.Finalizers, reaper.RuntimedFinalizer) {
 		t.Fatal("finalizer removed while the pod is live")
 	}
-	e.send(pool.Event{Type: pool.PodGone, Pod: p, Reason: "Exited"})
+	e.send(podsource.Event{Type: podsource.PodGone, Pod: p, Reason: "Exited"})
 	// r loses the finalizer; the other Run, not being deleted, is
 	// recovered instead.
 	got := e.waitAll("finalizer released, live failed", []string{"r", "live"}, func(_ store.EventType, r *v1alpha1.Run) bool {

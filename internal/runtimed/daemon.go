@@ -25,7 +25,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/store"
@@ -37,7 +37,7 @@ const Finalizer = v1alpha1.FinalizerRuntimed
 
 // Config configures one runtimed.
 type Config struct {
-	Pod  pool.Pod
+	Pod  podsource.Pod
 	Runs store.Resource[*v1alpha1.Run]
 	// Conn is a client connection to the pod's Runtime Server.
 	Conn   grpc.ClientConnInterface

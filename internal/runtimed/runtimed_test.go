@@ -18,7 +18,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	rt "stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type env struct {
 	t    *testing.T
 	runs store.Resource[*v1alpha1.Run]
-	pod  pool.Pod
+	pod  podsource.Pod
 	d    *runtimed.Daemon
 }
 
@@ -64,7 +64,7 @@ func newEnv(t *testing.T, runtime string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := pool.Pod{Namespace: "default", Runtime: runtime, Name: runtime + "-abcde", UID: "pod-uid-1", Server: runtime, Slots: 8,
+	pod := podsource.Pod{Namespace: "default", Runtime: runtime, Name: runtime + "-abcde", UID: "pod-uid-1", Server: runtime, Slots: 8,
 		Addr: "unix://" + sock, WorkspaceRoot: ws}
 	d := runtimed.New(runtimed.Config{Pod: pod, Runs: st.Runs(), Conn: conn, Logger: log, StatusPoll: 50 * time.Millisecond})
 	w, err := st.Runs().Watch(ctx, store.WatchOptions{})
@@ -337,7 +337,7 @@ func TestFunctionOnOneShotOnlyServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	pod := pool.Pod{Namespace: "default", Runtime: "oneshot", Name: "oneshot-abcde", UID: "pod-oneshot", Slots: 1, WorkspaceRoot: ws}
+	pod := podsource.Pod{Namespace: "default", Runtime: "oneshot", Name: "oneshot-abcde", UID: "pod-oneshot", Slots: 1, WorkspaceRoot: ws}
 	d := runtimed.New(runtimed.Config{Pod: pod, Runs: st.Runs(), Conn: conn, Logger: log})
 	dctx, dcancel := context.WithCancel(ctx)
 	dDone := make(chan struct{})

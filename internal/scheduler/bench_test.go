@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -30,7 +30,7 @@ func BenchmarkScheduleBurst(b *testing.B) {
 	)
 	e := newEnv(b, envOptions{
 		runtimes:  []string{"bash"},
-		ready:     []pool.Pod{pod("bash", "a", 32), pod("bash", "b", 32)},
+		ready:     []podsource.Pod{pod("bash", "a", 32), pod("bash", "b", 32)},
 		noTracker: true,
 		onScheduled: func(_ *v1alpha1.Run, d time.Duration) {
 			latMu.Lock()
@@ -120,7 +120,7 @@ func BenchmarkScheduleBurst(b *testing.B) {
 func BenchmarkScheduleLatency(b *testing.B) {
 	e := newEnv(b, envOptions{
 		runtimes:  []string{"bash"},
-		ready:     []pool.Pod{pod("bash", "a", 8), pod("bash", "b", 8)},
+		ready:     []podsource.Pod{pod("bash", "a", 8), pod("bash", "b", 8)},
 		noTracker: true,
 	})
 	w, err := e.runs.Watch(e.ctx, store.WatchOptions{})

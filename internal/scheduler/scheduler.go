@@ -63,7 +63,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
 )
@@ -99,7 +99,7 @@ const (
 )
 
 // Pods is where the scheduler learns of pod transitions.
-type Pods = pool.Source
+type Pods = podsource.Source
 
 // Config configures a Scheduler.
 type Config struct {
@@ -293,9 +293,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				return errors.New("scheduler: the pod subscription ended")
 			}
 			switch ev.Type {
-			case pool.PodReady:
+			case podsource.PodReady:
 				s.podReady(ev.Pod)
-			case pool.PodGone:
+			case podsource.PodGone:
 				s.podGone(ctx, ev.Pod)
 			}
 		case <-s.results.ready:
@@ -353,7 +353,7 @@ type runState struct {
 
 // podState is one ready pod.
 type podState struct {
-	pod pool.Pod
+	pod podsource.Pod
 }
 
 // poolState is one Runtime (namespace/name): its ready pods and its
@@ -624,7 +624,7 @@ func (s *Scheduler) unschedulableMessage(p *poolState) string {
 	return fmt.Sprintf("all %d ready pods of runtime %s are full", len(p.pods), p.key.Name)
 }
 
-func podPool(p pool.Pod) informer.Key {
+func podPool(p podsource.Pod) informer.Key {
 	ns := p.Namespace
 	if ns == "" {
 		ns = store.DefaultNamespace
@@ -632,7 +632,7 @@ func podPool(p pool.Pod) informer.Key {
 	return informer.Key{Namespace: ns, Name: p.Runtime}
 }
 
-func (s *Scheduler) podReady(p pool.Pod) {
+func (s *Scheduler) podReady(p podsource.Pod) {
 	k := podPool(p)
 	if ps := s.pods[p.UID]; ps != nil {
 		ps.pod = p // e.g. a changed slot count
@@ -647,7 +647,7 @@ func (s *Scheduler) podReady(p pool.Pod) {
 	s.log.Debug("scheduler: pod ready", "pod", p.Name, "pod_uid", p.UID, "runtime", k.String(), "slots", p.Slots)
 }
 
-func (s *Scheduler) podGone(ctx context.Context, p pool.Pod) {
+func (s *Scheduler) podGone(ctx context.Context, p podsource.Pod) {
 	ps := s.pods[p.UID]
 	if ps == nil {
 		return

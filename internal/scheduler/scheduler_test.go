@@ -19,7 +19,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/scheduler"
 	"stoke.dev/stoke/internal/store"
@@ -36,20 +36,20 @@ var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
 // fakePods is the pool supervisor as plain data: the test sends events.
 type fakePods struct {
-	snapshot []pool.Pod
-	ch       chan pool.Event
+	snapshot []podsource.Pod
+	ch       chan podsource.Event
 }
 
-func newFakePods(ready ...pool.Pod) *fakePods {
-	return &fakePods{snapshot: ready, ch: make(chan pool.Event)}
+func newFakePods(ready ...podsource.Pod) *fakePods {
+	return &fakePods{snapshot: ready, ch: make(chan podsource.Event)}
 }
 
-func (f *fakePods) Subscribe() (<-chan pool.Event, []pool.Pod, func()) {
+func (f *fakePods) Subscribe() (<-chan podsource.Event, []podsource.Pod, func()) {
 	return f.ch, f.snapshot, func() {}
 }
 
-func pod(runtime, name string, slots int32) pool.Pod {
-	return pool.Pod{Namespace: store.DefaultNamespace, Runtime: runtime, Name: name, UID: "uid-" + name, Server: "bash", Slots: slots}
+func pod(runtime, name string, slots int32) podsource.Pod {
+	return podsource.Pod{Namespace: store.DefaultNamespace, Runtime: runtime, Name: name, UID: "uid-" + name, Server: "bash", Slots: slots}
 }
 
 // env is a real SQLite store, the two informers, and a scheduler.
@@ -68,7 +68,7 @@ type envOptions struct {
 	unschedulableAfter time.Duration
 	onScheduled        func(*v1alpha1.Run, time.Duration)
 	runtimes           []string // created before the scheduler starts
-	ready              []pool.Pod
+	ready              []podsource.Pod
 	invariant          func(state map[string]*v1alpha1.Run, ev store.Event[*v1alpha1.Run]) error
 	// before runs against the store before the scheduler starts.
 	before func(e *env)
@@ -179,7 +179,7 @@ func (e *env) setStatus(name string, mutate func(*v1alpha1.RunStatus)) *v1alpha1
 	return got
 }
 
-func (e *env) send(ev pool.Event) {
+func (e *env) send(ev podsource.Event) {
 	e.t.Helper()
 	select {
 	case e.pods.ch <- ev:
@@ -341,7 +341,7 @@ func TestAssignRespectsCapacityAndLeastLoaded(t *testing.T) {
 	a, b := pod("bash", "a", 3), pod("bash", "b", 3)
 	latencies := make(chan string, 16)
 	e := newEnv(t, envOptions{
-		clock: fc, runtimes: []string{"bash"}, ready: []pool.Pod{a, b}, unschedulableAfter: -1,
+		clock: fc, runtimes: []string{"bash"}, ready: []podsource.Pod{a, b}, unschedulableAfter: -1,
 		onScheduled: func(r *v1alpha1.Run, d time.Duration) { latencies <- r.Name },
 		before: func(e *env) {
 			// One Run already runs on a.
@@ -403,7 +403,7 @@ func TestAssignRespectsCapacityAndLeastLoaded(t *testing.T) {
 	if _, err := e.runs.Update(e.ctx, r6); err != nil {
 		t.Fatal(err)
 	}
-	e.send(pool.Event{Type: pool.PodReady, Pod: pod("python", "p", 1)})
+	e.send(podsource.Event{Type: podsource.PodReady, Pod: pod("python", "p", 1)})
 	e.track.waitFor("r6 touched", func(st map[string]*v1alpha1.Run) bool { return st["r6"].Labels["touched"] == "yes" })
 
 	// Freeing a slot on a wakes the oldest waiting Run at once (no clock
@@ -422,7 +422,7 @@ func TestAssignRespectsCapacityAndLeastLoaded(t *testing.T) {
 	}
 
 	// A new pod takes r7 at once.
-	e.send(pool.Event{Type: pool.PodReady, Pod: pod("bash", "c", 1)})
+	e.send(podsource.Event{Type: podsource.PodReady, Pod: pod("bash", "c", 1)})
 	e.track.waitFor("r7 scheduled", phaseIs("r7", v1alpha1.PhaseScheduled))
 	if got := e.track.get("r7").Status.AssignedPod; got != "c" {
 		t.Errorf("r7 went to %s, want c", got)
@@ -497,8 +497,8 @@ func TestBurstNeverOverAssigns(t *testing.T) {
 		helpers.Wait()
 	}()
 
-	e.send(pool.Event{Type: pool.PodReady, Pod: a})
-	e.send(pool.Event{Type: pool.PodReady, Pod: b})
+	e.send(podsource.Event{Type: podsource.PodReady, Pod: a})
+	e.send(podsource.Event{Type: podsource.PodReady, Pod: b})
 	create(total/2, total)
 	e.track.waitFor("all succeeded", func(st map[string]*v1alpha1.Run) bool {
 		n := 0
@@ -602,7 +602,7 @@ func TestBackoffNotBefore(t *testing.T) {
 			}
 		},
 	})
-	e.send(pool.Event{Type: pool.PodReady, Pod: p})
+	e.send(podsource.Event{Type: podsource.PodReady, Pod: p})
 	// r2 is scheduled at once; by then r1 has been decided.
 	e.create("r2", "bash")
 	e.track.waitFor("r2 scheduled", phaseIs("r2", v1alpha1.PhaseScheduled))
@@ -667,7 +667,7 @@ func TestCancelPending(t *testing.T) {
 		}
 	}
 	// A pod arriving later does not take them.
-	e.send(pool.Event{Type: pool.PodReady, Pod: pod("bash", "a", 2)})
+	e.send(podsource.Event{Type: podsource.PodReady, Pod: pod("bash", "a", 2)})
 	e.create("r3", "bash")
 	e.track.waitFor("r3 scheduled", phaseIs("r3", v1alpha1.PhaseScheduled))
 	for _, name := range []string{"r1", "r2"} {
@@ -678,7 +678,7 @@ func TestCancelPending(t *testing.T) {
 }
 
 func TestUnknownRuntime(t *testing.T) {
-	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []pool.Pod{pod("bash", "a", 2)}})
+	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []podsource.Pod{pod("bash", "a", 2)}})
 	e.create("r1", "nope")
 	e.track.waitFor("r1 failed", phaseIs("r1", v1alpha1.PhaseFailed))
 	st := e.track.get("r1").Status
@@ -696,7 +696,7 @@ func TestUnknownRuntime(t *testing.T) {
 
 func TestRuntimeDeletedFailsWaitingRuns(t *testing.T) {
 	p := pod("bash", "a", 1)
-	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []pool.Pod{p}, unschedulableAfter: -1})
+	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []podsource.Pod{p}, unschedulableAfter: -1})
 	e.create("r1", "bash")
 	e.track.waitFor("r1 scheduled", phaseIs("r1", v1alpha1.PhaseScheduled))
 	e.create("r2", "bash")
@@ -704,7 +704,7 @@ func TestRuntimeDeletedFailsWaitingRuns(t *testing.T) {
 	if err := e.st.Runtimes().Delete(e.ctx, "", "bash", store.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.send(pool.Event{Type: pool.PodGone, Pod: p, Reason: "RuntimeDeleted"})
+	e.send(podsource.Event{Type: podsource.PodGone, Pod: p, Reason: "RuntimeDeleted"})
 	e.track.waitFor("r2 failed", phaseIs("r2", v1alpha1.PhaseFailed))
 	if got := e.track.get("r2").Status.Reason; got != string(scheduler.RuntimeNotFound) {
 		t.Errorf("reason %q", got)
@@ -713,15 +713,15 @@ func TestRuntimeDeletedFailsWaitingRuns(t *testing.T) {
 
 func TestPodGoneFreesNothingButStopsAssignments(t *testing.T) {
 	a, b := pod("bash", "a", 1), pod("bash", "b", 1)
-	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []pool.Pod{a}, unschedulableAfter: -1})
+	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []podsource.Pod{a}, unschedulableAfter: -1})
 	e.create("r1", "bash")
 	e.track.waitFor("r1 scheduled", phaseIs("r1", v1alpha1.PhaseScheduled))
-	e.send(pool.Event{Type: pool.PodGone, Pod: a, Reason: "Exited"})
+	e.send(podsource.Event{Type: podsource.PodGone, Pod: a, Reason: "Exited"})
 	// The reaper would now retry r1; here it stays, and a new Run waits
 	// for a new pod.
 	e.create("r2", "bash")
 	e.track.waitFor("r2 pending", phaseIs("r2", v1alpha1.PhasePending))
-	e.send(pool.Event{Type: pool.PodReady, Pod: b})
+	e.send(podsource.Event{Type: podsource.PodReady, Pod: b})
 	e.track.waitFor("r2 scheduled", phaseIs("r2", v1alpha1.PhaseScheduled))
 	if got := e.track.get("r2").Status.AssignedPod; got != "b" {
 		t.Errorf("r2 went to %s", got)

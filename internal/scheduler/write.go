@@ -12,7 +12,7 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
 )
 
@@ -36,7 +36,7 @@ type job struct {
 	kind    jobKind
 	rs      *runState
 	run     *v1alpha1.Run
-	pod     pool.Pod
+	pod     podsource.Pod
 	message string
 	since   time.Time
 }
@@ -85,7 +85,7 @@ func (s *Scheduler) do(ctx context.Context, j job) result {
 }
 
 // assign makes run Scheduled on pod.
-func assign(run *v1alpha1.Run, pod pool.Pod, now time.Time) {
+func assign(run *v1alpha1.Run, pod podsource.Pod, now time.Time) {
 	st := &run.Status
 	st.Phase = v1alpha1.PhaseScheduled
 	st.AssignedPod, st.AssignedPodUID = pod.Name, pod.UID

@@ -32,6 +32,7 @@ import (
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/metricsrpc"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/reaper"
 	"stoke.dev/stoke/internal/runlog"
@@ -54,7 +55,7 @@ type Config struct {
 	DefaultRuntimes []*v1alpha1.Runtime
 	// PodCommand overrides how a pod's Runtime Server is started (tests
 	// pass a built stoke binary); nil runs this executable.
-	PodCommand func(pod pool.Pod, args []string) *exec.Cmd
+	PodCommand func(pod podsource.Pod, args []string) *exec.Cmd
 	// HealthInterval is the pods' health-check period (default 1 s).
 	HealthInterval time.Duration
 	// StatusPoll is runtimed's FunctionStatus cadence (default 1 s).
@@ -110,7 +111,7 @@ type Standalone struct {
 // process (FunctionProxy, Route): it listens on no socket, so nothing
 // reaches a function without passing the gateway's authentication.
 type podDaemon struct {
-	pod    pool.Pod
+	pod    podsource.Pod
 	d      *runtimed.Daemon
 	conn   *grpc.ClientConn
 	cancel context.CancelFunc
@@ -333,9 +334,9 @@ func (s *Standalone) followPods(ctx context.Context) error {
 				return nil
 			}
 			switch ev.Type {
-			case pool.PodReady:
+			case podsource.PodReady:
 				s.podReady(ctx, ev.Pod)
-			case pool.PodGone:
+			case podsource.PodGone:
 				s.mu.Lock()
 				pd := s.daemons[ev.Pod.UID]
 				delete(s.daemons, ev.Pod.UID)
@@ -348,7 +349,7 @@ func (s *Standalone) followPods(ctx context.Context) error {
 	}
 }
 
-func (s *Standalone) podReady(ctx context.Context, p pool.Pod) {
+func (s *Standalone) podReady(ctx context.Context, p podsource.Pod) {
 	s.mu.Lock()
 	if _, ok := s.daemons[p.UID]; ok {
 		s.mu.Unlock()
@@ -369,7 +370,7 @@ func (s *Standalone) podReady(ctx context.Context, p pool.Pod) {
 	}
 }
 
-func (s *Standalone) startDaemon(parent context.Context, p pool.Pod) (*podDaemon, error) {
+func (s *Standalone) startDaemon(parent context.Context, p podsource.Pod) (*podDaemon, error) {
 	conn, err := grpc.NewClient(p.Addr, server.DialOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: dial: %w", p.Name, err)
@@ -670,4 +671,4 @@ func (s *Standalone) Route(namespace, name, uid string) (pb.FunctionRuntimeServe
 }
 
 // Pods returns the ready runtime pods.
-func (s *Standalone) Pods() []pool.Pod { return s.pods.Pods() }
+func (s *Standalone) Pods() []podsource.Pod { return s.pods.Pods() }

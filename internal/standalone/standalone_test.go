@@ -20,7 +20,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/standalone"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/testbin"
@@ -51,7 +51,7 @@ func start(t testing.TB, runtimes ...*v1alpha1.Runtime) *plane {
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := standalone.New(ctx, standalone.Config{
 		DataDir: dataDir, Logger: log, DefaultRuntimes: runtimes,
-		PodCommand:     func(_ pool.Pod, args []string) *exec.Cmd { return exec.Command(stokeBin, args...) },
+		PodCommand:     func(_ podsource.Pod, args []string) *exec.Cmd { return exec.Command(stokeBin, args...) },
 		HealthInterval: 200 * time.Millisecond, StatusPoll: 100 * time.Millisecond,
 	})
 	if err != nil {
@@ -351,7 +351,7 @@ func TestReadsNeverGetAheadOfTheCache(t *testing.T) {
 func TestRouteBeforeSyncIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := standalone.New(ctx, standalone.Config{DataDir: t.TempDir(),
-		PodCommand: func(_ pool.Pod, args []string) *exec.Cmd { return exec.Command(stokeBin, args...) }})
+		PodCommand: func(_ podsource.Pod, args []string) *exec.Cmd { return exec.Command(stokeBin, args...) }})
 	if err != nil {
 		t.Fatal(err)
 	}

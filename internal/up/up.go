@@ -22,7 +22,7 @@ import (
 	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/logging"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/standalone"
 )
@@ -37,7 +37,7 @@ type Config struct {
 	Logger          *slog.Logger
 	// PodCommand overrides how pods are started (tests); nil runs this
 	// executable.
-	PodCommand func(pod pool.Pod, args []string) *exec.Cmd
+	PodCommand func(pod podsource.Pod, args []string) *exec.Cmd
 	// DefaultRuntimes are created on first start; nil means
 	// standalone.DefaultRuntimes().
 	DefaultRuntimes []*v1alpha1.Runtime

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/testbin"
 	"stoke.dev/stoke/internal/up"
@@ -66,7 +66,7 @@ func startUp(t testing.TB, opts ...option) *server {
 	cfg := up.Config{
 		DataDir: dataDir, Listen: "127.0.0.1:0",
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		PodCommand: func(_ pool.Pod, args []string) *exec.Cmd { return exec.Command(stokeBin, args...) },
+		PodCommand: func(_ podsource.Pod, args []string) *exec.Cmd { return exec.Command(stokeBin, args...) },
 		Ready:      func(url string) { urlc <- url },
 	}
 	oneOfEach(&cfg)

@@ -1,38 +1,26 @@
-package pool
+package podsource
 
 import (
 	"fmt"
 	"testing"
 
-	"stoke.dev/stoke/internal/store/sqlite"
+	"go.uber.org/goleak"
 )
 
-func newIdleSupervisor(t *testing.T) *Supervisor {
-	t.Helper()
-	st, err := sqlite.Open(t.Context(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	s, err := NewSupervisor(Config{Store: st, DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func pod(name string, slots int32) Pod { return Pod{Name: name, UID: "uid-" + name, Slots: slots} }
 
 func TestSubscribeSnapshotAndOrder(t *testing.T) {
-	s := newIdleSupervisor(t)
-	s.publish(Event{Type: PodReady, Pod: pod("a", 1)})
+	s := NewHub(nil)
+	s.Publish(Event{Type: PodReady, Pod: pod("a", 1)})
 	events, snap, cancel := s.Subscribe()
 	defer cancel()
 	if len(snap) != 1 || snap[0].Name != "a" {
 		t.Fatalf("snapshot %v", snap)
 	}
-	s.publish(Event{Type: PodReady, Pod: pod("b", 1)})
-	s.publish(Event{Type: PodGone, Pod: pod("a", 1), Reason: ReasonExited})
+	s.Publish(Event{Type: PodReady, Pod: pod("b", 1)})
+	s.Publish(Event{Type: PodGone, Pod: pod("a", 1), Reason: ReasonExited})
 	for _, want := range []string{"Ready b", "Gone a"} {
 		ev := <-events
 		if got := fmt.Sprintf("%s %s", ev.Type, ev.Pod.Name); got != want {
@@ -47,19 +35,19 @@ func TestSubscribeSnapshotAndOrder(t *testing.T) {
 // A subscriber that does not read neither blocks the publisher nor loses
 // a PodGone; its queue is compacted.
 func TestSlowSubscriberQueueCompacts(t *testing.T) {
-	s := newIdleSupervisor(t)
+	s := NewHub(nil)
 	events, _, cancel := s.Subscribe()
 	defer cancel()
-	s.publish(Event{Type: PodReady, Pod: pod("a", 1)})
-	s.publish(Event{Type: PodReady, Pod: pod("b", 1)})
-	s.publish(Event{Type: PodReady, Pod: pod("c", 1)})
-	s.publish(Event{Type: PodReady, Pod: pod("a", 8)}) // replaces a's queued Ready in place
-	s.publish(Event{Type: PodGone, Pod: pod("b", 1), Reason: ReasonExited})
+	s.Publish(Event{Type: PodReady, Pod: pod("a", 1)})
+	s.Publish(Event{Type: PodReady, Pod: pod("b", 1)})
+	s.Publish(Event{Type: PodReady, Pod: pod("c", 1)})
+	s.Publish(Event{Type: PodReady, Pod: pod("a", 8)}) // replaces a's queued Ready in place
+	s.Publish(Event{Type: PodGone, Pod: pod("b", 1), Reason: ReasonExited})
 	const dead = 5000
 	for i := range dead {
 		p := pod(fmt.Sprint("x", i), 1)
-		s.publish(Event{Type: PodReady, Pod: p})
-		s.publish(Event{Type: PodGone, Pod: p, Reason: ReasonUnhealthy})
+		s.Publish(Event{Type: PodReady, Pod: p})
+		s.Publish(Event{Type: PodGone, Pod: p, Reason: ReasonUnhealthy})
 	}
 	// The delivery goroutine may already hold the first Ready of a, sent
 	// before the replacement: then the newer one is queued behind.
@@ -84,7 +72,7 @@ func TestSlowSubscriberQueueCompacts(t *testing.T) {
 }
 
 func TestSubscriptionEnds(t *testing.T) {
-	s := newIdleSupervisor(t)
+	s := NewHub(nil)
 	events, _, cancel := s.Subscribe()
 	cancel()
 	cancel() // twice is fine
@@ -94,9 +82,9 @@ func TestSubscriptionEnds(t *testing.T) {
 
 	events, _, cancel = s.Subscribe()
 	defer cancel()
-	s.publish(Event{Type: PodReady, Pod: pod("a", 1)})
-	s.publish(Event{Type: PodGone, Pod: pod("a", 1), Reason: ReasonShutdown})
-	s.endSubscriptions()
+	s.Publish(Event{Type: PodReady, Pod: pod("a", 1)})
+	s.Publish(Event{Type: PodGone, Pod: pod("a", 1), Reason: ReasonShutdown})
+	s.End()
 	var n int
 	for range events {
 		n++

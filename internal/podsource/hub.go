@@ -1,17 +1,106 @@
-package pool
+package podsource
 
-import "sync"
+import (
+	"log/slog"
+	"sort"
+	"sync"
+
+	"stoke.dev/stoke/internal/logging"
+)
 
 // queueWarn is the queue length at which a subscriber that does not keep up
 // is logged (once).
 const queueWarn = 1024
+
+// Hub is the publishing half of a Source: a pod source calls Publish for
+// each transition and End when it stops; the hub keeps the set of ready
+// pods and a queue per subscriber. Its methods may be called from any
+// goroutine.
+type Hub struct {
+	log *slog.Logger
+
+	mu    sync.Mutex
+	ready map[string]Pod // by UID: the pods announced ready and not yet gone
+	subs  map[*subscription]struct{}
+	ended bool // End was called: no more events
+}
+
+// NewHub returns a hub with no pods; log (nil discards) gets the warning
+// about a subscriber that does not read.
+func NewHub(log *slog.Logger) *Hub {
+	return &Hub{
+		log:   logging.OrDiscard(log),
+		ready: make(map[string]Pod),
+		subs:  make(map[*subscription]struct{}),
+	}
+}
+
+// Pods returns the pods announced ready and not yet gone, sorted by name.
+func (h *Hub) Pods() []Pod {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.readyLocked()
+}
+
+// Lookup returns the pod with this UID if it was announced ready and is
+// not yet gone.
+func (h *Hub) Lookup(uid string) (Pod, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p, ok := h.ready[uid]
+	return p, ok
+}
+
+func (h *Hub) readyLocked() []Pod {
+	pods := make([]Pod, 0, len(h.ready))
+	for _, p := range h.ready {
+		pods = append(pods, p)
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	return pods
+}
+
+// Publish records ev in the ready set and queues it for every subscriber,
+// in one step, so a Subscribe sees either the state before ev and then ev,
+// or the state after it. It never blocks on a subscriber. Events after End
+// are ignored.
+func (h *Hub) Publish(ev Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
+	switch ev.Type {
+	case PodReady:
+		h.ready[ev.Pod.UID] = ev.Pod
+	case PodGone:
+		delete(h.ready, ev.Pod.UID)
+	}
+	for sub := range h.subs {
+		sub.enqueueLocked(ev)
+	}
+}
+
+// End marks every subscription final: its channel closes once its queue is
+// drained. A source calls it when it stops, after its last PodGone.
+func (h *Hub) End() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ended = true
+	clear(h.ready)
+	for sub := range h.subs {
+		sub.final = true
+		sub.signal()
+	}
+	clear(h.subs)
+}
 
 // Subscribe returns a channel of pod transitions, the pods that are ready
 // at this moment, and a cancel func. Snapshot and channel are taken
 // atomically: every transition after the snapshot comes on the channel, and
 // none before it. Events of one pod come in order.
 //
-// Delivery never blocks the supervisor and never drops an event silently:
+// Delivery never blocks the publisher and never drops an event silently:
 // each subscriber has its own queue, unbounded but compacted, which is
 // enough because the pods are few:
 //   - a PodReady not yet received is replaced by a newer PodReady of the
@@ -21,28 +110,28 @@ const queueWarn = 1024
 //     saw ready, which it must accept (a Run may still name that pod).
 //
 // So a subscriber that stops reading costs one small Event per pod that
-// dies meanwhile; past 1024 queued events the supervisor logs a warning.
+// dies meanwhile; past 1024 queued events the hub logs a warning.
 //
 // Call cancel when done: it ends the delivery goroutine and closes the
-// channel; it is safe to call more than once. After Run has returned the
-// channel is closed once the subscriber has received every queued event (a
-// Subscribe after that gets a closed channel and no pods).
-func (s *Supervisor) Subscribe() (events <-chan Event, snapshot []Pod, cancel func()) {
+// channel; it is safe to call more than once. After End the channel is
+// closed once the subscriber has received every queued event (a Subscribe
+// after that gets a closed channel and no pods).
+func (h *Hub) Subscribe() (events <-chan Event, snapshot []Pod, cancel func()) {
 	sub := &subscription{
-		s:         s,
+		h:         h,
 		ch:        make(chan Event),
 		wake:      make(chan struct{}, 1),
 		cancelled: make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	s.mu.Lock()
-	snapshot = s.readyLocked()
-	if s.ended {
+	h.mu.Lock()
+	snapshot = h.readyLocked()
+	if h.ended {
 		sub.final = true
 	} else {
-		s.subs[sub] = struct{}{}
+		h.subs[sub] = struct{}{}
 	}
-	s.mu.Unlock()
+	h.mu.Unlock()
 	go sub.pump()
 	return sub.ch, snapshot, sub.cancel
 }
@@ -50,10 +139,10 @@ func (s *Supervisor) Subscribe() (events <-chan Event, snapshot []Pod, cancel fu
 // subscription is one subscriber's queue and the goroutine that feeds its
 // channel from it.
 type subscription struct {
-	s  *Supervisor
+	h  *Hub
 	ch chan Event
 
-	// Guarded by s.mu. queue[i] has sequence number head+i; an entry with
+	// Guarded by h.mu. queue[i] has sequence number head+i; an entry with
 	// an empty Type is a dropped PodReady, skipped on delivery. readyAt
 	// maps a pod UID to the sequence number of its queued PodReady, so
 	// that compaction costs O(1) per event.
@@ -70,7 +159,7 @@ type subscription struct {
 	done       chan struct{} // pump has returned and closed ch
 }
 
-// enqueueLocked queues ev, compacting as Subscribe describes. s.mu is held.
+// enqueueLocked queues ev, compacting as Subscribe describes. h.mu is held.
 func (sub *subscription) enqueueLocked(ev Event) {
 	if sub.readyAt == nil {
 		sub.readyAt = make(map[string]int64)
@@ -97,7 +186,7 @@ func (sub *subscription) enqueueLocked(ev Event) {
 	}
 	if n := len(sub.queue) - sub.dropped; n >= queueWarn && !sub.warned {
 		sub.warned = true
-		sub.s.log.Warn("a pool subscriber is not reading its events", "queued", n)
+		sub.h.log.Warn("a pod subscriber is not reading its events", "queued", n)
 	}
 	sub.signal()
 }
@@ -117,7 +206,7 @@ func (sub *subscription) compactLocked() {
 	sub.dropped = 0
 }
 
-// popLocked takes the next event to deliver, if any. s.mu is held.
+// popLocked takes the next event to deliver, if any. h.mu is held.
 func (sub *subscription) popLocked() (Event, bool) {
 	for len(sub.queue) > 0 {
 		ev := sub.queue[0]
@@ -149,7 +238,7 @@ func (sub *subscription) signal() {
 func (sub *subscription) pump() {
 	defer close(sub.done)
 	defer close(sub.ch)
-	mu := &sub.s.mu
+	mu := &sub.h.mu
 	for {
 		mu.Lock()
 		ev, ok := sub.popLocked()
@@ -176,25 +265,11 @@ func (sub *subscription) pump() {
 
 func (sub *subscription) cancel() {
 	sub.cancelOnce.Do(func() {
-		sub.s.mu.Lock()
-		delete(sub.s.subs, sub)
+		sub.h.mu.Lock()
+		delete(sub.h.subs, sub)
 		sub.queue, sub.readyAt, sub.dropped = nil, nil, 0
-		sub.s.mu.Unlock()
+		sub.h.mu.Unlock()
 		close(sub.cancelled)
 	})
 	<-sub.done
-}
-
-// endSubscriptions marks every subscription final: its channel closes once
-// its queue is drained.
-func (s *Supervisor) endSubscriptions() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ended = true
-	clear(s.ready)
-	for sub := range s.subs {
-		sub.final = true
-		sub.signal()
-	}
-	clear(s.subs)
 }
