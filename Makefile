@@ -11,15 +11,17 @@ all: build
 build:
 	$(GO) build -o bin/stoke ./cmd/stoke
 
-# Regenerates the protobuf code with the generator versions pinned in
-# tools/go.mod. The output is committed; check-generated fails when stale.
+# Regenerates the protobuf code, the API types' deepcopy code and the CRDs
+# (deploy/crds) with the generator versions pinned in tools/go.mod. The
+# output is committed; check-generated fails when stale.
+GENERATED := api/ deploy/crds/
 generate:
 	$(TOOL) buf generate
-	$(TOOL) controller-gen object paths=./api/stoke/...
+	$(TOOL) controller-gen object crd paths=./api/stoke/... output:crd:dir=deploy/crds
 
 check-generated: generate
-	@git diff --exit-code -- api/ || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api/)" || { git status --porcelain -- api/; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
+	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "untracked generated files: run 'make generate' and commit"; exit 1; }
 
 # The test command the README gives.
 test:

@@ -50,6 +50,9 @@ const (
 
 	// Source bounds a Run's inline source text and its source archive.
 	Source = 1 << 20
+	// Path is the longest path a Run names (entrypoint, source path, a
+	// source archive's member, a Lambda bootstrap): Linux's PATH_MAX.
+	Path = 4 << 10
 	// APIStreams bounds the watch and followed-log responses the HTTP API
 	// keeps open at once; each holds a store watcher or a log reader.
 	APIStreams = 512

@@ -12,11 +12,14 @@ import (
 var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // RelativePath checks a path given relative to the working
-// directory: not absolute, no ".." element, no NUL.
+// directory: not absolute, no ".." element, no NUL, at most bounds.Path
+// bytes.
 func RelativePath(field, p string) error {
 	switch {
 	case p == "":
 		return errdefs.InvalidArgument(field, "must not be empty")
+	case len(p) > bounds.Path:
+		return errdefs.InvalidArgument(field, "is %d bytes, at most %d allowed", len(p), bounds.Path)
 	case strings.IndexByte(p, 0) >= 0:
 		return errdefs.InvalidArgument(field, "contains a NUL byte")
 	case filepath.IsAbs(p):

@@ -29,6 +29,14 @@ const (
 	maxQuoted = 64
 )
 
+// Lambda's own limits on what spec.lambda configures.
+const (
+	maxRoleARN     = 2048
+	maxNamePrefix  = 32
+	minLambdaMemMB = 128
+	maxLambdaMemMB = 10240
+)
+
 // Servers are the Runtime Servers a Runtime may name.
 var servers = []string{"bash", "python", "lambda"}
 
@@ -177,21 +185,21 @@ func validateLambda(e *errorList, s *v1alpha1.RuntimeSpec, p *field.Path) {
 	if l.Runtime != "bash" && l.Runtime != "python" {
 		e.add(p.Child("runtime"), "%s, want bash or python", quote(l.Runtime))
 	}
-	if !strings.HasPrefix(l.Role, "arn:") || len(l.Role) > 2048 {
+	if !strings.HasPrefix(l.Role, "arn:") || len(l.Role) > maxRoleARN {
 		e.add(p.Child("role"), "%s is not a role ARN", quote(l.Role))
 	}
 	if l.Architecture != "" && l.Architecture != "x86_64" && l.Architecture != "arm64" {
 		e.add(p.Child("architecture"), "%s, want x86_64 or arm64", quote(l.Architecture))
 	}
-	if l.MemoryMB != 0 && (l.MemoryMB < 128 || l.MemoryMB > 10240) {
-		e.add(p.Child("memoryMB"), "is %d, must be 128–10240", l.MemoryMB)
+	if l.MemoryMB != 0 && (l.MemoryMB < minLambdaMemMB || l.MemoryMB > maxLambdaMemMB) {
+		e.add(p.Child("memoryMB"), "is %d, must be %d–%d", l.MemoryMB, minLambdaMemMB, maxLambdaMemMB)
 	}
-	if len(l.NamePrefix) > 32 || strings.ContainsFunc(l.NamePrefix, func(r rune) bool {
+	if len(l.NamePrefix) > maxNamePrefix || strings.ContainsFunc(l.NamePrefix, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
 	}) {
-		e.add(p.Child("namePrefix"), "%s: at most 32 letters, digits, - and _", quote(l.NamePrefix))
+		e.add(p.Child("namePrefix"), "%s: at most %d letters, digits, - and _", quote(l.NamePrefix), maxNamePrefix)
 	}
-	if l.Bootstrap != "" && (!strings.HasPrefix(l.Bootstrap, "/") || len(l.Bootstrap) > 4096) {
+	if l.Bootstrap != "" && (!strings.HasPrefix(l.Bootstrap, "/") || len(l.Bootstrap) > bounds.Path) {
 		e.add(p.Child("bootstrap"), "%s is not an absolute path", quote(l.Bootstrap))
 	}
 }

@@ -160,6 +160,10 @@ func TestValidateRun(t *testing.T) {
 		{"entrypoint ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "../x.sh" }, "spec.mode.task.entrypoint"},
 		{"entrypoint inner ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "a/../../x.sh" }, "spec.mode.task.entrypoint"},
 		{"entrypoint NUL", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "a\x00b" }, "spec.mode.task.entrypoint"},
+		{"entrypoint at bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = strings.Repeat("e", bounds.Path) }, ""},
+		{"entrypoint past bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Task.Entrypoint = strings.Repeat("e", bounds.Path+1)
+		}, "spec.mode.task.entrypoint"},
 		{"args at bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = make([]string, bounds.Args) }, ""},
 		{"args past bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = make([]string, bounds.Args+1) }, "spec.mode.task.args"},
 		{"arg at bound", taskRun, func(r *v1alpha1.Run) {
@@ -202,6 +206,12 @@ func TestValidateRun(t *testing.T) {
 		{"inline path empty", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "" }, "spec.source.inline.path"},
 		{"inline path absolute", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "/tmp/x" }, "spec.source.inline.path"},
 		{"inline path ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "a/../../x" }, "spec.source.inline.path"},
+		{"inline path past bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Inline.Path = strings.Repeat("p", bounds.Path+1)
+		}, "spec.source.inline.path"},
+		{"inline text multibyte past bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Inline.Text = strings.Repeat("é", bounds.Source/2+1) // fewer characters than bytes
+		}, "spec.source.inline.text"},
 		{"inline text at bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Text = strings.Repeat("x", bounds.InvokeBody) }, ""},
 		{"inline text past bound", taskRun, func(r *v1alpha1.Run) {
 			r.Spec.Source.Inline.Text = strings.Repeat("x", bounds.InvokeBody+1)

@@ -50,13 +50,24 @@ func (p Phase) HoldsSlot() bool {
 
 // Run is one execution request: a one-shot task or a function.
 //
+// The markers below generate deploy/crds/stoke.dev_runs.yaml: the columns of
+// `stoke get runs` (MODE has none: a column is one JSONPath value, and the
+// mode is which key is set), the fields a runtimed or the scheduler selects
+// on, and as much of internal/validation as CEL and OpenAPI can say.
+//
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced
+// +kubebuilder:selectablefield:JSONPath=`.status.phase`
+// +kubebuilder:selectablefield:JSONPath=`.status.assignedPodUID`
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtime`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.attempt`
-// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.assignedPod`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Exit",type=integer,JSONPath=`.status.exitCode`,priority=1
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.status.assignedPod`,priority=1
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
 type Run struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -67,19 +78,35 @@ type Run struct {
 
 // RunSpec is what to run. It is immutable after creation except
 // cancelRequested (false → true) and ttlSecondsAfterFinished.
+//
+// +kubebuilder:validation:XValidation:rule="self.runtime == oldSelf.runtime",message="is immutable",fieldPath=".runtime"
+// +kubebuilder:validation:XValidation:rule="self.mode == oldSelf.mode",message="is immutable",fieldPath=".mode"
+// +kubebuilder:validation:XValidation:rule="has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)",message="is immutable",fieldPath=".source"
+// +kubebuilder:validation:XValidation:rule="has(self.env) == has(oldSelf.env) && (!has(self.env) || self.env == oldSelf.env)",message="is immutable",fieldPath=".env"
+// +kubebuilder:validation:XValidation:rule="has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || self.timeout == oldSelf.timeout)",message="is immutable",fieldPath=".timeout"
+// +kubebuilder:validation:XValidation:rule="has(self.retryPolicy) == has(oldSelf.retryPolicy) && (!has(self.retryPolicy) || self.retryPolicy == oldSelf.retryPolicy)",message="is immutable",fieldPath=".retryPolicy"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancelRequested) || !oldSelf.cancelRequested || (has(self.cancelRequested) && self.cancelRequested)",message="cannot be unset once true",fieldPath=".cancelRequested"
 type RunSpec struct {
-	// Runtime names the Runtime pool.
+	// Runtime names the Runtime pool: a DNS-1123 label, like the Runtime's
+	// name.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Runtime string `json:"runtime"`
 	// Mode is exactly one of task or function.
 	Mode RunMode `json:"mode"`
 	// Source is where the program comes from.
 	// +optional
 	Source *Source `json:"source,omitempty"`
+	// Env is the program's environment; names are unique.
 	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
 	Env []EnvVar `json:"env,omitempty"`
 	// Timeout is, for a task, its execution limit; for a function, the
 	// reservation lifetime from startTime. Zero means the Runtime default.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must not be negative"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// +optional
 	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
@@ -87,10 +114,13 @@ type RunSpec struct {
 	CancelRequested bool `json:"cancelRequested,omitempty"`
 	// TTLSecondsAfterFinished deletes the Run this long after it finished.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // RunMode holds exactly one of Task or Function.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.task) != has(self.function)",message="exactly one of task or function must be set"
 type RunMode struct {
 	// +optional
 	Task *TaskMode `json:"task,omitempty"`
@@ -99,27 +129,48 @@ type RunMode struct {
 }
 
 // TaskMode runs a program once.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.entrypoint) && size(self.entrypoint) > 0) || (has(self.args) && size(self.args) > 0)",message="entrypoint or args must be set"
 type TaskMode struct {
 	// Entrypoint is a path relative to the working directory; empty means
 	// args is the argv.
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="must be relative to the working directory"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.](/|$)')",message="must not contain '..'"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\x00')",message="contains a NUL byte"
 	Entrypoint string `json:"entrypoint,omitempty"`
+	// Args are the arguments (the argv when entrypoint is empty); each at
+	// most 8 KiB, counted in bytes.
 	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=8192
+	// +kubebuilder:validation:items:Pattern=`^[^\x00]*$`
+	// +kubebuilder:validation:XValidation:rule="self.all(a, size(bytes(a)) <= 8192)",message="an argument is over 8192 bytes"
 	Args []string `json:"args,omitempty"`
 }
 
 // FunctionMode loads a handler once and serves invocations.
 type FunctionMode struct {
 	// Handler is file.function (Bash) or module.function (Python).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 512",message="is over 512 bytes"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[^\\x00]*[^/\\x00][.][A-Za-z_][A-Za-z0-9_]*$')",message="must be file.function or module.function: a file or module, a '.', and a function name matching [A-Za-z_][A-Za-z0-9_]*"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="must be relative to the working directory"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.](/|$)')",message="must not contain '..'"
 	Handler string `json:"handler"`
 	// IdleTimeoutSeconds ends the Run as Timeout (reason IdleTimeout) after
 	// this long without invocations; zero means no idle timeout.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
 	IdleTimeoutSeconds int64 `json:"idleTimeoutSeconds,omitempty"`
 }
 
 // Source is where a Run's program comes from: exactly one of Inline or
 // Archive.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.inline) && has(self.archive))",message="at most one of inline or archive may be set"
 type Source struct {
 	// +optional
 	Inline *InlineSource `json:"inline,omitempty"`
@@ -130,19 +181,42 @@ type Source struct {
 // InlineSource is program text written to one file.
 type InlineSource struct {
 	// Path is the file's path relative to the working directory.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="must be relative to the working directory"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.](/|$)')",message="must not contain '..'"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\x00')",message="contains a NUL byte"
 	Path string `json:"path"`
+	// Text is the file's content, at most 1 MiB counted in bytes.
+	// +kubebuilder:validation:MaxLength=1048576
+	// +kubebuilder:validation:XValidation:rule="size(bytes(self)) <= 1048576",message="is over 1048576 bytes"
 	Text string `json:"text"`
 }
 
 // ArchiveSource is a small gzipped tar of a directory.
 type ArchiveSource struct {
-	// TarGz is the archive (base64 in JSON and YAML).
+	// The CRD's schema for tarGz is a plain string, not format byte: the
+	// API server's CEL decodes format byte as URL-safe base64, so any rule
+	// that reads the field (the spec's immutability) fails on the '+' and
+	// '/' of standard base64. The pattern keeps it standard base64 of gzip
+	// data (1f 8b encodes as "H4s"…"H4v"); the rules bound its decoded size.
+
+	// TarGz is the archive, a gzipped tar (standard base64 in JSON and
+	// YAML), at most 1 MiB before base64.
+	// +kubebuilder:validation:Format=""
+	// +kubebuilder:validation:MinLength=4
+	// +kubebuilder:validation:MaxLength=1398104
+	// +kubebuilder:validation:Pattern=`^H4[s-v][A-Za-z0-9+/]*={0,2}$`
+	// +kubebuilder:validation:XValidation:rule="size(self) % 4 == 0",message="is not base64: its length is not a multiple of 4"
+	// +kubebuilder:validation:XValidation:rule="size(self) / 4 * 3 - (self.endsWith('==') ? 2 : self.endsWith('=') ? 1 : 0) <= 1048576",message="is over 1048576 bytes"
 	TarGz []byte `json:"tarGz"`
 }
 
 // EnvVar is one environment variable.
 type EnvVar struct {
-	Name  string `json:"name"`
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Name string `json:"name"`
+	// +kubebuilder:validation:Pattern=`^[^\x00]*$`
 	Value string `json:"value"`
 }
 
@@ -150,24 +224,31 @@ type EnvVar struct {
 type RetryPolicy struct {
 	// MaxAttempts counts attempts including the first: 1–100, default 1.
 	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
 	MaxAttempts int32 `json:"maxAttempts,omitempty"`
 	// Backoff is the first delay; it doubles per attempt, capped at 60 s.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must not be negative"
 	Backoff *metav1.Duration `json:"backoff,omitempty"`
 	// RetryableReasons lists the failure reasons that may be retried; empty
-	// means the engine's default set.
+	// means the engine's default set. Each is a condition reason.
 	// +optional
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`
 	RetryableReasons []string `json:"retryableReasons,omitempty"`
 }
 
 // RunStatus is what happened.
 type RunStatus struct {
 	// +optional
+	// +kubebuilder:validation:Enum=Pending;Scheduled;Running;Ready;Succeeded;Failed;Timeout;Cancelled
 	Phase Phase `json:"phase,omitempty"`
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// Message is bounded (4 KiB).
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
 	Message string `json:"message,omitempty"`
 	// +optional
 	AssignedPod string `json:"assignedPod,omitempty"`
@@ -185,11 +266,15 @@ type RunStatus struct {
 	ExitCode *int32 `json:"exitCode,omitempty"`
 	// Outputs are bounded KEY=VALUE results of a task.
 	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 128 && size(self[k]) <= 8192)",message="an output key is over 128 characters or a value over 8192"
 	Outputs map[string]string `json:"outputs,omitempty"`
 	// Endpoint is a Ready function's invoke URL.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 	// +optional
+	// +listType=map
+	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
@@ -203,14 +288,19 @@ type RunList struct {
 }
 
 // Runtime is a pool definition: which Runtime Server, how many pods, how
-// many Run slots per pod.
+// many Run slots per pod. Its name is what spec.runtime of a Run names, so
+// it is a DNS-1123 label.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced
 // +kubebuilder:printcolumn:name="Server",type=string,JSONPath=`.spec.server`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Runs",type=integer,JSONPath=`.spec.runs`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyPods`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Invoke-Timeout",type=string,JSONPath=`.spec.defaultInvokeTimeout`,priority=1
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 type Runtime struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -220,22 +310,35 @@ type Runtime struct {
 }
 
 // RuntimeSpec defines a pool.
+//
+// +kubebuilder:validation:XValidation:rule="self.server == oldSelf.server",message="is immutable",fieldPath=".server"
+// +kubebuilder:validation:XValidation:rule="(self.server == 'lambda') == has(self.lambda)",message="is required for server lambda and only for it",fieldPath=".lambda"
 type RuntimeSpec struct {
 	// Server is the built-in Runtime Server: bash, python, or lambda
 	// (Runs on AWS Lambda; spec.lambda configures it).
+	// +kubebuilder:validation:Enum=bash;python;lambda
 	Server string `json:"server"`
 	// Replicas is the number of runtime pods.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
 	Replicas int32 `json:"replicas"`
-	// Runs is the number of Run slots per pod.
+	// Runs is the number of Run slots per pod (default 1).
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
 	Runs int32 `json:"runs"`
 	// DefaultTaskTimeout applies to task Runs without a timeout.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must not be negative"
 	DefaultTaskTimeout *metav1.Duration `json:"defaultTaskTimeout,omitempty"`
 	// DefaultFunctionTimeout applies to function Runs without a timeout.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must not be negative"
 	DefaultFunctionTimeout *metav1.Duration `json:"defaultFunctionTimeout,omitempty"`
 	// DefaultInvokeTimeout applies to invocations without a timeout.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="must not be negative"
 	DefaultInvokeTimeout *metav1.Duration `json:"defaultInvokeTimeout,omitempty"`
 	// Lambda configures a Runtime whose server is lambda; required then,
 	// forbidden otherwise. AWS credentials, region and endpoint are not
@@ -247,23 +350,32 @@ type RuntimeSpec struct {
 // LambdaSpec configures the functions of a lambda Runtime.
 type LambdaSpec struct {
 	// Runtime is the runtime inside the function: bash or python.
+	// +kubebuilder:validation:Enum=bash;python
 	Runtime string `json:"runtime"`
 	// Role is the ARN of the functions' execution role.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^arn:`
 	Role string `json:"role"`
 	// Architecture is x86_64 or arm64 (default: stoke's own).
 	// +optional
+	// +kubebuilder:validation:Pattern=`^(x86_64|arm64)?$`
 	Architecture string `json:"architecture,omitempty"`
-	// MemoryMB is the functions' memory (default 512).
+	// MemoryMB is the functions' memory: 128–10240, default (0) 512.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == 0 || (self >= 128 && self <= 10240)",message="must be 128–10240 (0 means 512)"
 	MemoryMB int32 `json:"memoryMB,omitempty"`
 	// NamePrefix starts every function name (default "stoke-").
 	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]*$`
 	NamePrefix string `json:"namePrefix,omitempty"`
 	// Bootstrap is the absolute path, on the machine that runs the pods,
 	// of the stoke binary to package as the functions' bootstrap: one built
 	// for Architecture when that is not the pods' own (default: the pods'
 	// stoke).
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^(/.*)?$`
 	Bootstrap string `json:"bootstrap,omitempty"`
 }
 
