@@ -105,13 +105,20 @@ func checkErr(t *testing.T, err error, field string) {
 	}
 }
 
-func TestValidateRun(t *testing.T) {
-	tests := []struct {
-		name   string
-		base   func() *v1alpha1.Run
-		mutate func(*v1alpha1.Run)
-		field  string // "" means valid
-	}{
+// The case tables below say what internal/validation accepts; the CRD test
+// (crd_kube_test.go) holds the API server, with the generated CRDs, to the
+// same answers.
+
+// runCase is one Run to create.
+type runCase struct {
+	name   string
+	base   func() *v1alpha1.Run
+	mutate func(*v1alpha1.Run)
+	field  string // "" means valid
+}
+
+func runCases(t testing.TB) []runCase {
+	return []runCase{
 		{"task", taskRun, func(*v1alpha1.Run) {}, ""},
 		{"function", functionRun, func(*v1alpha1.Run) {}, ""},
 		{"no TypeMeta", taskRun, func(r *v1alpha1.Run) { r.TypeMeta = metav1.TypeMeta{} }, ""},
@@ -282,7 +289,10 @@ func TestValidateRun(t *testing.T) {
 		{"ttl 0", taskRun, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(0)) }, ""},
 		{"ttl negative", taskRun, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(-1)) }, "spec.ttlSecondsAfterFinished"},
 	}
-	for _, tt := range tests {
+}
+
+func TestValidateRun(t *testing.T) {
+	for _, tt := range runCases(t) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := tt.base()
 			tt.mutate(r)
@@ -353,36 +363,41 @@ func TestValidateRunNil(t *testing.T) {
 	checkErr(t, ValidateRuntimeUpdate(validRuntime(), nil), "runtime")
 }
 
+// runUpdateCase is an update of a taskRun: old changes the stored Run
+// (nil: none), mutate makes the update from it.
+type runUpdateCase struct {
+	name   string
+	old    func(*v1alpha1.Run)
+	mutate func(*v1alpha1.Run)
+	field  string
+}
+
+var runUpdateCases = []runUpdateCase{
+	{"unchanged", nil, func(*v1alpha1.Run) {}, ""},
+	{"cancel", nil, func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, ""},
+	{"cancel again", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, ""},
+	{"uncancel", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, func(r *v1alpha1.Run) { r.Spec.CancelRequested = false }, "spec.cancelRequested"},
+	{"ttl changed", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(60)) }, ""},
+	{"ttl removed", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = nil }, ""},
+	{"ttl negative", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(-1)) }, "spec.ttlSecondsAfterFinished"},
+	{"labels changed", nil, func(r *v1alpha1.Run) { r.Labels = map[string]string{"app": "other"} }, ""},
+	{"labels invalid", nil, func(r *v1alpha1.Run) { r.Labels = map[string]string{"bad key": ""} }, "metadata.labels"},
+	{"status changed", nil, func(r *v1alpha1.Run) { r.Status.Phase = v1alpha1.PhaseRunning }, ""},
+	{"nil env vs empty", nil, func(r *v1alpha1.Run) { r.Spec.Env = nil }, "spec.env"},
+	{"empty env vs nil", func(r *v1alpha1.Run) { r.Spec.Env = nil }, func(r *v1alpha1.Run) { r.Spec.Env = []v1alpha1.EnvVar{} }, ""},
+	{"name", nil, func(r *v1alpha1.Run) { r.Name = "other" }, "metadata.name"},
+	{"namespace", nil, func(r *v1alpha1.Run) { r.Namespace = "other" }, "metadata.namespace"},
+	{"uid", nil, func(r *v1alpha1.Run) { r.UID = types.UID("u-2") }, "metadata.uid"},
+	{"runtime", nil, func(r *v1alpha1.Run) { r.Spec.Runtime = "python" }, "spec.runtime"},
+	{"args", nil, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = append(r.Spec.Mode.Task.Args, "x") }, "spec.mode"},
+	{"source", nil, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Text = "echo changed" }, "spec.source"},
+	{"env", nil, func(r *v1alpha1.Run) { r.Spec.Env[0].Value = "x" }, "spec.env"},
+	{"timeout", nil, func(r *v1alpha1.Run) { r.Spec.Timeout.Duration = time.Hour }, "spec.timeout"},
+	{"retry policy", nil, func(r *v1alpha1.Run) { r.Spec.RetryPolicy.MaxAttempts = 5 }, "spec.retryPolicy"},
+}
+
 func TestValidateRunUpdate(t *testing.T) {
-	tests := []struct {
-		name   string
-		old    func(*v1alpha1.Run)
-		mutate func(*v1alpha1.Run)
-		field  string
-	}{
-		{"unchanged", nil, func(*v1alpha1.Run) {}, ""},
-		{"cancel", nil, func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, ""},
-		{"cancel again", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, ""},
-		{"uncancel", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, func(r *v1alpha1.Run) { r.Spec.CancelRequested = false }, "spec.cancelRequested"},
-		{"ttl changed", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(60)) }, ""},
-		{"ttl removed", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = nil }, ""},
-		{"ttl negative", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(-1)) }, "spec.ttlSecondsAfterFinished"},
-		{"labels changed", nil, func(r *v1alpha1.Run) { r.Labels = map[string]string{"app": "other"} }, ""},
-		{"labels invalid", nil, func(r *v1alpha1.Run) { r.Labels = map[string]string{"bad key": ""} }, "metadata.labels"},
-		{"status changed", nil, func(r *v1alpha1.Run) { r.Status.Phase = v1alpha1.PhaseRunning }, ""},
-		{"nil env vs empty", nil, func(r *v1alpha1.Run) { r.Spec.Env = nil }, "spec.env"},
-		{"empty env vs nil", func(r *v1alpha1.Run) { r.Spec.Env = nil }, func(r *v1alpha1.Run) { r.Spec.Env = []v1alpha1.EnvVar{} }, ""},
-		{"name", nil, func(r *v1alpha1.Run) { r.Name = "other" }, "metadata.name"},
-		{"namespace", nil, func(r *v1alpha1.Run) { r.Namespace = "other" }, "metadata.namespace"},
-		{"uid", nil, func(r *v1alpha1.Run) { r.UID = types.UID("u-2") }, "metadata.uid"},
-		{"runtime", nil, func(r *v1alpha1.Run) { r.Spec.Runtime = "python" }, "spec.runtime"},
-		{"args", nil, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = append(r.Spec.Mode.Task.Args, "x") }, "spec.mode"},
-		{"source", nil, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Text = "echo changed" }, "spec.source"},
-		{"env", nil, func(r *v1alpha1.Run) { r.Spec.Env[0].Value = "x" }, "spec.env"},
-		{"timeout", nil, func(r *v1alpha1.Run) { r.Spec.Timeout.Duration = time.Hour }, "spec.timeout"},
-		{"retry policy", nil, func(r *v1alpha1.Run) { r.Spec.RetryPolicy.MaxAttempts = 5 }, "spec.retryPolicy"},
-	}
-	for _, tt := range tests {
+	for _, tt := range runUpdateCases {
 		t.Run(tt.name, func(t *testing.T) {
 			old := taskRun()
 			if tt.old != nil {
@@ -395,42 +410,46 @@ func TestValidateRunUpdate(t *testing.T) {
 	}
 }
 
+// runtimeCase changes a validRuntime, for a create or an update of it.
+type runtimeCase struct {
+	name   string
+	mutate func(*v1alpha1.Runtime)
+	field  string
+}
+
+var runtimeCases = []runtimeCase{
+	{"valid", func(*v1alpha1.Runtime) {}, ""},
+	{"python", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "python" }, ""},
+	{"wrong kind", func(rt *v1alpha1.Runtime) { rt.Kind = "Run" }, "kind"},
+	{"name empty", func(rt *v1alpha1.Runtime) { rt.Name = "" }, "metadata.name"},
+	{"name 63", func(rt *v1alpha1.Runtime) { rt.Name = strings.Repeat("a", 63) }, ""},
+	{"name 64", func(rt *v1alpha1.Runtime) { rt.Name = strings.Repeat("a", 64) }, "metadata.name"},
+	{"name with dot", func(rt *v1alpha1.Runtime) { rt.Name = "a.b" }, "metadata.name"},
+	{"namespace empty", func(rt *v1alpha1.Runtime) { rt.Namespace = "" }, "metadata.namespace"},
+	{"server empty", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "" }, "spec.server"},
+	{"server unknown", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "node" }, "spec.server"},
+	{"replicas 0", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 0 }, ""},
+	{"replicas 64", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 64 }, ""},
+	{"replicas 65", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 65 }, "spec.replicas"},
+	{"replicas -1", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = -1 }, "spec.replicas"},
+	{"runs 0", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 0 }, "spec.runs"},
+	{"runs 1", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 1 }, ""},
+	{"runs 1024", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 1024 }, ""},
+	{"runs 1025", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 1025 }, "spec.runs"},
+	{"task timeout 0", func(rt *v1alpha1.Runtime) { rt.Spec.DefaultTaskTimeout = &metav1.Duration{} }, ""},
+	{"task timeout negative", func(rt *v1alpha1.Runtime) {
+		rt.Spec.DefaultTaskTimeout = &metav1.Duration{Duration: -1}
+	}, "spec.defaultTaskTimeout"},
+	{"function timeout negative", func(rt *v1alpha1.Runtime) {
+		rt.Spec.DefaultFunctionTimeout = &metav1.Duration{Duration: -1}
+	}, "spec.defaultFunctionTimeout"},
+	{"invoke timeout negative", func(rt *v1alpha1.Runtime) {
+		rt.Spec.DefaultInvokeTimeout = &metav1.Duration{Duration: -1}
+	}, "spec.defaultInvokeTimeout"},
+}
+
 func TestValidateRuntime(t *testing.T) {
-	tests := []struct {
-		name   string
-		mutate func(*v1alpha1.Runtime)
-		field  string
-	}{
-		{"valid", func(*v1alpha1.Runtime) {}, ""},
-		{"python", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "python" }, ""},
-		{"wrong kind", func(rt *v1alpha1.Runtime) { rt.Kind = "Run" }, "kind"},
-		{"name empty", func(rt *v1alpha1.Runtime) { rt.Name = "" }, "metadata.name"},
-		{"name 63", func(rt *v1alpha1.Runtime) { rt.Name = strings.Repeat("a", 63) }, ""},
-		{"name 64", func(rt *v1alpha1.Runtime) { rt.Name = strings.Repeat("a", 64) }, "metadata.name"},
-		{"name with dot", func(rt *v1alpha1.Runtime) { rt.Name = "a.b" }, "metadata.name"},
-		{"namespace empty", func(rt *v1alpha1.Runtime) { rt.Namespace = "" }, "metadata.namespace"},
-		{"server empty", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "" }, "spec.server"},
-		{"server unknown", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "node" }, "spec.server"},
-		{"replicas 0", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 0 }, ""},
-		{"replicas 64", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 64 }, ""},
-		{"replicas 65", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 65 }, "spec.replicas"},
-		{"replicas -1", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = -1 }, "spec.replicas"},
-		{"runs 0", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 0 }, "spec.runs"},
-		{"runs 1", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 1 }, ""},
-		{"runs 1024", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 1024 }, ""},
-		{"runs 1025", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 1025 }, "spec.runs"},
-		{"task timeout 0", func(rt *v1alpha1.Runtime) { rt.Spec.DefaultTaskTimeout = &metav1.Duration{} }, ""},
-		{"task timeout negative", func(rt *v1alpha1.Runtime) {
-			rt.Spec.DefaultTaskTimeout = &metav1.Duration{Duration: -1}
-		}, "spec.defaultTaskTimeout"},
-		{"function timeout negative", func(rt *v1alpha1.Runtime) {
-			rt.Spec.DefaultFunctionTimeout = &metav1.Duration{Duration: -1}
-		}, "spec.defaultFunctionTimeout"},
-		{"invoke timeout negative", func(rt *v1alpha1.Runtime) {
-			rt.Spec.DefaultInvokeTimeout = &metav1.Duration{Duration: -1}
-		}, "spec.defaultInvokeTimeout"},
-	}
-	for _, tt := range tests {
+	for _, tt := range runtimeCases {
 		t.Run(tt.name, func(t *testing.T) {
 			rt := validRuntime()
 			tt.mutate(rt)
@@ -439,21 +458,18 @@ func TestValidateRuntime(t *testing.T) {
 	}
 }
 
+var runtimeUpdateCases = []runtimeCase{
+	{"scale", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 5 }, ""},
+	{"more runs", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 16 }, ""},
+	{"timeouts", func(rt *v1alpha1.Runtime) { rt.Spec.DefaultInvokeTimeout = nil }, ""},
+	{"runs invalid", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 0 }, "spec.runs"},
+	{"server", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "python" }, "spec.server"},
+	{"name", func(rt *v1alpha1.Runtime) { rt.Name = "other" }, "metadata.name"},
+	{"uid", func(rt *v1alpha1.Runtime) { rt.UID = "rt-2" }, "metadata.uid"},
+}
+
 func TestValidateRuntimeUpdate(t *testing.T) {
-	tests := []struct {
-		name   string
-		mutate func(*v1alpha1.Runtime)
-		field  string
-	}{
-		{"scale", func(rt *v1alpha1.Runtime) { rt.Spec.Replicas = 5 }, ""},
-		{"more runs", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 16 }, ""},
-		{"timeouts", func(rt *v1alpha1.Runtime) { rt.Spec.DefaultInvokeTimeout = nil }, ""},
-		{"runs invalid", func(rt *v1alpha1.Runtime) { rt.Spec.Runs = 0 }, "spec.runs"},
-		{"server", func(rt *v1alpha1.Runtime) { rt.Spec.Server = "python" }, "spec.server"},
-		{"name", func(rt *v1alpha1.Runtime) { rt.Name = "other" }, "metadata.name"},
-		{"uid", func(rt *v1alpha1.Runtime) { rt.UID = "rt-2" }, "metadata.uid"},
-	}
-	for _, tt := range tests {
+	for _, tt := range runtimeUpdateCases {
 		t.Run(tt.name, func(t *testing.T) {
 			old := validRuntime()
 			nw := old.DeepCopy()
