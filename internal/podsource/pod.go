@@ -22,6 +22,9 @@ type Pod struct {
 	// Lambda is the Runtime's spec.lambda, for the lambda server's flags.
 	Lambda *v1alpha1.LambdaSpec
 	// Slots is the Runtime's spec.runs: how many Runs the pod may hold.
+	// Zero: the pod is alive but takes no new Runs for now (in
+	// Kubernetes, a Pod that is not Ready yet or for the moment); the Runs
+	// it holds stay with it.
 	Slots int32
 	// Addr is where the pod is reached: in standalone the Runtime Server's
 	// gRPC target, e.g. "unix:///data/pods/bash-x7k2p/rs.sock"; in
@@ -76,7 +79,7 @@ const (
 // Event is one pod transition.
 //
 // Every pod announced with PodReady is later announced exactly once with
-// PodGone. In standalone PodGone comes only after the pod's processes are
+// PodGone, unless the source stops first (its subscriptions then end). In standalone PodGone comes only after the pod's processes are
 // dead; in Kubernetes once the Pod is deleted, has stayed NotReady past a
 // grace, or its runtimed's Lease has expired (runtimed stops acting on its
 // Runs when it cannot renew the Lease). PodReady may come again for the
