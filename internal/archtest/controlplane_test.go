@@ -19,12 +19,14 @@ var controlPlaneCore = []string{
 }
 
 // coreBansAnywhere are what the core may not reach even indirectly: a
-// store implementation, the local pod supervisor, Kubernetes clients.
+// store implementation, a pod source (local processes, Kubernetes Pods),
+// Kubernetes clients.
 var coreBansAnywhere = []string{
 	"stoke.dev/stoke/internal/store/sqlite",
 	"stoke.dev/stoke/internal/store/kube",
 	"modernc.org/sqlite",
 	"stoke.dev/stoke/internal/pool",
+	"stoke.dev/stoke/internal/kubepods",
 	"k8s.io/client-go",
 	"sigs.k8s.io/controller-runtime",
 }
