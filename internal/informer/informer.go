@@ -90,6 +90,9 @@ func (f HandlerFuncs[T]) OnDelete(obj T) {
 type Options struct {
 	// Namespace limits the informer to one namespace; "" means all.
 	Namespace string
+	// AssignedPodUID limits an informer of Runs to those assigned to
+	// this pod (store.ListOptions.AssignedPodUID); "" means all.
+	AssignedPodUID string
 	// Logger receives watch and re-list errors; nil discards them.
 	Logger *slog.Logger
 	// Clock times the backoff after a failed list or watch; nil means the
@@ -341,7 +344,7 @@ func (i *Informer[T]) sleep(ctx context.Context, d time.Duration) {
 // list replaces the cache with a fresh List and tells the handlers what
 // differs from what they were last told.
 func (i *Informer[T]) list(ctx context.Context) error {
-	items, rv, err := i.res.List(ctx, store.ListOptions{Namespace: i.opts.Namespace})
+	items, rv, err := i.res.List(ctx, store.ListOptions{Namespace: i.opts.Namespace, AssignedPodUID: i.opts.AssignedPodUID})
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
 	}
@@ -390,7 +393,7 @@ func (i *Informer[T]) list(ctx context.Context) error {
 // It reports whether any event was applied, and why the watch ended: nil
 // for a quiet end, the Error event's error, or Watch's own error.
 func (i *Informer[T]) watch(ctx context.Context) (delivered bool, err error) {
-	w, err := i.res.Watch(ctx, store.WatchOptions{ResourceVersion: i.ResourceVersion(), Namespace: i.opts.Namespace})
+	w, err := i.res.Watch(ctx, store.WatchOptions{ResourceVersion: i.ResourceVersion(), Namespace: i.opts.Namespace, AssignedPodUID: i.opts.AssignedPodUID})
 	if err != nil {
 		return false, fmt.Errorf("watch: %w", err)
 	}

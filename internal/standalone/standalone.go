@@ -111,11 +111,9 @@ type Standalone struct {
 // process (FunctionProxy, Route): it listens on no socket, so nothing
 // reaches a function without passing the gateway's authentication.
 type podDaemon struct {
-	pod    podsource.Pod
-	d      *runtimed.Daemon
-	conn   *grpc.ClientConn
-	cancel context.CancelFunc
-	done   chan struct{}
+	pod  podsource.Pod
+	d    *runtimed.Started
+	conn *grpc.ClientConn
 }
 
 // New opens the store in cfg.DataDir (one process at a time) and builds
@@ -175,15 +173,12 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		cfg.Logger.Info("runs of the previous process's pods", "requeued", sum.Requeued, "retried_or_failed", sum.Recovered, "finalizers_released", sum.Released)
 	}
 	// Route every Run event to the runtimed of the pod it is assigned to.
-	s.runInf.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{
-		AddFunc:    s.routeRun,
-		UpdateFunc: func(_, run *v1alpha1.Run) { s.routeRun(run) },
-		DeleteFunc: func(run *v1alpha1.Run) {
-			if pd := s.daemon(run.Status.AssignedPodUID); pd != nil {
-				pd.d.OnDelete(run)
-			}
-		},
-	})
+	s.runInf.AddEventHandler(runtimed.Dispatch(func(podUID string) *runtimed.Daemon {
+		if pd := s.daemon(podUID); pd != nil {
+			return pd.d.Daemon
+		}
+		return nil
+	}))
 	// Before New returns, so that the API can take Runs for the default
 	// Runtimes as soon as it serves.
 	if err := s.ensureRuntimes(ctx); err != nil {
@@ -220,12 +215,6 @@ func (s *Standalone) daemon(podUID string) *podDaemon {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.daemons[podUID]
-}
-
-func (s *Standalone) routeRun(run *v1alpha1.Run) {
-	if pd := s.daemon(run.Status.AssignedPodUID); pd != nil {
-		pd.d.OnRun(run)
-	}
 }
 
 // Run runs the control plane until ctx ends, then stops every pod and
@@ -364,10 +353,7 @@ func (s *Standalone) podReady(ctx context.Context, p podsource.Pod) {
 	s.mu.Lock()
 	s.daemons[p.UID] = pd
 	s.mu.Unlock()
-	// Runs assigned before this daemon was registered were not routed.
-	for _, run := range s.runInf.List(func(r *v1alpha1.Run) bool { return r.Status.AssignedPodUID == p.UID }) {
-		pd.d.OnRun(run)
-	}
+	pd.d.Replay(s.runInf)
 }
 
 func (s *Standalone) startDaemon(parent context.Context, p podsource.Pod) (*podDaemon, error) {
@@ -375,31 +361,17 @@ func (s *Standalone) startDaemon(parent context.Context, p podsource.Pod) (*podD
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: dial: %w", p.Name, err)
 	}
-	var defaultTask, defaultFn time.Duration
+	cfg := runtimed.Config{Pod: p, Runs: s.store.Runs(), Conn: conn, Logger: s.log, // runtimed names its pod itself
+		StatusPoll: s.cfg.StatusPoll, Endpoint: s.endpoint}
 	if rt, ok := s.rtInf.Get(p.Namespace, p.Runtime); ok {
-		if d := rt.Spec.DefaultTaskTimeout; d != nil {
-			defaultTask = d.Duration
-		}
-		if d := rt.Spec.DefaultFunctionTimeout; d != nil {
-			defaultFn = d.Duration
-		}
+		cfg.DefaultTaskTimeout, cfg.DefaultFunctionTimeout = runtimed.RuntimeDefaults(rt)
 	}
-	d := runtimed.New(runtimed.Config{Pod: p, Runs: s.store.Runs(), Conn: conn, Logger: s.log, // runtimed names its pod itself
-		StatusPoll: s.cfg.StatusPoll, DefaultTaskTimeout: defaultTask, DefaultFunctionTimeout: defaultFn,
-		Endpoint: s.endpoint})
-	ctx, cancel := context.WithCancel(parent)
-	pd := &podDaemon{pod: p, d: d, conn: conn, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(pd.done)
-		defer conn.Close()
-		_ = d.Run(ctx)
-	}()
-	return pd, nil
+	return &podDaemon{pod: p, d: runtimed.Start(parent, cfg), conn: conn}, nil
 }
 
 func (pd *podDaemon) stop() {
-	pd.cancel()
-	<-pd.done
+	pd.d.Stop()
+	_ = pd.conn.Close()
 }
 
 // Store exposes the Run store (read-mostly users: the gateway's informer).
