@@ -1,0 +1,287 @@
+// Package sidecar is `stoke runtimed` in a Kubernetes runtime Pod, beside
+// the Pod's `stoke runtime-server`: it hands the Runs assigned to its own
+// Pod (and no other) to the same runtimed.Daemon standalone mode runs,
+// which drives the Runtime Server over the Pod's Unix socket and writes
+// the Runs' status; it renews the Pod's Lease (the Pod's heartbeat, never
+// a write to Runs); it serves the invoke and exec hop for the gateway on
+// the Pod IP behind mutual TLS (internal/mtls); and it answers its
+// readiness probe on a Unix socket in the Pod's private run directory.
+package sidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/clock"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/mtls"
+	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/runtime/server"
+	"stoke.dev/stoke/internal/runtimed"
+	"stoke.dev/stoke/internal/store"
+)
+
+// DefaultRuntimeServer is the Runtime Server's socket in a runtime Pod
+// (the emptyDir both containers mount at /var/run/stoke).
+const DefaultRuntimeServer = "unix:///var/run/stoke/rs.sock"
+
+// DefaultHopPort is the port of the hop on the Pod IP.
+const DefaultHopPort = 7443
+
+// Config configures one runtime Pod's runtimed.
+type Config struct {
+	// Pod is this Pod: Namespace, Name and UID from the downward API,
+	// Runtime its Runtime's name, Addr the Runtime Server's gRPC target,
+	// WorkspaceRoot the shared workspace.
+	Pod pool.Pod
+	// Runs is the Run store (the Kubernetes store in a cluster); runtimed
+	// lists and watches only the Runs assigned to Pod.UID in
+	// Pod.Namespace.
+	Runs store.Resource[*v1alpha1.Run]
+	// Leases is the coordination/v1 Lease client of Pod.Namespace.
+	Leases coordclient.LeaseInterface
+	// Listen is the hop's address, "$(POD_IP):7443".
+	Listen string
+	// TLSDir holds the hop's server credentials (mtls).
+	TLSDir string
+	// ProbeSocket is the readiness probe's Unix socket (default
+	// DefaultProbeSocket); its directory is made 0700.
+	ProbeSocket string
+	// EndpointBase is the gateway's base URL under which a Ready
+	// function's status.endpoint is its invoke URL; empty gives the path
+	// alone.
+	EndpointBase string
+	// The Runtime's default task and function timeouts (runtimed.Config).
+	DefaultTaskTimeout     time.Duration
+	DefaultFunctionTimeout time.Duration
+	// StatusPoll is runtimed's FunctionStatus cadence (default 1 s).
+	StatusPoll time.Duration
+	// LeaseDuration and RenewInterval default to DefaultLeaseDuration and
+	// DefaultRenewInterval.
+	LeaseDuration time.Duration
+	RenewInterval time.Duration
+	// ShutdownGrace is how long calls through the hop may finish after
+	// ctx ends (default 5 s).
+	ShutdownGrace time.Duration
+	Logger        *slog.Logger
+	Clock         clock.WithTicker
+}
+
+func (c *Config) validate() error {
+	var missing []string
+	for name, v := range map[string]string{"pod namespace": c.Pod.Namespace, "pod name": c.Pod.Name, "pod uid": c.Pod.UID,
+		"runtime server address": c.Pod.Addr, "workspace root": c.Pod.WorkspaceRoot, "hop listen address": c.Listen, "TLS directory": c.TLSDir} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if c.Runs == nil {
+		missing = append(missing, "run store")
+	}
+	if c.Leases == nil {
+		missing = append(missing, "lease client")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("runtimed: missing %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// Run serves until ctx ends. It waits for the Runtime Server before it
+// takes Runs; the Lease, the hop and the probe start at once (the probe
+// answers not ready until everything is).
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	cfg.Logger = logging.OrDiscard(cfg.Logger)
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.ProbeSocket == "" {
+		cfg.ProbeSocket = DefaultProbeSocket
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.RenewInterval <= 0 {
+		cfg.RenewInterval = DefaultRenewInterval
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 5 * time.Second
+	}
+	log := cfg.Logger.With("pod", cfg.Pod.Namespace+"/"+cfg.Pod.Name)
+
+	tlsCfg, err := mtls.ServerConfig(cfg.TLSDir)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(cfg.Pod.Addr, server.DialOptions()...)
+	if err != nil {
+		return fmt.Errorf("runtime server %s: %w", cfg.Pod.Addr, err)
+	}
+	defer conn.Close()
+	hopLis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("hop: %w", err)
+	}
+	defer hopLis.Close()
+	probeLis, err := listenPrivate(cfg.ProbeSocket)
+	if err != nil {
+		return err
+	}
+	defer probeLis.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lease := &leaseRenewer{
+		leases: cfg.Leases, name: cfg.Pod.Name, holder: cfg.Pod.UID,
+		owner:    metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: cfg.Pod.Name, UID: types.UID(cfg.Pod.UID)},
+		duration: cfg.LeaseDuration, interval: cfg.RenewInterval, clock: cfg.Clock, log: log,
+	}
+	runs := informer.New(cfg.Runs, informer.Options{Namespace: cfg.Pod.Namespace, AssignedPodUID: cfg.Pod.UID, Logger: log})
+	d := runtimed.Start(ctx, runtimed.Config{
+		Pod: cfg.Pod, Runs: cfg.Runs, Conn: conn, Logger: cfg.Logger, StatusPoll: cfg.StatusPoll,
+		DefaultTaskTimeout: cfg.DefaultTaskTimeout, DefaultFunctionTimeout: cfg.DefaultFunctionTimeout,
+		Endpoint: endpoint(cfg.EndpointBase),
+	})
+	defer d.Stop()
+	health := healthpb.NewHealthClient(conn)
+	rsHealthy := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, rsCheckTimeout)
+		defer cancel()
+		return checkRuntimeServer(ctx, health, false)
+	}
+
+	probe := grpc.NewServer()
+	healthpb.RegisterHealthServer(probe, &readiness{checks: []func(context.Context) error{
+		func(context.Context) error {
+			if !runs.HasSynced() {
+				return errors.New("the Run informer has not synced yet")
+			}
+			return nil
+		},
+		rsHealthy,
+		func(context.Context) error { return lease.Fresh() },
+	}})
+	hop := NewHop(log, d.Daemon, tlsCfg)
+
+	errc := make(chan error, 5)
+	var running int
+	start := func(name string, f func(context.Context) error) {
+		running++
+		go func() {
+			err := f(ctx)
+			if err != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%s: %w", name, err)
+			} else {
+				err = nil
+			}
+			errc <- err
+		}()
+	}
+	start("lease", lease.Run)
+	start("hop", func(ctx context.Context) error { return hop.Serve(ctx, hopLis, cfg.ShutdownGrace, nil) })
+	start("probe", func(ctx context.Context) error {
+		stop := context.AfterFunc(ctx, probe.Stop)
+		defer stop()
+		if err := probe.Serve(probeLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		return nil
+	})
+	start("runs", func(ctx context.Context) error {
+		// Runs are taken only once the Runtime Server answers.
+		if err := waitRuntimeServer(ctx, health, log); err != nil {
+			return nil // ctx ended
+		}
+		runs.AddEventHandler(d.Handler())
+		return runs.Run(ctx)
+	})
+	log.Info("runtimed started", "hop", hopLis.Addr().String(), "probe", cfg.ProbeSocket, "runtime_server", cfg.Pod.Addr)
+
+	var first error
+	for range running {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+			log.Error("runtimed component failed", "error", err)
+			cancel()
+		}
+	}
+	return first
+}
+
+// endpoint is a Ready function's invoke URL under the gateway.
+func endpoint(base string) func(run *v1alpha1.Run) string {
+	return func(run *v1alpha1.Run) string {
+		return fmt.Sprintf("%s/v1/namespaces/%s/runs/%s/%s/invoke", strings.TrimSuffix(base, "/"), run.Namespace, run.Name, run.UID)
+	}
+}
+
+// checkRuntimeServer asks the Runtime Server's health service about
+// executor.v1.Runtime, waiting for a connection when wait is set.
+func checkRuntimeServer(ctx context.Context, health healthpb.HealthClient, wait bool) error {
+	resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: pb.Runtime_ServiceDesc.ServiceName}, grpc.WaitForReady(wait))
+	if err != nil {
+		return fmt.Errorf("the runtime server does not answer: %s", status.Convert(err).Message())
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("the runtime server is %s", resp.GetStatus())
+	}
+	return nil
+}
+
+// waitRuntimeServer returns once the Runtime Server is SERVING, or ctx's
+// error.
+func waitRuntimeServer(ctx context.Context, health healthpb.HealthClient, log *slog.Logger) error {
+	backoff := 50 * time.Millisecond
+	for n := 0; ; n++ {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := checkRuntimeServer(cctx, health, true)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if n%20 == 0 {
+			log.Info("waiting for the runtime server", "error", err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// NewHop is the gateway's hop into this Pod: the FunctionRuntime proxy and
+// the exec service of d, behind mutual TLS with tlsCfg (mtls.ServerConfig),
+// with the Runtime Server's interceptors (error categories as status
+// codes, panic recovery, call logs).
+func NewHop(log *slog.Logger, d *runtimed.Daemon, tlsCfg *tls.Config) *server.GRPC {
+	return server.NewGRPC(log, server.Services{Functions: d.Proxy(), Exec: exec.NewGRPCServer(d.Exec())},
+		grpc.Creds(credentials.NewTLS(tlsCfg)))
+}
