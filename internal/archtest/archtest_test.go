@@ -75,6 +75,11 @@ var forbidden = map[string][]string{
 	// (store types only), never to a store implementation; the invoke
 	// path reads memory.
 	"stoke.dev/stoke/internal/gateway": {"stoke.dev/stoke/internal/store/", "stoke.dev/stoke/internal/standalone"},
+	// runtimed's mutual TLS is a leaf both of its ends (runtimed, the
+	// gateway) use; the sidecar is Kubernetes wiring of runtimed and knows
+	// neither the local pod supervisor, SQLite nor the standalone wiring.
+	"stoke.dev/stoke/internal/mtls":    {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/sidecar": {"stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/store/sqlite", "stoke.dev/stoke/internal/standalone"},
 	// The Lambda wire format stands alone; the bootstrap inside the
 	// sandbox knows the core and its adapters but no server or control plane.
 	"stoke.dev/stoke/internal/lambda/payload":   {"stoke.dev/stoke/internal/"},

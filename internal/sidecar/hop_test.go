@@ -24,7 +24,7 @@ import (
 	"stoke.dev/stoke/internal/exec/exectest"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/mtls"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/sidecar"
@@ -38,7 +38,7 @@ import (
 // Runs, and its hop served with mutual TLS on a loopback port.
 type hopEnv struct {
 	runs store.Resource[*v1alpha1.Run]
-	pod  pool.Pod
+	pod  podsource.Pod
 	addr string
 	ca   *testtls.CA
 	// gateway is the gateway's credentials directory.
@@ -78,7 +78,7 @@ func newHopEnv(t *testing.T) *hopEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := pool.Pod{Namespace: "default", Runtime: "bash", Name: "bash-abcde", UID: "pod-uid-1", Server: "bash", Slots: 8,
+	pod := podsource.Pod{Namespace: "default", Runtime: "bash", Name: "bash-abcde", UID: "pod-uid-1", Server: "bash", Slots: 8,
 		Addr: "unix://" + sock, WorkspaceRoot: ws}
 	d := runtimed.Start(ctx, runtimed.Config{Pod: pod, Runs: st.Runs(), Conn: conn, Logger: log, StatusPoll: 50 * time.Millisecond})
 	inf := informer.New(st.Runs(), informer.Options{Namespace: pod.Namespace, AssignedPodUID: pod.UID, Logger: log})

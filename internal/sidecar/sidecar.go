@@ -33,7 +33,7 @@ import (
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/mtls"
-	"stoke.dev/stoke/internal/pool"
+	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/store"
@@ -51,7 +51,7 @@ type Config struct {
 	// Pod is this Pod: Namespace, Name and UID from the downward API,
 	// Runtime its Runtime's name, Addr the Runtime Server's gRPC target,
 	// WorkspaceRoot the shared workspace.
-	Pod pool.Pod
+	Pod podsource.Pod
 	// Runs is the Run store (the Kubernetes store in a cluster); runtimed
 	// lists and watches only the Runs assigned to Pod.UID in
 	// Pod.Namespace.
