@@ -261,34 +261,36 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool)
 	run, _ := w.current()
 	run = run.DeepCopy()
 	var updated *v1alpha1.Run
-	err := store.RetryOnConflict(func() error {
-		if run.Status.AssignedPodUID != w.d.cfg.Pod.UID || run.Status.Phase.Terminal() || !mutate(run) {
-			return nil
-		}
-		u, err := w.d.cfg.Runs.UpdateStatus(ctx, run)
-		if err == nil {
-			w.update(u)
-			updated = u
-			return nil
-		}
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil
-		}
-		if !errors.Is(err, errdefs.ErrConflict) {
-			return err
-		}
-		fresh, gerr := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
-		if gerr != nil {
-			if errors.Is(gerr, errdefs.ErrNotFound) {
+	err := whileStoreUnavailable(ctx, func() error {
+		return store.RetryOnConflict(func() error {
+			if run.Status.AssignedPodUID != w.d.cfg.Pod.UID || run.Status.Phase.Terminal() || !mutate(run) {
 				return nil
 			}
-			return fmt.Errorf("re-read after conflict: %w", gerr)
-		}
-		if string(fresh.UID) != w.uid {
-			return nil // a new Run of the same name
-		}
-		run = fresh
-		return err
+			u, err := w.d.cfg.Runs.UpdateStatus(ctx, run)
+			if err == nil {
+				w.update(u)
+				updated = u
+				return nil
+			}
+			if errors.Is(err, errdefs.ErrNotFound) {
+				return nil
+			}
+			if !errors.Is(err, errdefs.ErrConflict) {
+				return err
+			}
+			fresh, gerr := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
+			if gerr != nil {
+				if errors.Is(gerr, errdefs.ErrNotFound) {
+					return nil
+				}
+				return fmt.Errorf("re-read after conflict: %w", gerr)
+			}
+			if string(fresh.UID) != w.uid {
+				return nil // a new Run of the same name
+			}
+			run = fresh
+			return err
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("run %s: update status: %w", w.uid, err)
@@ -348,4 +350,33 @@ func whileUnavailable(ctx context.Context, f func() error) error {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// whileStoreUnavailable calls f until the store answers it: while the
+// store is unreachable (errdefs.ErrUnavailable, or a call that ran out of
+// time — the API server is down or restarting) it tries again with
+// backoff until ctx ends. runtimed's writes are the only record of what
+// happened on the pod (a task's exit and outputs, a function's
+// registration), so they wait for the store rather than being lost.
+func whileStoreUnavailable(ctx context.Context, f func() error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		err := f()
+		if !storeDown(err) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// storeDown reports whether err says the store could not be reached.
+func storeDown(err error) bool {
+	return errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrDeadlineExceeded)
 }

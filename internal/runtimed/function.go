@@ -2,6 +2,7 @@ package runtimed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
 )
@@ -33,7 +35,7 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string)
 			return
 		}
 	}
-	defer w.removeFinalizer(context.WithoutCancel(ctx))
+	defer w.removeFinalizer(ctx)
 
 	regReq := &pb.RegisterFunctionRequest{
 		RunUid: w.uid, RegistrationAttempt: max(run.Status.Attempt, 1), WorkingDir: dir,
@@ -174,38 +176,58 @@ func (w *worker) markReady(ctx context.Context) bool {
 // updated Run, or nil when the Run is gone or being deleted.
 func (w *worker) addFinalizer(ctx context.Context, run *v1alpha1.Run) *v1alpha1.Run {
 	var updated *v1alpha1.Run
-	_ = store.RetryOnConflict(func() error {
-		if run.DeletionTimestamp != nil {
-			return nil
-		}
-		r := run.DeepCopy()
-		r.Finalizers = append(r.Finalizers, Finalizer)
-		u, err := w.d.cfg.Runs.Update(ctx, r)
-		if err == nil {
-			w.update(u)
-			updated = u
-			return nil
-		}
-		fresh, gerr := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
-		if gerr != nil || string(fresh.UID) != w.uid {
-			return nil
-		}
-		run = fresh
-		return err
+	_ = whileStoreUnavailable(ctx, func() error {
+		return store.RetryOnConflict(func() error {
+			if run.DeletionTimestamp != nil {
+				return nil
+			}
+			r := run.DeepCopy()
+			r.Finalizers = append(r.Finalizers, Finalizer)
+			u, err := w.d.cfg.Runs.Update(ctx, r)
+			if err == nil {
+				w.update(u)
+				updated = u
+				return nil
+			}
+			if storeDown(err) {
+				return err
+			}
+			fresh, gerr := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
+			if storeDown(gerr) {
+				return gerr
+			}
+			if gerr != nil || string(fresh.UID) != w.uid {
+				return nil
+			}
+			run = fresh
+			return err
+		})
 	})
 	return updated
 }
 
-// removeFinalizer lets a deleted (or finished) function Run go.
+// removeFinalizer lets a deleted (or finished) function Run go. Its calls
+// outlive ctx; while the store is unreachable it tries again until ctx
+// ends (the daemon stops).
 func (w *worker) removeFinalizer(ctx context.Context) {
 	run, _ := w.current()
-	_ = store.RetryOnConflict(func() error {
-		fresh, err := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
-		if err != nil || string(fresh.UID) != w.uid || !slices.Contains(fresh.Finalizers, Finalizer) {
-			return nil
-		}
-		fresh.Finalizers = slices.DeleteFunc(fresh.Finalizers, func(f string) bool { return f == Finalizer })
-		_, err = w.d.cfg.Runs.Update(ctx, fresh)
-		return err
+	wait := ctx
+	ctx = context.WithoutCancel(ctx)
+	_ = whileStoreUnavailable(wait, func() error {
+		return store.RetryOnConflict(func() error {
+			fresh, err := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
+			if err != nil {
+				if errors.Is(err, errdefs.ErrNotFound) {
+					return nil
+				}
+				return err
+			}
+			if string(fresh.UID) != w.uid || !slices.Contains(fresh.Finalizers, Finalizer) {
+				return nil
+			}
+			fresh.Finalizers = slices.DeleteFunc(fresh.Finalizers, func(f string) bool { return f == Finalizer })
+			_, err = w.d.cfg.Runs.Update(ctx, fresh)
+			return err
+		})
 	})
 }
