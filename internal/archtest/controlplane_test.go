@@ -16,6 +16,7 @@ var controlPlaneCore = []string{
 	"stoke.dev/stoke/internal/retry",
 	"stoke.dev/stoke/internal/runtimed",
 	"stoke.dev/stoke/internal/podsource",
+	"stoke.dev/stoke/internal/controlplane",
 }
 
 // coreBansAnywhere are what the core may not reach even indirectly: a

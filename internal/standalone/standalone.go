@@ -27,6 +27,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cgroup"
+	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/lambda"
@@ -38,7 +39,6 @@ import (
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
-	"stoke.dev/stoke/internal/scheduler"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
 	"stoke.dev/stoke/internal/validation"
@@ -96,15 +96,13 @@ type Standalone struct {
 	runInf   *informer.Informer[*v1alpha1.Run]
 	rtInf    *informer.Informer[*v1alpha1.Runtime]
 	pods     *pool.Supervisor
-	sched    *scheduler.Scheduler
-	reaper   *reaper.Reaper
+	core     *controlplane.Core
 	logs     *runlog.Store
 	runsRoot string
 
 	mu      sync.Mutex
 	daemons map[string]*podDaemon // by pod UID
 	ctx     context.Context
-	wg      sync.WaitGroup
 }
 
 // podDaemon is one pod's runtimed. Its proxy hop is only called in
@@ -132,8 +130,8 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	}
 	s := &Standalone{cfg: cfg, log: cfg.Logger, store: st, daemons: map[string]*podDaemon{},
 		runsRoot: filepath.Join(cfg.DataDir, "runs")}
-	s.runInf = informer.New(st.Runs(), informer.Options{Logger: cfg.Logger})
-	s.rtInf = informer.New(st.Runtimes(), informer.Options{Logger: cfg.Logger})
+	inf := controlplane.NewInformers(st, cfg.Logger)
+	s.runInf, s.rtInf = inf.Runs, inf.Runtimes
 	s.logs, err = runlog.New(filepath.Join(cfg.DataDir, "logs"), cfg.Logger)
 	if err != nil {
 		st.Close()
@@ -145,14 +143,8 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		st.Close()
 		return nil, err
 	}
-	s.sched, err = scheduler.New(scheduler.Config{Runs: st.Runs(), RunInformer: s.runInf, Runtimes: st.Runtimes(),
-		RuntimeInformer: s.rtInf, Pods: s.pods, Logger: cfg.Logger, OnScheduled: cfg.OnScheduled})
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	s.reaper, err = reaper.New(reaper.Config{Runs: st.Runs(), RunInformer: s.runInf, Pods: s.pods, Logger: cfg.Logger,
-		FinishedRunTTL: cfg.FinishedRunTTL,
+	s.core, err = controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: s.pods, Logger: cfg.Logger,
+		OnScheduled: cfg.OnScheduled, FinishedRunTTL: cfg.FinishedRunTTL,
 		OnDeleted: func(run *v1alpha1.Run) {
 			_ = os.RemoveAll(filepath.Join(s.runsRoot, string(run.UID)))
 			s.logs.Remove(string(run.UID))
@@ -164,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	// No pod of the previous process is alive (the supervisor kills what is
 	// left of them before it starts any): settle the Runs they held before
 	// the API serves, so that none is shown Ready on a pod that is gone.
-	sum, err := s.reaper.RecoverRestart(ctx)
+	sum, err := s.core.Reaper.RecoverRestart(ctx)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("recovering runs after a restart: %w", err)
@@ -227,34 +219,13 @@ func (s *Standalone) Run(ctx context.Context) error {
 	s.ctx = ctx
 	s.mu.Unlock()
 
-	errc := make(chan error, 7)
-	run := func(name string, f func(context.Context) error) {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := f(ctx); err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-	}
-	run("run informer", s.runInf.Run)
-	run("runtime informer", s.rtInf.Run)
-	run("pool", s.pods.Run)
-	run("scheduler", s.sched.Run)
-	run("reaper", s.reaper.Run)
-	run("run logs", s.logs.Run)
-	run("pod events", s.followPods)
 	collector := &lambda.Collector{Interval: s.cfg.LambdaCollectInterval, Prefixes: s.lambdaPrefixes, Exists: s.runNeedsFunction, Logger: s.log}
-	run("lambda collector", collector.Run)
-
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-		s.log.Error("standalone component failed", "error", err)
-	}
+	err := controlplane.Run(ctx, s.log, append(s.core.Components(),
+		controlplane.Component{Name: "pool", Run: s.pods.Run},
+		controlplane.Component{Name: "run logs", Run: s.logs.Run},
+		controlplane.Component{Name: "pod events", Run: s.followPods},
+		controlplane.Component{Name: "lambda collector", Run: collector.Run})...)
 	cancel()
-	s.wg.Wait()
 	s.mu.Lock()
 	daemons := s.daemons
 	s.daemons = map[string]*podDaemon{}

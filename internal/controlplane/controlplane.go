@@ -1,0 +1,92 @@
+// Package controlplane is what standalone (`stoke up`) and Kubernetes
+// (`stoke controller`) run alike: the shared Run and Runtime informers over
+// a store.Store, and the scheduler and the stale-run reaper (with the TTL of
+// finished Runs) over a podsource.Source, started and stopped as one
+// group. Each mode brings its own store and pod source and adds its own
+// components to the group (standalone: the pool supervisor, runtimed per
+// pod, the lambda collector; Kubernetes: the Pod source, the Runtime
+// reconciler).
+package controlplane
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/podsource"
+	"stoke.dev/stoke/internal/reaper"
+	"stoke.dev/stoke/internal/scheduler"
+	"stoke.dev/stoke/internal/store"
+)
+
+// Informers are the shared Run and Runtime caches of one store; every
+// component reads through them.
+type Informers struct {
+	Runs     *informer.Informer[*v1alpha1.Run]
+	Runtimes *informer.Informer[*v1alpha1.Runtime]
+}
+
+// NewInformers returns the informers of st; Core's components run them.
+func NewInformers(st store.Store, log *slog.Logger) Informers {
+	return Informers{
+		Runs:     informer.New(st.Runs(), informer.Options{Logger: log}),
+		Runtimes: informer.New(st.Runtimes(), informer.Options{Logger: log}),
+	}
+}
+
+// Config configures a Core.
+type Config struct {
+	Store     store.Store
+	Informers Informers
+	Pods      podsource.Source
+	// Logger: nil discards (internal/logging).
+	Logger *slog.Logger
+	// OnScheduled observes each assignment's scheduling latency (metrics).
+	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
+	// FinishedRunTTL is how long a finished Run that sets no
+	// ttlSecondsAfterFinished is kept; zero keeps it until deleted.
+	FinishedRunTTL time.Duration
+	// OnDeleted is called with every Run deletion the reaper observes.
+	OnDeleted func(run *v1alpha1.Run)
+}
+
+// Core is the shared control plane: the informers, the scheduler and the
+// reaper.
+type Core struct {
+	Informers
+	Scheduler *scheduler.Scheduler
+	Reaper    *reaper.Reaper
+}
+
+// New builds the scheduler and the reaper; Components runs them.
+func New(cfg Config) (*Core, error) {
+	if cfg.Store == nil || cfg.Informers.Runs == nil || cfg.Informers.Runtimes == nil || cfg.Pods == nil {
+		return nil, errors.New("controlplane: a store, its informers and a pod source are required")
+	}
+	log := logging.OrDiscard(cfg.Logger)
+	st, inf := cfg.Store, cfg.Informers
+	sched, err := scheduler.New(scheduler.Config{Runs: st.Runs(), RunInformer: inf.Runs, Runtimes: st.Runtimes(),
+		RuntimeInformer: inf.Runtimes, Pods: cfg.Pods, Logger: log, OnScheduled: cfg.OnScheduled})
+	if err != nil {
+		return nil, err
+	}
+	reap, err := reaper.New(reaper.Config{Runs: st.Runs(), RunInformer: inf.Runs, Pods: cfg.Pods, Logger: log,
+		FinishedRunTTL: cfg.FinishedRunTTL, OnDeleted: cfg.OnDeleted})
+	if err != nil {
+		return nil, err
+	}
+	return &Core{Informers: inf, Scheduler: sched, Reaper: reap}, nil
+}
+
+// Components are the informers, the scheduler and the reaper, for Run.
+func (c *Core) Components() []Component {
+	return []Component{
+		{"run informer", c.Runs.Run},
+		{"runtime informer", c.Runtimes.Run},
+		{"scheduler", c.Scheduler.Run},
+		{"reaper", c.Reaper.Run},
+	}
+}
