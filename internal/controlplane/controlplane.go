@@ -9,6 +9,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -42,6 +43,11 @@ type Config struct {
 	Store     store.Store
 	Informers Informers
 	Pods      podsource.Source
+	// PodsSynced, when set, is closed once Pods knows every live pod: the
+	// scheduler and the reaper start after it, so that the reaper does not
+	// take the Runs of a pod it has not heard of yet for orphans. (The
+	// pool supervisor needs none: no pod outlives the process.)
+	PodsSynced <-chan struct{}
 	// Logger: nil discards (internal/logging).
 	Logger *slog.Logger
 	// OnScheduled observes each assignment's scheduling latency (metrics).
@@ -59,6 +65,8 @@ type Core struct {
 	Informers
 	Scheduler *scheduler.Scheduler
 	Reaper    *reaper.Reaper
+
+	podsSynced <-chan struct{}
 }
 
 // New builds the scheduler and the reaper; Components runs them.
@@ -78,7 +86,7 @@ func New(cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Core{Informers: inf, Scheduler: sched, Reaper: reap}, nil
+	return &Core{Informers: inf, Scheduler: sched, Reaper: reap, podsSynced: cfg.PodsSynced}, nil
 }
 
 // Components are the informers, the scheduler and the reaper, for Run.
@@ -86,7 +94,22 @@ func (c *Core) Components() []Component {
 	return []Component{
 		{"run informer", c.Runs.Run},
 		{"runtime informer", c.Runtimes.Run},
-		{"scheduler", c.Scheduler.Run},
-		{"reaper", c.Reaper.Run},
+		{"scheduler", c.afterPods(c.Scheduler.Run)},
+		{"reaper", c.afterPods(c.Reaper.Run)},
+	}
+}
+
+// afterPods returns run, started once the pod source has synced.
+func (c *Core) afterPods(run func(context.Context) error) func(context.Context) error {
+	if c.podsSynced == nil {
+		return run
+	}
+	return func(ctx context.Context) error {
+		select {
+		case <-c.podsSynced:
+			return run(ctx)
+		case <-ctx.Done():
+			return nil
+		}
 	}
 }
