@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"stoke.dev/stoke/internal/cgroup"
+	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/up"
@@ -61,6 +62,6 @@ Runs until they are deleted.`,
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.DurationVar(&cfg.LambdaCollectInterval, "lambda-collect-interval", lambda.DefaultCollectInterval,
 		"how often functions of lambda Runtimes whose Run is gone are deleted")
-	f.DurationVar(&cfg.FinishedRunTTL, "finished-run-ttl", up.DefaultFinishedRunTTL, "delete a finished Run this long after it finished, unless it sets ttlSecondsAfterFinished (0: keep it)")
+	f.DurationVar(&cfg.FinishedRunTTL, "finished-run-ttl", controlplane.DefaultFinishedRunTTL, "delete a finished Run this long after it finished, unless it sets ttlSecondsAfterFinished (0: keep it)")
 	return cmd
 }

@@ -23,6 +23,11 @@ import (
 	"stoke.dev/stoke/internal/store"
 )
 
+// DefaultFinishedRunTTL is the commands' default Config.FinishedRunTTL: a
+// day to look at a finished Run's status and log, after which ad-hoc Runs
+// do not pile up.
+const DefaultFinishedRunTTL = 24 * time.Hour
+
 // Informers are the shared Run and Runtime caches of one store; every
 // component reads through them.
 type Informers struct {

@@ -47,7 +47,7 @@ type Config struct {
 	Ready func(url string)
 	// FinishedRunTTL is how long a finished Run that sets no
 	// ttlSecondsAfterFinished is kept; zero keeps it until deleted. The
-	// command's default is DefaultFinishedRunTTL.
+	// command's default is controlplane.DefaultFinishedRunTTL.
 	FinishedRunTTL time.Duration
 	// LambdaCollectInterval: see standalone.Config.
 	LambdaCollectInterval time.Duration
@@ -67,11 +67,6 @@ type Config struct {
 	// empty) for the subreaper alone.
 	Containment cgroup.Mode
 }
-
-// DefaultFinishedRunTTL is `stoke up`'s default FinishedRunTTL: a day to
-// look at a finished Run's status and log, after which ad-hoc Runs do not
-// pile up.
-const DefaultFinishedRunTTL = 24 * time.Hour
 
 var _ gateway.API = (*standalone.Standalone)(nil)
 
