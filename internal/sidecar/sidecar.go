@@ -34,6 +34,7 @@ import (
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/mtls"
 	"stoke.dev/stoke/internal/podsource"
+	"stoke.dev/stoke/internal/probe"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/store"
@@ -144,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("hop: %w", err)
 	}
 	defer hopLis.Close()
-	probeLis, err := listenPrivate(cfg.ProbeSocket)
+	probeLis, err := probe.Listen(cfg.ProbeSocket)
 	if err != nil {
 		return err
 	}
@@ -171,8 +172,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return checkRuntimeServer(ctx, health, false)
 	}
 
-	probe := grpc.NewServer()
-	healthpb.RegisterHealthServer(probe, &readiness{checks: []func(context.Context) error{
+	ready := &readiness{checks: []func(context.Context) error{
 		func(context.Context) error {
 			if !runs.HasSynced() {
 				return errors.New("the Run informer has not synced yet")
@@ -181,7 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 		},
 		rsHealthy,
 		func(context.Context) error { return lease.Fresh() },
-	}})
+	}}
 	hop := NewHop(log, d.Daemon, tlsCfg)
 
 	errc := make(chan error, 5)
@@ -200,14 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	start("lease", lease.Run)
 	start("hop", func(ctx context.Context) error { return hop.Serve(ctx, hopLis, cfg.ShutdownGrace, nil) })
-	start("probe", func(ctx context.Context) error {
-		stop := context.AfterFunc(ctx, probe.Stop)
-		defer stop()
-		if err := probe.Serve(probeLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			return err
-		}
-		return nil
-	})
+	start("probe", func(ctx context.Context) error { return probe.Serve(ctx, probeLis, ready) })
 	start("runs", func(ctx context.Context) error {
 		// Runs are taken only once the Runtime Server answers.
 		if err := waitRuntimeServer(ctx, health, log); err != nil {
