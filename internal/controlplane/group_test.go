@@ -38,7 +38,9 @@ func TestRunEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	stopped := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, nil, waiter(stopped), Component{"quiet", func(context.Context) error { return nil }}) }()
+	go func() {
+		done <- Run(ctx, nil, waiter(stopped), Component{"quiet", func(context.Context) error { return nil }})
+	}()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v after its context ended", err)
