@@ -121,7 +121,7 @@ func (s *Supervisor) runPod(pr *podRun, pod podsource.Pod, dir string, ready fun
 	if s.cfg.RunLogDir != "" {
 		args = append(args, "--run-log-dir", s.cfg.RunLogDir)
 	}
-	args = append(args, serverArgs(pod.Lambda)...)
+	args = append(args, podsource.LambdaArgs(pod.Lambda)...)
 	cmd := s.cfg.Command(pod, args)
 	// Our own pipe rather than exec's copying goroutine, so that the exit
 	// is seen at once even if something still holds the write end.

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -627,28 +626,6 @@ func (l *loop) startPod(p *pool) error {
 	}()
 	l.submitStatus(p)
 	return nil
-}
-
-// serverArgs are the Runtime Server flags a Runtime's spec adds: the
-// lambda server's configuration.
-func serverArgs(l *v1alpha1.LambdaSpec) []string {
-	if l == nil {
-		return nil
-	}
-	args := []string{"--lambda-runtime", l.Runtime, "--lambda-role", l.Role}
-	if l.Architecture != "" {
-		args = append(args, "--lambda-architecture", l.Architecture)
-	}
-	if l.MemoryMB != 0 {
-		args = append(args, "--lambda-memory", strconv.Itoa(int(l.MemoryMB)))
-	}
-	if l.NamePrefix != "" {
-		args = append(args, "--lambda-name-prefix", l.NamePrefix)
-	}
-	if l.Bootstrap != "" {
-		args = append(args, "--lambda-bootstrap", l.Bootstrap)
-	}
-	return args
 }
 
 // claimPodDir picks a free pod name for runtime and creates its directory.
