@@ -298,6 +298,7 @@ type RunList struct {
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Runs",type=integer,JSONPath=`.spec.runs`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyPods`
+// +kubebuilder:printcolumn:name="Free",type=integer,JSONPath=`.status.freeSlots`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Invoke-Timeout",type=string,JSONPath=`.spec.defaultInvokeTimeout`,priority=1
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
@@ -383,6 +384,9 @@ type LambdaSpec struct {
 type RuntimeStatus struct {
 	// +optional
 	ReadyPods int32 `json:"readyPods,omitempty"`
+	// FreeSlots is the Run slots of the ready pods that no Run holds.
+	// +optional
+	FreeSlots int32 `json:"freeSlots,omitempty"`
 	// +optional
 	Pods []PodStatus `json:"pods,omitempty"`
 	// +optional
