@@ -1,0 +1,217 @@
+package runtimeset
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/pki"
+	"stoke.dev/stoke/internal/podsource"
+)
+
+// Labels, names and paths of a runtime Pod (KUBE.md's conventions).
+const (
+	// LabelRuntime names a runtime Pod's Runtime (same namespace).
+	LabelRuntime = "stoke.dev/runtime"
+	// LabelName and NameRuntimePod mark every runtime Pod and Deployment.
+	LabelName      = "app.kubernetes.io/name"
+	NameRuntimePod = "stoke-runtime"
+	// AnnotationTemplateHash is the hash of the Deployment spec the
+	// reconciler last wrote: a Runtime whose hash matches needs no write.
+	AnnotationTemplateHash = "stoke.dev/template-hash"
+
+	ContainerRuntimeServer = "runtime-server"
+	ContainerRuntimed      = "runtimed"
+
+	// RunDir is the emptyDir both containers share for the Runtime
+	// Server's socket and runtimed's probe socket.
+	RunDir          = "/var/run/stoke"
+	RuntimeServer   = "unix://" + RunDir + "/rs.sock"
+	ProbeSocket     = RunDir + "/runtimed.sock"
+	WorkspaceDir    = "/workspace"
+	TLSDir          = "/var/run/stoke-tls"
+	HopPort         = 7443
+	ServiceAccount  = "stoke-runtimed"
+	tokenDir        = "/var/run/secrets/kubernetes.io/serviceaccount"
+	tokenExpiry     = 3607 // what the ServiceAccount admission plugin asks for
+	volumeRun       = "run"
+	volumeWorkspace = "workspace"
+	volumeTLS       = "tls"
+	volumeToken     = "kube-api-access"
+	defaultImage    = "stoke"
+)
+
+// selector is what a Runtime's Deployment selects; it never changes.
+func selector(rt *v1alpha1.Runtime) map[string]string {
+	return map[string]string{LabelName: NameRuntimePod, LabelRuntime: rt.Name}
+}
+
+// Deployment is the Deployment a Runtime becomes (without its owner
+// reference): spec.replicas runtime Pods, each with the runtime-server and
+// runtimed containers.
+func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
+	opts = opts.withDefaults()
+	labels := selector(rt)
+	downward := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}}
+	}
+	env := []corev1.EnvVar{
+		downward("POD_NAME", "metadata.name"),
+		downward("POD_NAMESPACE", "metadata.namespace"),
+		downward("POD_UID", "metadata.uid"),
+		downward("POD_IP", "status.podIP"),
+	}
+	restricted := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	runMount := corev1.VolumeMount{Name: volumeRun, MountPath: RunDir}
+	wsMount := corev1.VolumeMount{Name: volumeWorkspace, MountPath: WorkspaceDir}
+	d := &appsv1.Deployment{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: rt.Namespace,
+			Name:      rt.Name,
+			Labels:    labels,
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(rt.Spec.Replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: ServiceAccount,
+					// Only runtimed gets the ServiceAccount's token (the
+					// volume below): the runtime-server container runs
+					// users' code.
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					TerminationGracePeriodSeconds: ptr.To(int64(opts.TerminationGracePeriod.Seconds())),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To(opts.RunAsUser),
+						RunAsGroup:     ptr.To(opts.RunAsUser),
+						FSGroup:        ptr.To(opts.RunAsUser),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{
+						{
+							Name:            ContainerRuntimeServer,
+							Image:           opts.Image,
+							ImagePullPolicy: opts.ImagePullPolicy,
+							Command:         []string{"stoke"},
+							Args:            runtimeServerArgs(rt),
+							Env:             env,
+							VolumeMounts:    []corev1.VolumeMount{runMount, wsMount},
+							SecurityContext: restricted,
+						},
+						{
+							Name:            ContainerRuntimed,
+							Image:           opts.Image,
+							ImagePullPolicy: opts.ImagePullPolicy,
+							Command:         []string{"stoke"},
+							Args:            runtimedArgs(rt),
+							Env:             env,
+							Ports:           []corev1.ContainerPort{{Name: "hop", ContainerPort: HopPort, Protocol: corev1.ProtocolTCP}},
+							VolumeMounts: []corev1.VolumeMount{runMount, wsMount,
+								{Name: volumeTLS, MountPath: TLSDir, ReadOnly: true},
+								{Name: volumeToken, MountPath: tokenDir, ReadOnly: true},
+							},
+							ReadinessProbe: &corev1.Probe{
+								ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+									Command: []string{"stoke", "runtimed", "probe", "--socket", ProbeSocket},
+								}},
+								PeriodSeconds:    2,
+								TimeoutSeconds:   2,
+								FailureThreshold: 1,
+								SuccessThreshold: 1,
+							},
+							SecurityContext: restricted,
+						},
+					},
+					Volumes: []corev1.Volume{
+						{Name: volumeRun, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+						{Name: volumeWorkspace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: volumeTLS, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+							SecretName: pki.RuntimedSecret, DefaultMode: ptr.To(int32(0o400)),
+						}}},
+						tokenVolume(),
+					},
+				},
+			},
+		},
+	}
+	d.Annotations = map[string]string{AnnotationTemplateHash: specHash(&d.Spec)}
+	return d
+}
+
+// tokenVolume is what the ServiceAccount admission plugin would mount in
+// every container, mounted in runtimed alone.
+func tokenVolume() corev1.Volume {
+	return corev1.Volume{Name: volumeToken, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr.To(int32(0o444)),
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr.To(int64(tokenExpiry))}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+				Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"},
+			}}}},
+		},
+	}}}
+}
+
+// runtimeServerArgs are the runtime-server container's arguments: the
+// Runtime's server, its lambda configuration and invoke timeout.
+func runtimeServerArgs(rt *v1alpha1.Runtime) []string {
+	args := []string{"runtime-server",
+		"--runtime", rt.Spec.Server,
+		"--listen", RuntimeServer,
+		"--workspace-root", WorkspaceDir,
+	}
+	if t := rt.Spec.DefaultInvokeTimeout; t != nil && t.Duration > 0 {
+		args = append(args, "--default-invoke-timeout", t.Duration.String())
+	}
+	return append(args, podsource.LambdaArgs(rt.Spec.Lambda)...)
+}
+
+// runtimedArgs are the runtimed container's arguments. $(POD_IP) is
+// expanded by the kubelet from the container's env.
+func runtimedArgs(rt *v1alpha1.Runtime) []string {
+	args := []string{"runtimed",
+		"--runtime", rt.Name,
+		"--listen", "$(POD_IP):" + strconv.Itoa(HopPort),
+		"--runtime-server", RuntimeServer,
+		"--workspace-root", WorkspaceDir,
+		"--tls-dir", TLSDir,
+		"--probe-socket", ProbeSocket,
+	}
+	if t := rt.Spec.DefaultTaskTimeout; t != nil && t.Duration > 0 {
+		args = append(args, "--default-task-timeout", t.Duration.String())
+	}
+	if t := rt.Spec.DefaultFunctionTimeout; t != nil && t.Duration > 0 {
+		args = append(args, "--default-function-timeout", t.Duration.String())
+	}
+	return args
+}
+
+// specHash identifies a Deployment spec as the reconciler wrote it; the
+// API server's defaults never enter it, so that an unchanged Runtime is
+// recognised without comparing defaulted fields.
+func specHash(spec *appsv1.DeploymentSpec) string {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		panic(err) // a DeploymentSpec always marshals
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}

@@ -1,0 +1,168 @@
+package runtimeset
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/pki"
+)
+
+func runtimeObj(name, server string, replicas, runs int32) *v1alpha1.Runtime {
+	return &v1alpha1.Runtime{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID("uid-" + name)},
+		Spec:       v1alpha1.RuntimeSpec{Server: server, Replicas: replicas, Runs: runs},
+	}
+}
+
+func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	i := slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+	if i < 0 {
+		t.Fatalf("no container %q", name)
+	}
+	return spec.Containers[i]
+}
+
+func mounts(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, vm := range c.VolumeMounts {
+		m[vm.Name] = vm.MountPath
+	}
+	return m
+}
+
+func TestDeploymentFollowsThePodConventions(t *testing.T) {
+	rt := runtimeObj("py", "python", 3, 4)
+	rt.Spec.DefaultInvokeTimeout = &metav1.Duration{Duration: 7 * time.Second}
+	rt.Spec.DefaultTaskTimeout = &metav1.Duration{Duration: time.Minute}
+	d := Deployment(rt, Options{Image: "stoke:test"})
+	if d.Namespace != "team-a" || d.Name != "py" || *d.Spec.Replicas != 3 {
+		t.Fatalf("deployment %s/%s replicas %d", d.Namespace, d.Name, *d.Spec.Replicas)
+	}
+	want := map[string]string{LabelRuntime: "py", LabelName: NameRuntimePod}
+	for _, l := range []map[string]string{d.Spec.Selector.MatchLabels, d.Spec.Template.Labels} {
+		for k, v := range want {
+			if l[k] != v {
+				t.Errorf("label %s = %q, want %q", k, l[k], v)
+			}
+		}
+	}
+	spec := d.Spec.Template.Spec
+	if spec.ServiceAccountName != ServiceAccount || spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("service account %q, automount %v: want %s mounted by hand in runtimed only", spec.ServiceAccountName, spec.AutomountServiceAccountToken, ServiceAccount)
+	}
+	rs, rd := container(t, spec, ContainerRuntimeServer), container(t, spec, ContainerRuntimed)
+	if got := strings.Join(rs.Args, " "); got != "runtime-server --runtime python --listen unix:///var/run/stoke/rs.sock --workspace-root /workspace --default-invoke-timeout 7s" {
+		t.Errorf("runtime-server args: %s", got)
+	}
+	if got := strings.Join(rd.Args, " "); !strings.Contains(got, "--listen $(POD_IP):7443") || !strings.Contains(got, "--tls-dir /var/run/stoke-tls") || !strings.Contains(got, "--default-task-timeout 1m0s") {
+		t.Errorf("runtimed args: %s", got)
+	}
+	for _, c := range []corev1.Container{rs, rd} {
+		if c.Image != "stoke:test" {
+			t.Errorf("%s image %q", c.Name, c.Image)
+		}
+		m := mounts(c)
+		if m[volumeRun] != "/var/run/stoke" || m[volumeWorkspace] != "/workspace" {
+			t.Errorf("%s mounts %v", c.Name, m)
+		}
+		var env []string
+		for _, e := range c.Env {
+			if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+				t.Errorf("%s env %s is not from the downward API", c.Name, e.Name)
+				continue
+			}
+			env = append(env, e.Name+"="+e.ValueFrom.FieldRef.FieldPath)
+		}
+		if got := strings.Join(env, ","); got != "POD_NAME=metadata.name,POD_NAMESPACE=metadata.namespace,POD_UID=metadata.uid,POD_IP=status.podIP" {
+			t.Errorf("%s env %s", c.Name, got)
+		}
+	}
+	if m := mounts(rs); m[volumeTLS] != "" || m[volumeToken] != "" {
+		t.Errorf("runtime-server, which runs users' code, mounts %v", m)
+	}
+	if m := mounts(rd); m[volumeTLS] != TLSDir || m[volumeToken] != tokenDir {
+		t.Errorf("runtimed mounts %v", m)
+	}
+	if rd.ReadinessProbe == nil || rd.ReadinessProbe.Exec == nil || strings.Join(rd.ReadinessProbe.Exec.Command, " ") != "stoke runtimed probe --socket /var/run/stoke/runtimed.sock" {
+		t.Errorf("runtimed readiness probe %+v", rd.ReadinessProbe)
+	}
+	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == volumeTLS })
+	if i < 0 || spec.Volumes[i].Secret == nil || spec.Volumes[i].Secret.SecretName != pki.RuntimedSecret {
+		t.Errorf("no volume of Secret %s", pki.RuntimedSecret)
+	}
+}
+
+func TestDeploymentHashFollowsTheSpec(t *testing.T) {
+	rt := runtimeObj("sh", "bash", 2, 4)
+	h := Deployment(rt, Options{}).Annotations[AnnotationTemplateHash]
+	if h == "" || h != Deployment(rt, Options{}).Annotations[AnnotationTemplateHash] {
+		t.Fatal("the hash of one spec is not stable")
+	}
+	rt.Spec.Replicas = 3
+	if Deployment(rt, Options{}).Annotations[AnnotationTemplateHash] == h {
+		t.Fatal("a replicas change keeps the hash")
+	}
+	// spec.runs is not in the Pods: the scheduler reads it from the
+	// Runtime, and changing it restarts nothing.
+	rt.Spec.Replicas = 2
+	rt.Spec.Runs = 8
+	if Deployment(rt, Options{}).Annotations[AnnotationTemplateHash] != h {
+		t.Fatal("a runs change changes the Pods")
+	}
+}
+
+func TestLambdaFieldsBecomeFlags(t *testing.T) {
+	rt := runtimeObj("fn", "lambda", 1, 10)
+	rt.Spec.Lambda = &v1alpha1.LambdaSpec{Runtime: "python", Role: "arn:aws:iam::1:role/x", Architecture: "arm64", MemoryMB: 256, NamePrefix: "t-", Bootstrap: "/opt/stoke-arm64"}
+	args := strings.Join(container(t, Deployment(rt, Options{}).Spec.Template.Spec, ContainerRuntimeServer).Args, " ")
+	want := "--runtime lambda --listen unix:///var/run/stoke/rs.sock --workspace-root /workspace --lambda-runtime python --lambda-role arn:aws:iam::1:role/x --lambda-architecture arm64 --lambda-memory 256 --lambda-name-prefix t- --lambda-bootstrap /opt/stoke-arm64"
+	if !strings.HasSuffix(args, want) {
+		t.Fatalf("args %q, want ending %q", args, want)
+	}
+}
+
+func TestStatusCountsReadyPodsAndFreeSlots(t *testing.T) {
+	rt := runtimeObj("sh", "bash", 3, 4)
+	pod := func(name string, ready bool) corev1.Pod {
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		return corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{LabelRuntime: "sh"}},
+			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.9", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+		}
+	}
+	run := func(podName string, phase v1alpha1.Phase) v1alpha1.Run {
+		return v1alpha1.Run{Spec: v1alpha1.RunSpec{Runtime: "sh"}, Status: v1alpha1.RunStatus{Phase: phase, AssignedPodUID: "uid-" + podName}}
+	}
+	deleting := pod("d", true)
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	pods := []corev1.Pod{pod("b", true), pod("a", true), pod("c", false), deleting}
+	runs := []v1alpha1.Run{
+		run("a", v1alpha1.PhaseRunning), run("a", v1alpha1.PhaseReady), run("a", v1alpha1.PhaseScheduled),
+		run("a", v1alpha1.PhaseSucceeded), // holds nothing
+		run("b", v1alpha1.PhaseReady),
+		run("c", v1alpha1.PhaseRunning), // on a pod that is not ready
+	}
+	// Five Runs on pod b: more than its slots, which counts as none free.
+	over := []v1alpha1.Run{run("b", v1alpha1.PhaseRunning), run("b", v1alpha1.PhaseRunning), run("b", v1alpha1.PhaseRunning), run("b", v1alpha1.PhaseRunning)}
+	st := Status(rt, pods, runs)
+	if st.ReadyPods != 2 || st.FreeSlots != (4-3)+(4-1) {
+		t.Fatalf("ready %d free %d, want 2 and 4", st.ReadyPods, st.FreeSlots)
+	}
+	if len(st.Pods) != 4 || st.Pods[0].Name != "a" || !st.Pods[0].Ready || st.Pods[2].Ready || st.Pods[0].Address != "127.0.0.9:7443" {
+		t.Fatalf("pods %+v", st.Pods)
+	}
+	if st := Status(rt, pods, append(runs, over...)); st.FreeSlots != 1 {
+		t.Fatalf("free %d with pod b over-full, want 1 (pod a's)", st.FreeSlots)
+	}
+}

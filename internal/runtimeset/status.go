@@ -1,0 +1,179 @@
+package runtimeset
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+)
+
+// IndexRunRuntime is the manager cache's index of Runs by spec.runtime.
+const IndexRunRuntime = "spec.runtime"
+
+// Status is a Runtime's status computed from its Pods and the Runs of its
+// namespace: ready Pods (Ready condition true, not being deleted), and the
+// free slots of those Pods — spec.runs each, less the Runs assigned to it
+// in a phase that holds a slot, never below zero. A Pod whose runtimed
+// stopped renewing its Lease still counts until its readiness probe fails;
+// the scheduler (internal/kubepods) also checks the Lease. Conditions are
+// kept as they are.
+func Status(rt *v1alpha1.Runtime, pods []corev1.Pod, runs []v1alpha1.Run) v1alpha1.RuntimeStatus {
+	held := map[string]int32{}
+	for i := range runs {
+		run := &runs[i]
+		if run.Spec.Runtime == rt.Name && run.Status.Phase.HoldsSlot() && run.Status.AssignedPodUID != "" {
+			held[run.Status.AssignedPodUID]++
+		}
+	}
+	st := v1alpha1.RuntimeStatus{Conditions: rt.Status.Conditions}
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Labels[LabelRuntime] != rt.Name {
+			continue
+		}
+		ready := podReady(pod)
+		ps := v1alpha1.PodStatus{Name: pod.Name, UID: string(pod.UID), Ready: ready}
+		if pod.Status.PodIP != "" {
+			ps.Address = net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(HopPort))
+		}
+		st.Pods = append(st.Pods, ps)
+		if ready {
+			st.ReadyPods++
+			st.FreeSlots += max(rt.Spec.Runs-held[string(pod.UID)], 0)
+		}
+	}
+	slices.SortFunc(st.Pods, func(a, b v1alpha1.PodStatus) int { return strings.Compare(a.Name, b.Name) })
+	return st
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// statusWriter is the "runtime-status" controller.
+type statusWriter struct {
+	client client.Client
+	opts   Options
+
+	mu sync.Mutex
+	// written is when each Runtime's status was last written, so that a
+	// busy Runtime's status is written at most once per StatusInterval.
+	written map[types.NamespacedName]time.Time
+}
+
+func setupStatus(mgr ctrl.Manager, opts Options) error {
+	err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Run{}, IndexRunRuntime, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.Run).Spec.Runtime}
+	})
+	if err != nil {
+		return fmt.Errorf("index runs by runtime: %w", err)
+	}
+	w := &statusWriter{client: mgr.GetClient(), opts: opts, written: map[types.NamespacedName]time.Time{}}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("runtime-status").
+		// Its own status writes do not change the generation.
+		For(&v1alpha1.Runtime{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podRuntime), builder.WithPredicates(predicate.NewPredicateFuncs(isRuntimePod))).
+		Watches(&v1alpha1.Run{}, handler.EnqueueRequestsFromMapFunc(runRuntime), builder.WithPredicates(slotChanges{})).
+		Complete(w)
+}
+
+func isRuntimePod(o client.Object) bool { return o.GetLabels()[LabelRuntime] != "" }
+
+func podRuntime(_ context.Context, o client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetLabels()[LabelRuntime]}}}
+}
+
+func runRuntime(_ context.Context, o client.Object) []reconcile.Request {
+	run, ok := o.(*v1alpha1.Run)
+	if !ok || run.Spec.Runtime == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.Runtime}}}
+}
+
+// slotChanges passes the Run events that can change a Runtime's free
+// slots: a Run starting or stopping to hold one, or moving to another Pod.
+type slotChanges struct{ predicate.Funcs }
+
+func holds(o client.Object) (bool, string) {
+	run, ok := o.(*v1alpha1.Run)
+	if !ok || !run.Status.Phase.HoldsSlot() {
+		return false, ""
+	}
+	return true, run.Status.AssignedPodUID
+}
+
+func (slotChanges) Create(e event.CreateEvent) bool { h, _ := holds(e.Object); return h }
+func (slotChanges) Delete(e event.DeleteEvent) bool { h, _ := holds(e.Object); return h }
+func (slotChanges) Generic(event.GenericEvent) bool { return false }
+func (slotChanges) Update(e event.UpdateEvent) bool {
+	oh, op := holds(e.ObjectOld)
+	nh, np := holds(e.ObjectNew)
+	return oh != nh || op != np
+}
+
+// Reconcile writes one Runtime's status when it changed and the last
+// write is at least StatusInterval old; otherwise it comes back then.
+func (w *statusWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var rt v1alpha1.Runtime
+	if err := w.client.Get(ctx, req.NamespacedName, &rt); err != nil {
+		w.mu.Lock()
+		delete(w.written, req.NamespacedName)
+		w.mu.Unlock()
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var pods corev1.PodList
+	if err := w.client.List(ctx, &pods, client.InNamespace(rt.Namespace), client.MatchingLabels{LabelRuntime: rt.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("runtime %s: list pods: %w", req, err)
+	}
+	var runs v1alpha1.RunList
+	if err := w.client.List(ctx, &runs, client.InNamespace(rt.Namespace), client.MatchingFields{IndexRunRuntime: rt.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("runtime %s: list runs: %w", req, err)
+	}
+	st := Status(&rt, pods.Items, runs.Items)
+	if equality.Semantic.DeepEqual(st, rt.Status) {
+		return ctrl.Result{}, nil
+	}
+	now := w.opts.Clock.Now()
+	w.mu.Lock()
+	last, ok := w.written[req.NamespacedName]
+	w.mu.Unlock()
+	if wait := w.opts.StatusInterval - now.Sub(last); ok && wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	base := rt.DeepCopy()
+	rt.Status = st
+	if err := w.client.Status().Patch(ctx, &rt, client.MergeFrom(base)); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("runtime %s: status: %w", req, err))
+	}
+	w.mu.Lock()
+	w.written[req.NamespacedName] = now
+	w.mu.Unlock()
+	return ctrl.Result{}, nil
+}
