@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"stoke.dev/stoke/internal/mtls"
+	"stoke.dev/stoke/internal/pki"
 	"stoke.dev/stoke/internal/testtls"
 )
 
@@ -185,4 +186,30 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return os.WriteFile(to, data, 0o600)
+}
+
+// The certificates the controller issues (internal/pki) are the ones this
+// package accepts.
+func TestCertificatesOfTheControllersCA(t *testing.T) {
+	now := time.Now()
+	ca, _, err := pki.NewCA(now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(role pki.Role) string {
+		b, err := ca.Issue(role, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		for name, data := range map[string][]byte{mtls.CAFile: b.CA, mtls.CertFile: b.Cert, mtls.KeyFile: b.Key} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	if err := check(t, serve(t, write(pki.Server)), clientConfig(t, write(pki.Client))); err != nil {
+		t.Fatalf("the controller's gateway and runtimed certificates: %v", err)
+	}
 }
