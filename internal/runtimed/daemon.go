@@ -131,8 +131,39 @@ func (d *Daemon) OnRun(run *v1alpha1.Run) {
 	if run.Status.Phase != v1alpha1.PhaseScheduled || run.Status.Phase.Terminal() {
 		return
 	}
+	d.startWorkerLocked(run, false)
+}
+
+// Adopt takes over the Runs of this pod that a previous runtimed process
+// claimed and left running on the pod's Runtime Server (a Running task, a
+// registering or Ready function): the sidecar calls it once, with its
+// informer's first list, when its container restarted while the Pod lived
+// on. A task whose execution the Runtime Server still knows is waited for
+// again; one it does not know fails as ExecutionLost (the retry engine
+// decides). A function is registered again with the same attempt, which
+// the Runtime Server answers with the registration it holds. Runs that
+// already have a worker, and those of other pods, are left alone.
+func (d *Daemon) Adopt(runs []*v1alpha1.Run) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx.Err() != nil {
+		return
+	}
+	for _, run := range runs {
+		p := run.Status.Phase
+		if run.Status.AssignedPodUID != d.cfg.Pod.UID || d.workers[string(run.UID)] != nil ||
+			(p != v1alpha1.PhaseRunning && p != v1alpha1.PhaseReady) {
+			continue
+		}
+		d.startWorkerLocked(run, true)
+	}
+}
+
+// startWorkerLocked starts the worker of run; d.mu is held.
+func (d *Daemon) startWorkerLocked(run *v1alpha1.Run, adopt bool) {
+	uid := string(run.UID)
 	ctx, cancel := context.WithCancel(d.ctx)
-	w := &worker{d: d, uid: uid, cancel: cancel, updates: make(chan struct{}, 1), latest: run, executing: make(chan struct{}),
+	w := &worker{d: d, uid: uid, cancel: cancel, updates: make(chan struct{}, 1), latest: run, executing: make(chan struct{}), adopted: adopt,
 		log: d.log.With("run_uid", uid, "run", run.Namespace+"/"+run.Name, "attempt", run.Status.Attempt)}
 	d.workers[uid] = w
 	d.wg.Add(1)
@@ -178,6 +209,8 @@ type worker struct {
 	// executing is closed once a task's execution was started on the
 	// Runtime Server, so that an exec can wait for it.
 	executing chan struct{}
+	// adopted is set for a Run a previous runtimed claimed (Adopt).
+	adopted bool
 }
 
 func (w *worker) update(run *v1alpha1.Run) {
@@ -212,6 +245,20 @@ func (w *worker) stopRequested() (cancel, deleted bool) {
 }
 
 func (w *worker) run(ctx context.Context) {
+	if w.adopted {
+		// Claimed and materialised by the previous runtimed; its
+		// execution or registration may still be on the Runtime Server.
+		run, _ := w.current()
+		dir := w.d.workDir(w.uid)
+		defer w.removeDir(ctx, dir)
+		w.log.Info("adopting a run claimed by the previous runtimed", "phase", run.Status.Phase)
+		if run.Spec.Mode.Function != nil {
+			w.runFunction(ctx, run, dir)
+			return
+		}
+		w.runTask(ctx, run, dir)
+		return
+	}
 	// Claim: Scheduled → Running with startTime. A conflict means the Run
 	// moved on (cancelled, reassigned): re-read and decide again. A
 	// function requeued after a restart keeps its first startTime: its
@@ -236,11 +283,7 @@ func (w *worker) run(ctx context.Context) {
 	}
 	run := claimed
 	dir := w.d.workDir(w.uid)
-	defer func() {
-		if err := runtime.RemoveDir(dir); err != nil {
-			w.log.Warn("removing working directory", "error", err)
-		}
-	}()
+	defer w.removeDir(ctx, dir)
 	if err := materialise(dir, run.Spec.Source); err != nil {
 		w.fail(ctx, retry.InvalidSpec, fmt.Sprintf("materialising source: %v", err))
 		return
@@ -250,6 +293,19 @@ func (w *worker) run(ctx context.Context) {
 		return
 	}
 	w.runTask(ctx, run, dir)
+}
+
+// removeDir removes the Run's working directory once the worker is done
+// with the Run. When the daemon stops first, what the Run started stays on
+// the pod (see Run), and so does its directory: the pod's end removes it,
+// or a restarted runtimed adopts the Run.
+func (w *worker) removeDir(ctx context.Context, dir string) {
+	if ctx.Err() != nil {
+		return
+	}
+	if err := runtime.RemoveDir(dir); err != nil {
+		w.log.Warn("removing working directory", "error", err)
+	}
 }
 
 // setStatus applies mutate to the freshest copy of the Run and writes it

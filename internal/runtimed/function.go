@@ -86,8 +86,10 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string)
 		start = run.Status.StartTime.Time
 	}
 	idle := time.Duration(fn.IdleTimeoutSeconds) * time.Second
+	// An adopted function that was Ready is Ready already.
+	marked := w.adopted && run.Status.Phase == v1alpha1.PhaseReady
 	ready := resp.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY
-	if ready {
+	if ready && !marked {
 		if !w.markReady(ctx) {
 			unregister(true)
 			return
@@ -127,7 +129,7 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string)
 		case st.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY:
 			if !ready {
 				ready = true
-				if !w.markReady(ctx) {
+				if !marked && !w.markReady(ctx) {
 					unregister(true)
 					return
 				}

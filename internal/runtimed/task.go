@@ -35,10 +35,24 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 		Id: execID, Args: task.Args, Env: envMap(run), TimeoutSeconds: secs,
 		WorkingDir: dir, Entrypoint: task.Entrypoint,
 	}
-	err := whileUnavailable(ctx, func() error {
-		_, err := w.d.runtime.Execute(ctx, req)
-		return err
-	})
+	var err error
+	if w.adopted {
+		// Never started again: what the Runtime Server does not know
+		// may have run already.
+		err = whileUnavailable(ctx, func() error {
+			_, err := w.d.runtime.Status(ctx, &pb.StatusRequest{Id: execID})
+			return err
+		})
+		if status.Code(err) == codes.NotFound {
+			w.fail(ctx, retry.ExecutionLost, "runtimed restarted and the runtime server no longer knows the execution")
+			return
+		}
+	} else {
+		err = whileUnavailable(ctx, func() error {
+			_, err := w.d.runtime.Execute(ctx, req)
+			return err
+		})
+	}
 	if err == nil {
 		close(w.executing)
 	}
