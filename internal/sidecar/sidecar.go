@@ -184,7 +184,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}}
 	hop := NewHop(log, d.Daemon, tlsCfg)
 
-	errc := make(chan error, 5)
+	errc := make(chan error, 6)
 	var running int
 	start := func(name string, f func(context.Context) error) {
 		running++
@@ -208,6 +208,15 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		runs.AddEventHandler(d.Handler())
 		return runs.Run(ctx)
+	})
+	start("adopt", func(ctx context.Context) error {
+		// What a previous runtimed of this Pod (a restarted container)
+		// claimed and left running.
+		if err := runs.WaitForSync(ctx); err != nil {
+			return nil
+		}
+		d.Adopt(runs.List(nil))
+		return nil
 	})
 	log.Info("runtimed started", "hop", hopLis.Addr().String(), "probe", cfg.ProbeSocket, "runtime_server", cfg.Pod.Addr)
 
