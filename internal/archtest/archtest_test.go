@@ -66,6 +66,11 @@ var forbidden = map[string][]string{
 	"stoke.dev/stoke/internal/runtime/python": {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/bash"},
 	"stoke.dev/stoke/internal/store":          {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/gateway"},
 	"stoke.dev/stoke/internal/retry":          {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime"},
+	// Each store implementation knows the contract, never the other one;
+	// the conformance suite knows neither.
+	"stoke.dev/stoke/internal/store/sqlite":    {"stoke.dev/stoke/internal/store/kube"},
+	"stoke.dev/stoke/internal/store/kube":      {"stoke.dev/stoke/internal/store/sqlite"},
+	"stoke.dev/stoke/internal/store/storetest": {"stoke.dev/stoke/internal/store/sqlite", "stoke.dev/stoke/internal/store/kube"},
 	// Metrics over gRPC know neither who serves them nor who scrapes.
 	"stoke.dev/stoke/internal/metricsrpc": {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/gateway"},
 	// The exec core is below the Runtime Server, runtimed and the gateway,
