@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -30,7 +31,7 @@ func TestCategory(t *testing.T) {
 		{"Conflict", apierrors.NewConflict(gr, "x", errors.New("the object has been modified")), errdefs.ErrConflict},
 		{"AlreadyExists", apierrors.NewAlreadyExists(gr, "x"), errdefs.ErrAlreadyExists},
 		{"NotFound", apierrors.NewNotFound(gr, "x"), errdefs.ErrNotFound},
-		{"Gone", apierrors.NewGone("too old resource version: 1 (5)"), errdefs.ErrExpired},
+		{"Gone", &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone}}, errdefs.ErrExpired},
 		{"ResourceExpired", apierrors.NewResourceExpired("too old resource version: 1 (5)"), errdefs.ErrExpired},
 		{"Invalid", apierrors.NewInvalid(schema.GroupKind{Group: "stoke.dev", Kind: "Run"}, "x", field.ErrorList{field.Required(field.NewPath("spec"), "")}), errdefs.ErrInvalidArgument},
 		{"BadRequest", apierrors.NewBadRequest("bad"), errdefs.ErrInvalidArgument},
