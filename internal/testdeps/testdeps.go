@@ -1,11 +1,14 @@
-// Package testdeps builds the outside programs Stoke's tests run (the AWS
-// Lambda Runtime Interface Emulator; later kube-apiserver and the like) from
-// the versions pinned in tools/go.mod, once per machine: each lands in the
-// user's cache directory (os.UserCacheDir()/stoke/testdeps) under a name
-// that changes whenever tools/go.mod or tools/go.sum does, and a file lock
-// lets concurrent test binaries build it only once. Tests call Path; CI
-// prebuilds with `go run ./internal/testdeps/cmd/testdeps`. A missing
-// program is built, never skipped.
+// Package testdeps builds the outside programs Stoke's tests run from the
+// versions pinned in the project's tool modules, once per machine: the
+// tools set (the AWS Lambda Runtime Interface Emulator and a baseline
+// function, pinned in tools/go.mod) and the kube set (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler and kubectl, pinned in
+// tools/kube/go.mod). Each set lands in a directory of the user's cache
+// directory (os.UserCacheDir()/stoke/testdeps) whose name changes whenever
+// the set's go.mod or go.sum does; a file lock lets concurrent test binaries
+// build it only once, and a build is renamed into place whole. Tests call
+// Path or KubeDir; CI prebuilds with `go run ./internal/testdeps/cmd/testdeps`.
+// A missing program is built, never skipped.
 package testdeps
 
 import (
@@ -15,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -31,6 +35,41 @@ var Programs = map[string]string{
 	"lambdaecho": "stoke.dev/stoke/tools/lambdaecho",
 }
 
+// KubePrograms maps the programs of KubeDir to their packages in the kube
+// module (tools/kube/go.mod). The names are the ones envtest looks for.
+var KubePrograms = map[string]string{
+	"etcd":                    "go.etcd.io/etcd/server/v3",
+	"kube-apiserver":          "k8s.io/kubernetes/cmd/kube-apiserver",
+	"kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+	"kube-scheduler":          "k8s.io/kubernetes/cmd/kube-scheduler",
+	"kubectl":                 "k8s.io/kubernetes/cmd/kubectl",
+}
+
+// A set is the programs of one tool module, built together by one go build
+// (so that they share its compilations) into one cache directory.
+type set struct {
+	name     string            // the cache directory's prefix
+	module   string            // the module's directory, relative to Stoke's root
+	programs map[string]string // program name → package
+	// ldflags, when set, returns the -ldflags value for the build.
+	ldflags func(moduleDir string) (string, error)
+}
+
+var sets = map[string]set{
+	"tools": {name: "tools", module: "tools", programs: Programs},
+	"kube":  {name: "kube", module: filepath.Join("tools", "kube"), programs: KubePrograms, ldflags: kubeLDFlags},
+}
+
+// Sets lists the names Dir accepts, sorted.
+func Sets() []string {
+	names := make([]string, 0, len(sets))
+	for n := range sets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // Names lists Programs' names, sorted.
 func Names() []string {
 	names := make([]string, 0, len(Programs))
@@ -41,18 +80,43 @@ func Names() []string {
 	return names
 }
 
-// Path returns the path of the named program, building it first when the
-// cache does not hold the build for the current pins.
+// Path returns the path of the named program of the tools set, building
+// the set first when the cache does not hold the build for the current pins.
 func Path(name string) (string, error) {
-	pkg, ok := Programs[name]
-	if !ok {
+	if _, ok := Programs[name]; !ok {
 		return "", fmt.Errorf("testdeps: unknown program %q (known: %s)", name, strings.Join(Names(), ", "))
 	}
+	dir, err := Dir("tools")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// KubeDir returns the directory holding the kube set's programs (the keys
+// of KubePrograms), building them first when the cache does not hold the
+// build for the current pins. A cold build takes tens of minutes.
+func KubeDir() (string, error) {
+	return Dir("kube")
+}
+
+// Dir returns the directory holding the named set's programs, building the
+// set first when the cache does not hold the build for the current pins.
+func Dir(setName string) (string, error) {
+	s, ok := sets[setName]
+	if !ok {
+		return "", fmt.Errorf("testdeps: unknown set %q (known: %s)", setName, strings.Join(Sets(), ", "))
+	}
+	return s.dir()
+}
+
+func (s set) dir() (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	pin, err := pinHash(root)
+	modDir := filepath.Join(root, s.module)
+	pin, err := pinHash(modDir)
 	if err != nil {
 		return "", err
 	}
@@ -60,37 +124,120 @@ func Path(name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("testdeps: %w", err)
 	}
-	dir := filepath.Join(cache, "stoke", "testdeps")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	cache = filepath.Join(cache, "stoke", "testdeps")
+	if err := os.MkdirAll(cache, 0o700); err != nil {
 		return "", fmt.Errorf("testdeps: %w", err)
 	}
-	bin := filepath.Join(dir, name+"-"+pin)
-	if isExecutable(bin) {
-		return bin, nil
+	// The directory appears only by the rename below, so existing means whole.
+	dir := filepath.Join(cache, s.name+"-"+pin)
+	if isDir(dir) {
+		return dir, nil
 	}
-	unlock, err := lock(filepath.Join(dir, name+".lock"))
+	unlock, err := lock(filepath.Join(cache, s.name+".lock"))
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
-	if isExecutable(bin) { // another process built it while we waited
-		return bin, nil
+	if isDir(dir) { // another process built it while we waited
+		return dir, nil
 	}
-	tmp := bin + ".tmp"
-	cmd := exec.Command("go", "build", "-o", tmp, pkg)
-	cmd.Dir = filepath.Join(root, "tools")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		_ = os.Remove(tmp)
-		return "", fmt.Errorf("testdeps: go build %s: %w", pkg, err)
+	// Builds that died half-way left their temporary directories; the lock
+	// says none is running now.
+	stale, _ := filepath.Glob(filepath.Join(cache, s.name+"-*.tmp"))
+	for _, d := range stale {
+		_ = os.RemoveAll(d)
 	}
-	if err := os.Rename(tmp, bin); err != nil {
+	tmp, err := os.MkdirTemp(cache, s.name+"-*.tmp")
+	if err != nil {
 		return "", fmt.Errorf("testdeps: %w", err)
 	}
-	return bin, nil
+	defer os.RemoveAll(tmp) // a no-op after the rename
+	if err := s.build(modDir, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", fmt.Errorf("testdeps: %w", err)
+	}
+	return dir, nil
 }
 
-// moduleRoot finds Stoke's module root, the directory of tools/go.mod.
+// build runs one go build of every program of s into out and gives each
+// binary its program name.
+func (s set) build(modDir, out string) error {
+	args := []string{"build", "-o", out + string(filepath.Separator)}
+	if s.ldflags != nil {
+		flags, err := s.ldflags(modDir)
+		if err != nil {
+			return err
+		}
+		args = append(args, "-ldflags", flags)
+	}
+	names := make([]string, 0, len(s.programs))
+	for n := range s.programs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		args = append(args, s.programs[n])
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = modDir
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("testdeps: go %s (in %s): %w", strings.Join(args, " "), s.module, err)
+	}
+	for _, n := range names {
+		if built := execName(s.programs[n]); built != n {
+			if err := os.Rename(filepath.Join(out, built), filepath.Join(out, n)); err != nil {
+				return fmt.Errorf("testdeps: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// execName is the file name go build -o dir/ gives a package's binary: its
+// last path element, or the one before a major version suffix v2, v3, ...
+// (server/v3 → server), as cmd/go's DefaultExecName does.
+func execName(pkg string) string {
+	elem := path.Base(pkg)
+	if len(elem) >= 2 && elem[0] == 'v' && elem[1] != '0' && elem != "v1" &&
+		strings.Trim(elem[1:], "0123456789") == "" {
+		elem = path.Base(path.Dir(pkg))
+	}
+	return elem
+}
+
+// kubeLDFlags stamps the Kubernetes version the kube module pins into
+// k8s.io/component-base/version, as Kubernetes' own build does, so that
+// /version and --version say it (unstamped, they say v0.0.0-master).
+func kubeLDFlags(modDir string) (string, error) {
+	v, err := moduleVersion(modDir, "k8s.io/kubernetes")
+	if err != nil {
+		return "", err
+	}
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 3 {
+		return "", fmt.Errorf("testdeps: k8s.io/kubernetes version %q is not vMAJOR.MINOR.PATCH", v)
+	}
+	const pkg = "k8s.io/component-base/version"
+	return fmt.Sprintf("-s -w -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=%[3]s -X %[1]s.gitMinor=%[4]s",
+		pkg, v, parts[0], parts[1]), nil
+}
+
+// moduleVersion returns the version of module mod in the build list of the
+// module in modDir.
+func moduleVersion(modDir, mod string) (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}}", mod)
+	cmd.Dir = modDir
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("testdeps: go list -m %s: %w", mod, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// moduleRoot finds Stoke's module root, the directory of its go.mod.
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -103,11 +250,12 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// pinHash names the pins in force: a short hash of tools/go.mod and go.sum.
-func pinHash(root string) (string, error) {
+// pinHash names the pins in force: a short hash of a module's go.mod and
+// go.sum.
+func pinHash(modDir string) (string, error) {
 	h := sha256.New()
-	for _, f := range []string{"tools/go.mod", "tools/go.sum"} {
-		b, err := os.ReadFile(filepath.Join(root, f))
+	for _, f := range []string{"go.mod", "go.sum"} {
+		b, err := os.ReadFile(filepath.Join(modDir, f))
 		if err != nil {
 			return "", fmt.Errorf("testdeps: %w", err)
 		}
@@ -116,9 +264,9 @@ func pinHash(root string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-func isExecutable(path string) bool {
+func isDir(path string) bool {
 	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+	return err == nil && fi.IsDir()
 }
 
 // lock takes an exclusive flock on path, waiting for it.

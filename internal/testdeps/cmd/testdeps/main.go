@@ -1,6 +1,7 @@
-// Command testdeps builds the test dependencies named on its command line
-// (all of them without arguments) into the user's cache directory and
-// prints their paths; .ci/run uses it to build them before the tests.
+// Command testdeps builds the test dependency sets named on its command
+// line (all of them without arguments: the tools set and the kube set) into
+// the user's cache directory and prints their directories; .ci/run uses it
+// to build them before the tests.
 package main
 
 import (
@@ -13,14 +14,14 @@ import (
 func main() {
 	names := os.Args[1:]
 	if len(names) == 0 {
-		names = testdeps.Names()
+		names = testdeps.Sets()
 	}
 	for _, n := range names {
-		p, err := testdeps.Path(n)
+		dir, err := testdeps.Dir(n)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		fmt.Println(p)
+		fmt.Println(dir)
 	}
 }
