@@ -23,8 +23,10 @@ check-generated: generate
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "untracked generated files: run 'make generate' and commit"; exit 1; }
 
-# The test command the README gives.
+# The test command the README gives, after building the test dependencies
+# (docs/testing.md) so that no test waits for a cold build.
 test:
+	$(GO) run ./internal/testdeps/cmd/testdeps >/dev/null
 	$(GO) test -race -count=1 $(PKGS)
 
 # The figures the issues ask for; run on a quiet machine. Each line is one

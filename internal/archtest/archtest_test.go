@@ -91,14 +91,19 @@ var forbidden = map[string][]string{
 	"stoke.dev/stoke/internal/lambda/bootstrap": {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/lambda/lambdasim"},
 }
 
-// testOnly are packages that only tests (and their own commands) import.
-var testOnly = []string{"stoke.dev/stoke/internal/lambda/lambdasim", "stoke.dev/stoke/internal/testdeps"}
+// testOnly are packages that only tests, their own commands and other
+// test-only packages import (and the packages below them).
+var testOnly = []string{"stoke.dev/stoke/internal/lambda/lambdasim", "stoke.dev/stoke/internal/testdeps", "stoke.dev/stoke/internal/kubetest"}
+
+func isTestOnly(pkg string) bool {
+	return slices.ContainsFunc(testOnly, func(only string) bool { return pkg == only || strings.HasPrefix(pkg, only+"/") })
+}
 
 func TestTestOnlyPackagesStayInTests(t *testing.T) {
 	for _, p := range listPackages(t) {
 		for _, imp := range p.Imports {
 			for _, only := range testOnly {
-				if imp == only && !strings.HasPrefix(p.ImportPath, only+"/") {
+				if (imp == only || strings.HasPrefix(imp, only+"/")) && !isTestOnly(p.ImportPath) {
 					t.Errorf("%s imports the test-only package %s", p.ImportPath, imp)
 				}
 			}

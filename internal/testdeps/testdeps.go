@@ -111,7 +111,7 @@ func Dir(setName string) (string, error) {
 }
 
 func (s set) dir() (string, error) {
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -237,8 +237,9 @@ func moduleVersion(modDir, mod string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// moduleRoot finds Stoke's module root, the directory of its go.mod.
-func moduleRoot() (string, error) {
+// ModuleRoot finds Stoke's module root, the directory of its go.mod, from
+// the working directory (a test's is its package's directory).
+func ModuleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("testdeps: go env GOMOD: %w", err)

@@ -40,7 +40,7 @@ func TestKubeDirProgramsReportThePinnedVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

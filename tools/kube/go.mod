@@ -1,3 +1,7 @@
+// The Kubernetes programs Stoke's tests run (internal/testdeps' kube set):
+// k8s.io/kubernetes with every k8s.io staging module replaced by its matching
+// v0.Y.Z (Kubernetes' own go.mod points them at ./staging), and etcd at the
+// version Kubernetes pins. Bump them together; see docs/testing.md.
 module stoke.dev/stoke/tools/kube
 
 go 1.26.0

@@ -1,0 +1,144 @@
+package kubetest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
+
+	"stoke.dev/stoke/internal/kubetest"
+)
+
+// TestCluster runs a cluster with both components: the controller-manager
+// turns a Deployment into a ReplicaSet and a Pod, the real scheduler finds
+// no node for the Pod, service-account tokens are issued and accepted, and
+// clients work again after the API server is stopped and started. Once the
+// cluster's test is over, none of its processes is left and its port is
+// closed.
+func TestCluster(t *testing.T) {
+	var c *kubetest.Cluster
+	t.Run("run", func(t *testing.T) {
+		c = kubetest.Start(t, kubetest.Options{ControllerManager: true, Scheduler: true})
+		cs, err := kubernetes.NewForConfig(c.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		ns := metav1.NamespaceDefault
+		labels := map[string]string{"app": "web"}
+		dep := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "stoke"}}},
+				},
+			},
+		}
+		if dep, err = cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		until(ctx, t, "a ReplicaSet owned by the Deployment", cs.AppsV1().RESTClient(), "replicasets", ns, &appsv1.ReplicaSet{},
+			func(rs *appsv1.ReplicaSet) bool {
+				ref := metav1.GetControllerOf(rs)
+				return ref != nil && ref.UID == dep.UID
+			})
+		pod := until(ctx, t, "an unschedulable Pod", cs.CoreV1().RESTClient(), "pods", ns, &corev1.Pod{},
+			func(p *corev1.Pod) bool {
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+						return true
+					}
+				}
+				return false
+			})
+		if pod.Spec.ServiceAccountName != "default" {
+			t.Errorf("Pod's serviceAccountName = %q; want the ServiceAccount admission plugin's default", pod.Spec.ServiceAccountName)
+		}
+
+		// A token bound to the Pod, as the node agent asks for one, is
+		// accepted by the API server.
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "default", &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{
+				Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		review, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+			Spec: authenticationv1.TokenReviewSpec{Token: tr.Status.Token},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "system:serviceaccount:default:default"; !review.Status.Authenticated || review.Status.User.Username != want {
+			t.Errorf("TokenReview of a Pod's token: %+v; want authenticated as %s", review.Status, want)
+		}
+
+		if got := c.Kubectl(t, "get", "deployment", "web", "-o", "jsonpath={.spec.replicas}"); got != "1" {
+			t.Errorf("kubectl get deployment web: replicas %q; want 1", got)
+		}
+
+		c.StopAPIServer(t)
+		if _, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+			t.Fatal("Get worked with the API server stopped")
+		}
+		c.StartAPIServer(t)
+		// The same client, and the controller-manager, work again.
+		if _, err := cs.AppsV1().Deployments(ns).Patch(ctx, "web", "application/merge-patch+json",
+			[]byte(`{"spec":{"replicas":2}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("scale after the restart: %v", err)
+		}
+		until(ctx, t, "the Deployment's second Pod", cs.AppsV1().RESTClient(), "replicasets", ns, &appsv1.ReplicaSet{},
+			func(rs *appsv1.ReplicaSet) bool { return rs.Status.Replicas == 2 })
+	})
+	if c == nil {
+		return
+	}
+	for _, pid := range c.Pids() {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			t.Errorf("pid %d (%s) still exists after the test: %v", pid, strings.ReplaceAll(string(cmdline), "\x00", " "), err)
+		}
+	}
+	host := strings.TrimPrefix(c.Config.Host, "https://")
+	if conn, err := net.Dial("tcp", host); err == nil {
+		conn.Close()
+		t.Errorf("the API server's address %s still accepts connections after the test", host)
+	}
+}
+
+// until watches the namespace's resource until cond holds for an object,
+// and returns that object.
+func until[T runtime.Object](ctx context.Context, t *testing.T, what string, rc cache.Getter, resource, ns string, obj T, cond func(T) bool) T {
+	t.Helper()
+	lw := cache.NewListWatchFromClient(rc, resource, ns, nil)
+	ev, err := watchtools.UntilWithSync(ctx, lw, obj, nil, func(ev watch.Event) (bool, error) {
+		o, ok := ev.Object.(T)
+		return ok && ev.Type != watch.Deleted && cond(o), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+	return ev.Object.(T)
+}
