@@ -209,6 +209,9 @@ func (c *Cluster) configure(opts Options) error {
 		name: "kube-apiserver", path: filepath.Join(c.BinDir, "kube-apiserver"), logPath: filepath.Join(c.Dir, "kube-apiserver.log"),
 		args: []string{
 			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[2]),
+			// The endpoint reconciler refuses a loopback address; the
+			// kubernetes Service has no endpoints, as there are no Pod networks.
+			"--endpoint-reconciler-type=none",
 			"--tls-cert-file=" + files["apiserver"][0], "--tls-private-key-file=" + files["apiserver"][1],
 			"--client-ca-file=" + caFile, "--anonymous-auth=false",
 			"--authorization-mode=Node,RBAC", admission,

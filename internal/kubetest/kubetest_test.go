@@ -15,6 +15,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -132,7 +133,7 @@ func TestCluster(t *testing.T) {
 // and returns that object.
 func until[T runtime.Object](ctx context.Context, t *testing.T, what string, rc cache.Getter, resource, ns string, obj T, cond func(T) bool) T {
 	t.Helper()
-	lw := cache.NewListWatchFromClient(rc, resource, ns, nil)
+	lw := cache.NewListWatchFromClient(rc, resource, ns, fields.Everything())
 	ev, err := watchtools.UntilWithSync(ctx, lw, obj, nil, func(ev watch.Event) (bool, error) {
 		o, ok := ev.Object.(T)
 		return ok && ev.Type != watch.Deleted && cond(o), nil
