@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,6 +127,44 @@ func TestCluster(t *testing.T) {
 	if conn, err := net.Dial("tcp", host); err == nil {
 		conn.Close()
 		t.Errorf("the API server's address %s still accepts connections after the test", host)
+	}
+}
+
+func TestMain(m *testing.M) {
+	kubetest.Main(m, kubetest.Options{ControllerManager: true})
+}
+
+// TestSharedNamespace uses the test binary's shared cluster: a namespace of
+// the test's own admits Pods at once, with the default ServiceAccount's
+// token projected into them.
+func TestSharedNamespace(t *testing.T) {
+	c := kubetest.Shared(t)
+	if again := kubetest.Shared(t); again != c {
+		t.Fatal("a second Shared call started another cluster")
+	}
+	ns := c.Namespace(t)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := cs.CoreV1().Pods(ns).Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "stoke"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create a Pod in a fresh namespace: %v", err)
+	}
+	projected := false
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil && slices.ContainsFunc(v.Projected.Sources, func(s corev1.VolumeProjection) bool { return s.ServiceAccountToken != nil }) {
+			projected = true
+		}
+	}
+	if pod.Spec.ServiceAccountName != "default" || !projected {
+		t.Errorf("Pod: serviceAccountName %q, volumes %+v; want default's token projected", pod.Spec.ServiceAccountName, pod.Spec.Volumes)
+	}
+	if got := c.Kubectl(t, "get", "namespace", ns, "-o", "jsonpath={.status.phase}"); got != "Active" {
+		t.Errorf("kubectl get namespace %s: phase %q; want Active", ns, got)
 	}
 }
 
