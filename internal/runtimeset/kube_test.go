@@ -1,0 +1,405 @@
+package runtimeset_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/kubetest"
+	"stoke.dev/stoke/internal/pki"
+	"stoke.dev/stoke/internal/runtimeset"
+	"stoke.dev/stoke/internal/testdeps"
+)
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
+	kubetest.Main(m, kubetest.Options{ControllerManager: true})
+}
+
+// controllerNamespace is deploy/controller's namespace.
+const controllerNamespace = "stoke-system"
+
+func newScheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// deployFile is the path of a manifest under deploy/.
+func deployFile(t *testing.T, name string) string {
+	root, err := testdeps.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "deploy", name)
+}
+
+// impersonate is c's admin configuration acting as user.
+func impersonate(c *kubetest.Cluster, user string) *rest.Config {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return cfg
+}
+
+// startController applies deploy/controller's namespace, ServiceAccount
+// and RBAC as a user would, and runs the reconcilers as the controller's
+// ServiceAccount, so that every call they make is held to its ClusterRole.
+func startController(t *testing.T, c *kubetest.Cluster) {
+	t.Helper()
+	c.Kubectl(t, "apply", "-f", deployFile(t, "controller/namespace.yaml"), "-f", deployFile(t, "controller/serviceaccount.yaml"), "-f", deployFile(t, "controller/rbac.yaml"))
+	cfg := impersonate(c, "system:serviceaccount:"+controllerNamespace+":stoke-controller")
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 newScheme(t),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 logr.Discard(),
+		// Each test runs its own manager, one after the other.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runtimeset.Setup(mgr, runtimeset.Options{Namespace: controllerNamespace, Image: "stoke", StatusInterval: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+// until waits, with a deadline, for cond to hold over the objects of list's
+// kind in namespace ns, checking at the start and on every change.
+func until(t *testing.T, cl client.WithWatch, ns string, list client.ObjectList, obj client.Object, what string, cond func(items []client.Object) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l := list.DeepCopyObject().(client.ObjectList)
+			return l, cl.List(ctx, l, client.InNamespace(ns), &client.ListOptions{Raw: &o})
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			l := list.DeepCopyObject().(client.ObjectList)
+			return cl.Watch(ctx, l, client.InNamespace(ns), &client.ListOptions{Raw: &o})
+		},
+	}
+	var store cache.Store
+	check := func() bool {
+		var items []client.Object
+		for _, o := range store.List() {
+			items = append(items, o.(client.Object))
+		}
+		return cond(items)
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, obj, func(s cache.Store) (bool, error) {
+		store = s
+		return check(), nil
+	}, func(watch.Event) (bool, error) { return check(), nil })
+	if err != nil {
+		t.Fatalf("waiting for %s in %s: %v", what, ns, err)
+	}
+}
+
+func owned(o client.Object, owner client.Object) bool {
+	return slices.ContainsFunc(o.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner.GetUID() })
+}
+
+// TestRuntimeBecomesPodsAndGoesWithThem applies the example Runtimes: each
+// becomes a Deployment of the reconciler's template, the real
+// controller-manager makes its ReplicaSet and Pods, the namespace gets
+// runtimed's ServiceAccount, Role, RoleBinding and TLS Secret, and the
+// status lists the Pods. Deleting a Runtime lets the real garbage
+// collector remove its Deployment, ReplicaSet and Pods; the namespace's
+// objects go with the last Runtime.
+func TestRuntimeBecomesPodsAndGoesWithThem(t *testing.T) {
+	c := kubetest.Shared(t)
+	startController(t, c)
+	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: newScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	ns := c.Namespace(t)
+	c.Kubectl(t, "apply", "-n", ns, "-f", deployFile(t, "examples/runtimes.yaml"))
+
+	var rt v1alpha1.Runtime
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bash"}, &rt); err != nil {
+		t.Fatal(err)
+	}
+	want := runtimeset.Deployment(&rt, runtimeset.Options{Image: "stoke"})
+	var dep *appsv1.Deployment
+	until(t, cl, ns, &appsv1.DeploymentList{}, &appsv1.Deployment{}, "the bash Runtime's Deployment", func(items []client.Object) bool {
+		for _, o := range items {
+			if d := o.(*appsv1.Deployment); d.Name == "bash" {
+				dep = d
+				return true
+			}
+		}
+		return false
+	})
+	if !metav1.IsControlledBy(dep, &rt) {
+		t.Errorf("deployment owners %+v, want controlled by the Runtime", dep.OwnerReferences)
+	}
+	if dep.Annotations[runtimeset.AnnotationTemplateHash] != want.Annotations[runtimeset.AnnotationTemplateHash] || *dep.Spec.Replicas != 2 {
+		t.Errorf("deployment hash %q replicas %d, want %q and 2", dep.Annotations[runtimeset.AnnotationTemplateHash], *dep.Spec.Replicas, want.Annotations[runtimeset.AnnotationTemplateHash])
+	}
+	var names []string
+	for _, ctr := range dep.Spec.Template.Spec.Containers {
+		names = append(names, ctr.Name+":"+strings.Join(ctr.Args[:1], ""))
+	}
+	if got := strings.Join(names, ","); got != "runtime-server:runtime-server,runtimed:runtimed" {
+		t.Errorf("containers %s", got)
+	}
+
+	var rs *appsv1.ReplicaSet
+	until(t, cl, ns, &appsv1.ReplicaSetList{}, &appsv1.ReplicaSet{}, "the Deployment's ReplicaSet", func(items []client.Object) bool {
+		for _, o := range items {
+			if owned(o, dep) {
+				rs = o.(*appsv1.ReplicaSet)
+				return true
+			}
+		}
+		return false
+	})
+	bashPods := func(items []client.Object) (n int) {
+		for _, o := range items {
+			if owned(o, rs) && o.GetLabels()[runtimeset.LabelRuntime] == "bash" {
+				n++
+			}
+		}
+		return n
+	}
+	until(t, cl, ns, &corev1.PodList{}, &corev1.Pod{}, "two bash Pods of the ReplicaSet", func(items []client.Object) bool { return bashPods(items) == 2 })
+
+	// The namespace's objects, owned by both Runtimes.
+	var python v1alpha1.Runtime
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "python"}, &python); err != nil {
+		t.Fatal(err)
+	}
+	nsObjects := []client.Object{&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}}
+	for _, o := range nsObjects {
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: runtimeset.ServiceAccount}, o); err != nil {
+			t.Fatalf("%T: %v", o, err)
+		}
+		if !owned(o, &rt) || !owned(o, &python) {
+			t.Errorf("%T %s owners %+v, want both Runtimes", o, o.GetName(), o.GetOwnerReferences())
+		}
+	}
+	verifySecrets(t, cl, ns)
+
+	// The status lists both Pods (none ready: no node runs them here).
+	until(t, cl, ns, &v1alpha1.RuntimeList{}, &v1alpha1.Runtime{}, "the bash Runtime's status", func(items []client.Object) bool {
+		for _, o := range items {
+			if r := o.(*v1alpha1.Runtime); r.Name == "bash" {
+				return len(r.Status.Pods) == 2 && r.Status.ReadyPods == 0 && r.Status.FreeSlots == 0
+			}
+		}
+		return false
+	})
+
+	// A spec change rolls the Deployment.
+	c.Kubectl(t, "patch", "-n", ns, "runtime", "bash", "--type=merge", "-p", `{"spec":{"replicas":3}}`)
+	until(t, cl, ns, &appsv1.DeploymentList{}, &appsv1.Deployment{}, "three replicas", func(items []client.Object) bool {
+		for _, o := range items {
+			if d := o.(*appsv1.Deployment); d.Name == "bash" {
+				return *d.Spec.Replicas == 3
+			}
+		}
+		return false
+	})
+
+	c.Kubectl(t, "delete", "-n", ns, "runtime", "bash", "--wait=false")
+	until(t, cl, ns, &appsv1.DeploymentList{}, &appsv1.Deployment{}, "the bash Deployment gone", func(items []client.Object) bool {
+		return !slices.ContainsFunc(items, func(o client.Object) bool { return o.GetName() == "bash" })
+	})
+	until(t, cl, ns, &appsv1.ReplicaSetList{}, &appsv1.ReplicaSet{}, "the bash ReplicaSet gone", func(items []client.Object) bool {
+		return !slices.ContainsFunc(items, func(o client.Object) bool { return o.GetUID() == rs.UID })
+	})
+	until(t, cl, ns, &corev1.PodList{}, &corev1.Pod{}, "the bash Pods gone", func(items []client.Object) bool { return bashPods(items) == 0 })
+	// python still owns the namespace's objects.
+	for _, o := range append(nsObjects, &corev1.Secret{}) {
+		name := runtimeset.ServiceAccount
+		if _, ok := o.(*corev1.Secret); ok {
+			name = pki.RuntimedSecret
+		}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, o); err != nil {
+			t.Fatalf("%T %s after deleting one of two Runtimes: %v", o, name, err)
+		}
+	}
+	c.Kubectl(t, "delete", "-n", ns, "runtime", "python", "--wait=false")
+	until(t, cl, ns, &corev1.SecretList{}, &corev1.Secret{}, "runtimed's TLS Secret gone with the last Runtime", func(items []client.Object) bool {
+		return !slices.ContainsFunc(items, func(o client.Object) bool { return o.GetName() == pki.RuntimedSecret })
+	})
+	until(t, cl, ns, &rbacv1.RoleList{}, &rbacv1.Role{}, "runtimed's Role gone with the last Runtime", func(items []client.Object) bool { return len(items) == 0 })
+}
+
+// verifySecrets checks that runtimed's server certificate in ns and the
+// gateway's client certificate chain to the CA in stoke-ca, for the names
+// each side checks.
+func verifySecrets(t *testing.T, cl client.Client, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	get := func(ns, name string) *corev1.Secret {
+		var s corev1.Secret
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil {
+			t.Fatalf("secret %s/%s: %v", ns, name, err)
+		}
+		if s.Type != corev1.SecretTypeTLS {
+			t.Errorf("secret %s/%s has type %s", ns, name, s.Type)
+		}
+		return &s
+	}
+	ca := get(controllerNamespace, pki.CASecret)
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.Data[pki.KeyCert]) {
+		t.Fatal("stoke-ca holds no certificate")
+	}
+	leaf := func(s *corev1.Secret) *x509.Certificate {
+		block, _ := pem.Decode(s.Data[pki.KeyCert])
+		if block == nil {
+			t.Fatalf("secret %s holds no certificate", s.Name)
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(s.Data[pki.KeyCA]) != string(ca.Data[pki.KeyCA]) {
+			t.Errorf("secret %s/%s: ca.crt is not the CA's trust bundle", s.Namespace, s.Name)
+		}
+		return cert
+	}
+	srv := leaf(get(ns, pki.RuntimedSecret))
+	if _, err := srv.Verify(x509.VerifyOptions{Roots: roots, DNSName: pki.RuntimedServerName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("runtimed's certificate: %v", err)
+	}
+	cli := leaf(get(controllerNamespace, pki.GatewaySecret))
+	if _, err := cli.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || cli.Subject.CommonName != pki.GatewayCommonName {
+		t.Errorf("the gateway's certificate: CN %q: %v", cli.Subject.CommonName, err)
+	}
+}
+
+// TestRuntimedRole acts as runtimed's ServiceAccount: it may write the
+// status of a Run in its namespace and its Lease, and may not list Runs in
+// another namespace, read Secrets, or delete Runs.
+func TestRuntimedRole(t *testing.T) {
+	c := kubetest.Shared(t)
+	startController(t, c)
+	admin, err := client.New(c.Config, client.Options{Scheme: newScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	ns, other := c.Namespace(t), c.Namespace(t)
+	c.Kubectl(t, "apply", "-n", ns, "-f", deployFile(t, "examples/runtimes.yaml"))
+	// The reconciler made the RoleBinding and the TLS Secret (the last
+	// thing it makes of a namespace's) once this exists.
+	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: newScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, cl, ns, &corev1.SecretList{}, &corev1.Secret{}, "runtimed's TLS Secret", func(items []client.Object) bool {
+		return slices.ContainsFunc(items, func(o client.Object) bool { return o.GetName() == pki.RuntimedSecret })
+	})
+	run := &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "t"},
+		Spec:       v1alpha1.RunSpec{Runtime: "bash", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"true"}}}},
+	}
+	if err := admin.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	otherRun := run.DeepCopy()
+	otherRun.Namespace, otherRun.ResourceVersion, otherRun.UID = other, "", ""
+	if err := admin.Create(ctx, otherRun); err != nil {
+		t.Fatal(err)
+	}
+
+	rd, err := client.New(impersonate(c, fmt.Sprintf("system:serviceaccount:%s:%s", ns, runtimeset.ServiceAccount)), client.Options{Scheme: newScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine v1alpha1.Run
+	if err := rd.Get(ctx, client.ObjectKeyFromObject(run), &mine); err != nil {
+		t.Fatalf("runtimed cannot read a Run of its namespace: %v", err)
+	}
+	mine.Status.Phase = v1alpha1.PhaseRunning
+	mine.Status.Attempt = 1
+	if err := rd.Status().Update(ctx, &mine); err != nil {
+		t.Fatalf("runtimed cannot write a Run's status in its namespace: %v", err)
+	}
+	var runs v1alpha1.RunList
+	if err := rd.List(ctx, &runs, client.InNamespace(ns)); err != nil {
+		t.Fatalf("runtimed cannot list the Runs of its namespace: %v", err)
+	}
+	forbidden := map[string]error{
+		"list Runs in another namespace": rd.List(ctx, &v1alpha1.RunList{}, client.InNamespace(other)),
+		"list Runs in every namespace":   rd.List(ctx, &v1alpha1.RunList{}),
+		"write a Run's status in another namespace": func() error {
+			r := otherRun.DeepCopy()
+			r.Status.Phase = v1alpha1.PhaseRunning
+			return rd.Status().Update(ctx, r)
+		}(),
+		"read its own TLS Secret":   rd.Get(ctx, client.ObjectKey{Namespace: ns, Name: pki.RuntimedSecret}, &corev1.Secret{}),
+		"read the CA":               rd.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: pki.CASecret}, &corev1.Secret{}),
+		"list Secrets":              rd.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)),
+		"delete a Run":              rd.Delete(ctx, mine.DeepCopy()),
+		"create a Run":              rd.Create(ctx, &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "x"}, Spec: run.Spec}),
+		"list Pods":                 rd.List(ctx, &corev1.PodList{}, client.InNamespace(ns)),
+		"write a Runtime's status":  rd.Status().Update(ctx, &v1alpha1.Runtime{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bash"}}),
+		"delete its Role":           rd.Delete(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: runtimeset.ServiceAccount}}),
+		"list Leases elsewhere":     rd.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(other)),
+		"create a Lease elsewhere":  createLease(ctx, rd, other),
+		"read the controller's SA":  rd.Get(ctx, client.ObjectKey{Namespace: controllerNamespace, Name: "stoke-controller"}, &corev1.ServiceAccount{}),
+		"read a Deployment":         rd.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bash"}, &appsv1.Deployment{}),
+		"list Runtimes":             rd.List(ctx, &v1alpha1.RuntimeList{}, client.InNamespace(ns)),
+		"read namespaces":           rd.List(ctx, &corev1.NamespaceList{}),
+		"create a Pod in its space": rd.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "stoke"}}}}),
+	}
+	for what, err := range forbidden {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("runtimed may %s: got %v, want Forbidden", what, err)
+		}
+	}
+	if err := createLease(ctx, rd, ns); err != nil {
+		t.Errorf("runtimed cannot create a Lease in its namespace: %v", err)
+	}
+}
+
+func createLease(ctx context.Context, cl client.Client, ns string) error {
+	return cl.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "runtimed-test"}})
+}
