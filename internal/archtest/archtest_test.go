@@ -89,6 +89,12 @@ var forbidden = map[string][]string{
 	// sandbox knows the core and its adapters but no server or control plane.
 	"stoke.dev/stoke/internal/lambda/payload":   {"stoke.dev/stoke/internal/"},
 	"stoke.dev/stoke/internal/lambda/bootstrap": {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/lambda/lambdasim"},
+	// The CA knows certificates and Secrets, nothing of Runs, pods or
+	// processes; the Runtime reconciler writes Kubernetes objects and
+	// starts nothing, reads no store, and is wired by stoke controller,
+	// never the reverse.
+	"stoke.dev/stoke/internal/pki":        {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/proc", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/controller"},
+	"stoke.dev/stoke/internal/runtimeset": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime/", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/proc", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/controller", "os/exec"},
 }
 
 // testOnly are packages that only tests, their own commands and other
