@@ -128,9 +128,13 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 								ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
 									Command: []string{"stoke", "runtimed", "probe", "--socket", ProbeSocket},
 								}},
+								// Ready at the first success; NotReady after
+								// three failures, so that one probe slowed by a
+								// busy node fences nothing (a dead runtimed's
+								// Lease expires within 10 s anyway).
 								PeriodSeconds:    2,
-								TimeoutSeconds:   2,
-								FailureThreshold: 1,
+								TimeoutSeconds:   5,
+								FailureThreshold: 3,
 								SuccessThreshold: 1,
 							},
 							SecurityContext: restricted,
