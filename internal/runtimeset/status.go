@@ -138,8 +138,8 @@ func (slotChanges) Update(e event.UpdateEvent) bool {
 	return oh != nh || op != np
 }
 
-// Reconcile writes one Runtime's status when it changed and the last
-// write is at least StatusInterval old; otherwise it comes back then.
+// Reconcile writes one Runtime's status when it changed; within
+// StatusInterval of its last write it comes back once that has passed.
 func (w *statusWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var rt v1alpha1.Runtime
 	if err := w.client.Get(ctx, req.NamespacedName, &rt); err != nil {
@@ -148,24 +148,27 @@ func (w *statusWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		w.mu.Unlock()
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	var pods corev1.PodList
-	if err := w.client.List(ctx, &pods, client.InNamespace(rt.Namespace), client.MatchingLabels{LabelRuntime: rt.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("runtime %s: list pods: %w", req, err)
-	}
-	var runs v1alpha1.RunList
-	if err := w.client.List(ctx, &runs, client.InNamespace(rt.Namespace), client.MatchingFields{IndexRunRuntime: rt.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("runtime %s: list runs: %w", req, err)
-	}
-	st := Status(&rt, pods.Items, runs.Items)
-	if equality.Semantic.DeepEqual(st, rt.Status) {
-		return ctrl.Result{}, nil
-	}
+	// A Runtime written to less than StatusInterval ago waits, before any
+	// work: a busy Runtime's Runs change many times a second.
 	now := w.opts.Clock.Now()
 	w.mu.Lock()
 	last, ok := w.written[req.NamespacedName]
 	w.mu.Unlock()
 	if wait := w.opts.StatusInterval - now.Sub(last); ok && wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	// Read-only lists straight from the cache, without copies.
+	var pods corev1.PodList
+	if err := w.client.List(ctx, &pods, client.InNamespace(rt.Namespace), client.MatchingLabels{LabelRuntime: rt.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return ctrl.Result{}, fmt.Errorf("runtime %s: list pods: %w", req, err)
+	}
+	var runs v1alpha1.RunList
+	if err := w.client.List(ctx, &runs, client.InNamespace(rt.Namespace), client.MatchingFields{IndexRunRuntime: rt.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return ctrl.Result{}, fmt.Errorf("runtime %s: list runs: %w", req, err)
+	}
+	st := Status(&rt, pods.Items, runs.Items)
+	if equality.Semantic.DeepEqual(st, rt.Status) {
+		return ctrl.Result{}, nil
 	}
 	base := rt.DeepCopy()
 	rt.Status = st
