@@ -47,6 +47,7 @@ bench:
 	$(BENCH) 'UpExecThroughput' -benchtime 3x ./internal/up/
 	$(BENCH) 'TaskOutput100MB' -benchtime 3x ./e2e/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
+	$(BENCH) 'RunLifecycle' -benchtime 200x ./internal/store/kube/
 	$(BENCH) 'BootstrapEcho' -benchtime 500x ./internal/lambda/bootstrap/
 	$(BENCH) 'RegisterToReady' -benchtime 10x ./internal/lambda/
 	$(BENCH) 'LambdaInvoke' -benchtime 500x ./e2e/
