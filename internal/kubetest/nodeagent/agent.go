@@ -438,4 +438,3 @@ func (a *Agent) LogPath(namespace, pod, container string) (string, error) {
 	}
 	return filepath.Join(w.dir, "logs", container+".log"), nil
 }
-

@@ -44,10 +44,10 @@ type container struct {
 	noRestart      bool // the Pod is going away
 	swept          bool // this run's session was swept
 
-	started     bool // startup probe passed (or none)
-	ready       bool
-	successes   map[probeKind]int
-	failures    map[probeKind]int
+	started   bool // startup probe passed (or none)
+	ready     bool
+	successes map[probeKind]int
+	failures  map[probeKind]int
 }
 
 // shouldRun says whether a container that is not running is to be
@@ -169,7 +169,7 @@ func (c *container) exited(code int) {
 	}
 	c.term = &corev1.ContainerStateTerminated{
 		ExitCode: int32(code), Reason: reason, StartedAt: c.startedAt,
-		FinishedAt: metav1.NewTime(w.a.clock.Now()),
+		FinishedAt:  metav1.NewTime(w.a.clock.Now()),
 		ContainerID: c.id(),
 	}
 	if code > 128 && code < 128+65 {
