@@ -31,6 +31,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -120,6 +122,10 @@ type Agent struct {
 	node    *corev1.Node
 	init    string
 	cleanup func()
+	// sockets holds the containers' exec sockets: a short path of its
+	// own, since a Unix socket's path is limited to 107 bytes.
+	sockets string
+	nsock   atomic.Int64
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -200,6 +206,10 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 		a.init, a.cleanup = path, cleanup
 	}
+	if a.sockets, err = os.MkdirTemp("", "stoke-nodeagent-"); err != nil {
+		a.removeInit()
+		return nil, fmt.Errorf("node agent: %w", err)
+	}
 	if err := a.register(ctx); err != nil {
 		a.removeInit()
 		return nil, err
@@ -223,10 +233,15 @@ func (a *Agent) removeInit() {
 	if a.cleanup != nil {
 		a.cleanup()
 	}
+	if a.sockets != "" {
+		_ = os.RemoveAll(a.sockets)
+	}
 }
 
-// Stop stops the agent: every container it runs is killed at once (as when
-// a node goes down: the Pod objects stay). Safe to call more than once.
+// Stop stops the agent: every container it runs is killed at once, and the
+// Node is deleted, so that the scheduler binds no more Pods to it (tests
+// share a cluster; nothing here marks a silent node NotReady). The Pod
+// objects stay, as when a node goes away. Safe to call more than once.
 func (a *Agent) Stop() {
 	a.mu.Lock()
 	if a.stopped {
@@ -237,6 +252,12 @@ func (a *Agent) Stop() {
 	a.mu.Unlock()
 	a.cancel()
 	a.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := a.client.CoreV1().Nodes().Delete(ctx, a.cfg.NodeName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &a.node.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		a.log.Warn("delete node", "err", err)
+	}
 	a.removeInit()
 }
 
@@ -437,4 +458,30 @@ func (a *Agent) LogPath(namespace, pod, container string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(w.dir, "logs", container+".log"), nil
+}
+
+// StartTest starts an agent for t (RootDir defaults to a directory of
+// t's, Logger to t's log) and stops it when t ends.
+func StartTest(t testing.TB, cfg Config) *Agent {
+	t.Helper()
+	if cfg.RootDir == "" {
+		cfg.RootDir = t.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	a, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	return a
+}
+
+// tWriter writes log lines to t until it ends.
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }

@@ -105,7 +105,7 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	spec := containerinit.Spec{
 		Hostname: pod.Name, Root: filepath.Join(cdir, "root"), Mounts: mounts,
 		Argv: argv, Env: e.list(), Dir: c.spec.WorkingDir,
-		ExecSocket: filepath.Join(cdir, "exec.sock"),
+		ExecSocket: filepath.Join(w.a.sockets, strconv.FormatInt(w.a.nsock.Add(1), 10)+".sock"),
 	}
 	logf, err := os.OpenFile(filepath.Join(w.dir, "logs", c.spec.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -132,6 +132,10 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	if err != nil {
 		p.Kill(0)
 		return fmt.Errorf("start container %s: send its spec: %w", c.spec.Name, err)
+	}
+	if c.term != nil {
+		c.restartCount++
+		c.lastTerm, c.term = c.term, nil
 	}
 	c.gen, c.proc, c.binary, c.swept = gen, p, binary, false
 	c.startedAt = metav1.NewTime(w.a.clock.Now())
@@ -200,7 +204,10 @@ func (c *container) sweep() {
 		c.stopProbe = nil
 	}
 	c.w.smu.Lock()
-	delete(c.w.sockets, c.spec.Name)
+	if sock, ok := c.w.sockets[c.spec.Name]; ok {
+		_ = os.Remove(sock)
+		delete(c.w.sockets, c.spec.Name)
+	}
 	c.w.smu.Unlock()
 	if _, err := proc.KillSession(c.proc.Pid(), killBound); err != nil {
 		c.w.log.Warn("kill container session", "container", c.spec.Name, "err", err)

@@ -16,10 +16,9 @@ import (
 )
 
 // status computes the Pod's status as the kubelet would report it, from
-// the Pod's last status (kept for the conditions that are not the node's,
-// and for transition times).
-func (w *podWorker) status() corev1.PodStatus {
-	old := w.pod.Status
+// the Pod's last status old (kept for the conditions that are not the
+// node's, and for transition times).
+func (w *podWorker) status(old corev1.PodStatus) corev1.PodStatus {
 	s := corev1.PodStatus{
 		HostIP:    hostIP,
 		HostIPs:   []corev1.HostIP{{IP: hostIP}},
@@ -193,15 +192,23 @@ func (c *container) status() corev1.ContainerStatus {
 }
 
 // writeStatus patches the Pod's status if it differs from what was last
-// written (so writes are bounded by changes), with a two-way strategic
-// merge patch from the Pod's status as last seen, as the kubelet's
-// status manager does, and the Pod's UID as precondition.
+// written (so writes are bounded by changes), as the kubelet's status
+// manager does: it reads the Pod, and patches its status with a two-way
+// strategic merge patch from what it read, with the Pod's UID as a
+// precondition.
 func (w *podWorker) writeStatus(ctx context.Context) {
-	s := w.status()
-	if w.written != nil && apiequality.Semantic.DeepEqual(*w.written, s) {
+	if w.written != nil && apiequality.Semantic.DeepEqual(*w.written, w.status(w.pod.Status)) {
 		return
 	}
-	oldJSON, err1 := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: w.uid}, Status: w.pod.Status})
+	fresh, err := w.a.client.CoreV1().Pods(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
+	if err != nil || fresh.UID != w.uid {
+		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			w.log.Warn("read pod for its status", "err", err)
+		}
+		return
+	}
+	s := w.status(fresh.Status)
+	oldJSON, err1 := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: w.uid}, Status: fresh.Status})
 	newJSON, err2 := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: w.uid}, Status: s})
 	if err1 != nil || err2 != nil {
 		w.log.Error("encode pod status", "err", err1, "err2", err2)

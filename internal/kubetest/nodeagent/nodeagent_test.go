@@ -1,0 +1,379 @@
+package nodeagent_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
+
+	"stoke.dev/stoke/internal/kubetest"
+	"stoke.dev/stoke/internal/kubetest/nodeagent"
+	"stoke.dev/stoke/internal/testbin"
+)
+
+var stoke string
+
+func TestMain(m *testing.M) {
+	path, cleanup, err := testbin.Stoke()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	stoke = path
+	defer cleanup()
+	kubetest.Main(m, kubetest.Options{ControllerManager: true, Scheduler: true})
+}
+
+// waitBound bounds every wait for the cluster in these tests; the machine
+// is shared and loaded.
+const waitBound = 2 * time.Minute
+
+// waitPod watches Pod ns/name until cond holds and returns it.
+func waitPod(t *testing.T, cs kubernetes.Interface, ns, name string, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns,
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		})
+	var last *corev1.Pod
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || ev.Type == watch.Deleted {
+			return false, nil
+		}
+		last = p
+		return cond(p), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s: %s: %v; last seen: %+v", ns, name, what, err, last)
+	}
+	return last
+}
+
+// waitPodGone waits until Pod ns/name with uid is gone from the API.
+func waitPodGone(t *testing.T, cs kubernetes.Interface, ns, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns,
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		})
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, func(store cache.Store) (bool, error) {
+		return len(store.List()) == 0, nil
+	}, func(ev watch.Event) (bool, error) { return ev.Type == watch.Deleted, nil })
+	if err != nil {
+		t.Fatalf("pod %s/%s was not removed: %v", ns, name, err)
+	}
+}
+
+func condition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+func ready(p *corev1.Pod) bool { return condition(p, corev1.PodReady) == corev1.ConditionTrue }
+
+// withMarker returns the live host processes whose environment holds marker.
+func withMarker(marker string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(b, []byte(marker)) {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err != nil || bytes.Contains(st, []byte(") Z ")) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func startAgent(t *testing.T, c *kubetest.Cluster, node string) *nodeagent.Agent {
+	return nodeagent.StartTest(t, nodeagent.Config{
+		RESTConfig: c.Config, NodeName: node,
+		Image: nodeagent.ImageMap(stoke, map[string]string{
+			"busybox": "/bin/sh",
+			"kubectl": filepath.Join(c.BinDir, "kubectl"),
+		}),
+	})
+}
+
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+// TestPod follows one Pod through the agent: the real scheduler binds it
+// to the agent's node, its container runs with the downward API, its
+// volumes and the service-account token, an exec readiness probe makes
+// it Ready, and deleting it kills everything it started (a setsid escapee
+// too) before the Pod object goes.
+func TestPod(t *testing.T) {
+	c := kubetest.Shared(t)
+	ns := c.Namespace(t)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := startAgent(t, c, "stoke-node-pod")
+
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"password": "hunter2"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	marker := fmt.Sprintf("m%d", time.Now().UnixNano())
+	// $(POD_IP) is the kubelet's expansion, before the shell sees it.
+	script := `echo "listen=$(POD_IP)" > /work/listen
+setsid sleep 3600 &
+touch /work/ready
+exec sleep 3600`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "main", Image: "busybox", Command: []string{"sh", "-c", script},
+				Env: []corev1.EnvVar{
+					fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+					fieldEnv("POD_UID", "metadata.uid"), fieldEnv("POD_IP", "status.podIP"),
+					fieldEnv("NODE", "spec.nodeName"), fieldEnv("SA", "spec.serviceAccountName"),
+					{Name: "MARKER", Value: marker},
+					{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "password"}}},
+					{Name: "LISTEN", Value: "$(POD_IP):7443"},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: "/work"}, {Name: "creds", MountPath: "/etc/stoke-creds"}},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/work/ready"}}},
+					PeriodSeconds: 1,
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+			},
+		},
+	}
+	created, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, cs, ns, "p", "Ready", ready)
+
+	if p.Spec.NodeName != a.NodeName() {
+		t.Errorf("bound to %q, want the agent's node", p.Spec.NodeName)
+	}
+	ip, err := netip.ParseAddr(p.Status.PodIP)
+	if err != nil || !ip.IsLoopback() || ip == netip.MustParseAddr("127.0.0.1") {
+		t.Errorf("podIP = %q, want a loopback address of its own", p.Status.PodIP)
+	}
+	if p.Status.Phase != corev1.PodRunning || p.Status.HostIP != "127.0.0.1" || len(p.Status.PodIPs) != 1 || p.Status.StartTime == nil {
+		t.Errorf("status = %+v", p.Status)
+	}
+	for _, ct := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
+		if condition(p, ct) != corev1.ConditionTrue {
+			t.Errorf("condition %s = %q", ct, condition(p, ct))
+		}
+	}
+	if len(p.Status.ContainerStatuses) != 1 {
+		t.Fatalf("containerStatuses = %+v", p.Status.ContainerStatuses)
+	}
+	if st := p.Status.ContainerStatuses[0]; !st.Ready || st.Started == nil || !*st.Started || st.State.Running == nil || st.RestartCount != 0 || st.ContainerID == "" {
+		t.Errorf("container status = %+v", st)
+	}
+
+	exec := func(argv ...string) string {
+		t.Helper()
+		res, err := a.Exec(ctx, ns, "p", "main", argv, 30*time.Second)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec %q: %v %+v", argv, err, res)
+		}
+		return strings.TrimSpace(res.Output)
+	}
+	want := map[string]string{
+		"POD_NAME": "p", "POD_NAMESPACE": ns, "POD_UID": string(created.UID), "POD_IP": p.Status.PodIP,
+		"NODE": a.NodeName(), "SA": "default", "PASSWORD": "hunter2", "LISTEN": p.Status.PodIP + ":7443",
+		"KUBERNETES_SERVICE_HOST": "127.0.0.1",
+	}
+	for k, v := range want {
+		if got := exec("printenv", k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	if got := exec("cat", "/work/listen"); got != "listen="+p.Status.PodIP {
+		t.Errorf("the command's $(POD_IP) = %q", got)
+	}
+	if got := exec("cat", "/etc/stoke-creds/password"); got != "hunter2" {
+		t.Errorf("secret volume file = %q", got)
+	}
+	if got := exec("hostname"); got != "p" {
+		t.Errorf("hostname = %q", got)
+	}
+
+	// The service-account token: a TokenRequest bound to the Pod, usable
+	// by client-go's in-cluster config (kubectl in the container).
+	token := exec("cat", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+	if got := exec("cat", "/var/run/secrets/kubernetes.io/serviceaccount/namespace"); got != ns {
+		t.Errorf("serviceaccount/namespace = %q", got)
+	}
+	sa := rest.AnonymousClientConfig(c.Config)
+	sa.BearerToken = token
+	sacs, err := kubernetes.NewForConfig(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := sacs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := review.Status.UserInfo
+	if u.Username != "system:serviceaccount:"+ns+":default" || !contains(u.Extra["authentication.kubernetes.io/pod-uid"], string(created.UID)) {
+		t.Errorf("the token's user = %+v, want the default service account bound to the Pod", u)
+	}
+	whoami := exec(filepath.Join(c.BinDir, "kubectl"), "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	if whoami != "system:serviceaccount:"+ns+":default" {
+		t.Errorf("kubectl auth whoami in the container (in-cluster config) = %q", whoami)
+	}
+
+	// The command and its setsid escapee, as the host sees them.
+	deadline := time.Now().Add(waitBound)
+	for len(withMarker(marker)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the container's processes: %v, want the sleep and the escapee", withMarker(marker))
+		}
+		time.Sleep(20 * time.Millisecond) // polling /proc: no event
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(5))}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodGone(t, cs, ns, "p")
+	if left := withMarker(marker); len(left) > 0 {
+		t.Errorf("processes left after the Pod was removed: %v", left)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDeployment: a Deployment's two replicas run on the node with
+// distinct Pod IPs, each serving on its own address (an httpGet readiness
+// probe against the Pod IP), and a container that exits is restarted.
+func TestDeployment(t *testing.T) {
+	c := kubetest.Shared(t)
+	ns := c.Namespace(t)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := startAgent(t, c, "stoke-node-deploy")
+	labels := map[string]string{"app": "web"}
+	// python3 serves HTTP on the Pod IP.
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name: "web", Image: "busybox",
+						Command:      []string{"sh", "-c", "exec python3 -m http.server --bind $(POD_IP) 8080 --directory /srv"},
+						Env:          []corev1.EnvVar{fieldEnv("POD_IP", "status.podIP")},
+						Ports:        []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "srv", MountPath: "/srv"}},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromString("http")}},
+							PeriodSeconds: 1,
+						},
+					}},
+					Volumes:                       []corev1.Volume{{Name: "srv", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+					TerminationGracePeriodSeconds: ptr.To(int64(2)),
+				},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitBound)
+	defer cancel()
+	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns, func(*metav1.ListOptions) {})
+	_, err = watchtools.UntilWithSync(wctx, lw, &corev1.Pod{}, func(store cache.Store) (bool, error) {
+		n := 0
+		for _, o := range store.List() {
+			if p := o.(*corev1.Pod); ready(p) && p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n == 2, nil
+	}, func(watch.Event) (bool, error) { return false, nil })
+	if err != nil {
+		t.Fatalf("two Ready replicas: %v", err)
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != a.NodeName() || p.Status.Phase != corev1.PodRunning || !ready(&p) {
+			t.Errorf("pod %s: node %q phase %s ready %v", p.Name, p.Spec.NodeName, p.Status.Phase, ready(&p))
+		}
+		ips[p.Status.PodIP] = true
+	}
+	if len(pods.Items) != 2 || len(ips) != 2 {
+		t.Errorf("pods %d with IPs %v, want 2 with distinct IPs", len(pods.Items), ips)
+	}
+
+	// A container that dies is restarted (restartPolicy Always): the
+	// count goes up and the Pod is Ready again.
+	p := pods.Items[0]
+	res, err := a.Exec(ctx, ns, p.Name, "web", []string{"sh", "-c", "kill 1"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err, res)
+	}
+	waitPod(t, cs, ns, p.Name, "restarted and Ready", func(p *corev1.Pod) bool {
+		return ready(p) && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount == 1 &&
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated != nil
+	})
+}
