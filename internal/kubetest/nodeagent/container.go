@@ -30,6 +30,7 @@ type container struct {
 
 	gen       int // counts starts; events carry it
 	proc      *proc.Process
+	session   proc.Session
 	stopProbe context.CancelFunc
 	binary    string
 	startedAt metav1.Time
@@ -127,7 +128,12 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 		pw.Close()
 		return fmt.Errorf("start container %s: %w", c.spec.Name, err)
 	}
-	err = json.NewEncoder(pw).Encode(spec)
+	// The session, with its leader's start time, so that the sweep never
+	// reaches a later process that reuses the pid.
+	session, err := proc.SessionOf(p.Pid())
+	if err == nil {
+		err = json.NewEncoder(pw).Encode(spec)
+	}
 	pw.Close()
 	if err != nil {
 		p.Kill(0)
@@ -137,7 +143,7 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 		c.restartCount++
 		c.lastTerm, c.term = c.term, nil
 	}
-	c.gen, c.proc, c.binary, c.swept = gen, p, binary, false
+	c.gen, c.proc, c.session, c.binary, c.swept = gen, p, session, binary, false
 	c.startedAt = metav1.NewTime(w.a.clock.Now())
 	c.waitingReason, c.waitingMessage = "", ""
 	c.ready = false
@@ -209,7 +215,7 @@ func (c *container) sweep() {
 		delete(c.w.sockets, c.spec.Name)
 	}
 	c.w.smu.Unlock()
-	if _, err := proc.KillSession(c.proc.Pid(), killBound); err != nil {
+	if _, err := c.session.Kill(killBound); err != nil {
 		c.w.log.Warn("kill container session", "container", c.spec.Name, "err", err)
 	}
 }
