@@ -304,6 +304,22 @@ func (a *Agent) register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node agent: node %s status: %w", node.Name, err)
 	}
+	// The API server's TaintNodesByCondition admission taints a new Node
+	// not-ready; the node lifecycle controller lifts the taint once the
+	// Node is Ready. The test cluster does not run that controller, so
+	// the agent lifts it.
+	kept := got.Spec.Taints[:0:0]
+	for _, t := range got.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady {
+			kept = append(kept, t)
+		}
+	}
+	if len(kept) != len(got.Spec.Taints) {
+		got.Spec.Taints = kept
+		if got, err = nodes.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("node agent: node %s: lift the not-ready taint: %w", node.Name, err)
+		}
+	}
 	a.node = got
 	return nil
 }
