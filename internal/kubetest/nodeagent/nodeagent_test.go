@@ -284,6 +284,25 @@ exec sleep 3600`
 	}
 }
 
+// dumpPods logs the namespace's Pods' status and container logs.
+func dumpPods(t *testing.T, cs kubernetes.Interface, a *nodeagent.Agent, ns string) {
+	t.Helper()
+	pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Logf("list pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		t.Logf("pod %s: node %q phase %s conditions %+v containers %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+		for _, c := range p.Spec.Containers {
+			if path, err := a.LogPath(ns, p.Name, c.Name); err == nil {
+				b, _ := os.ReadFile(path)
+				t.Logf("pod %s container %s log:\n%s", p.Name, c.Name, b)
+			}
+		}
+	}
+}
+
 func contains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {
@@ -348,6 +367,7 @@ func TestDeployment(t *testing.T) {
 		return n == 2, nil
 	}, func(watch.Event) (bool, error) { return false, nil })
 	if err != nil {
+		dumpPods(t, cs, a, ns)
 		t.Fatalf("two Ready replicas: %v", err)
 	}
 	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
