@@ -357,15 +357,19 @@ func TestDeployment(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, waitBound)
 	defer cancel()
 	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns, func(*metav1.ListOptions) {})
-	_, err = watchtools.UntilWithSync(wctx, lw, &corev1.Pod{}, func(store cache.Store) (bool, error) {
+	readyPods := map[string]bool{}
+	_, err = watchtools.UntilWithSync(wctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
+		if p, ok := ev.Object.(*corev1.Pod); ok {
+			readyPods[p.Name] = ev.Type != watch.Deleted && ready(p) && p.DeletionTimestamp == nil
+		}
 		n := 0
-		for _, o := range store.List() {
-			if p := o.(*corev1.Pod); ready(p) && p.DeletionTimestamp == nil {
+		for _, r := range readyPods {
+			if r {
 				n++
 			}
 		}
 		return n == 2, nil
-	}, func(watch.Event) (bool, error) { return false, nil })
+	})
 	if err != nil {
 		dumpPods(t, cs, a, ns)
 		t.Fatalf("two Ready replicas: %v", err)
