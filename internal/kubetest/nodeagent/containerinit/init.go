@@ -455,10 +455,10 @@ func execute(req ExecRequest, r *reaper, s *Spec, dir string) ExecResult {
 	}
 	out := make(chan string, 1)
 	go func() {
-		b, _ := io.ReadAll(io.LimitReader(pr, maxOutput))
+		head, _ := io.ReadAll(io.LimitReader(pr, maxOutput))
 		_, _ = io.Copy(io.Discard, pr)
 		pr.Close()
-		out <- string(b)
+		out <- string(head)
 	}()
 	timeout := req.Timeout
 	if timeout <= 0 {
