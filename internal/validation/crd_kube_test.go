@@ -76,7 +76,7 @@ func TestCRD(t *testing.T) {
 					r.Name = fmt.Sprintf("case-%d", i)
 				}
 				r.Namespace, r.UID = ns, ""
-				_, err := create(t, api, "runs", r, &v1alpha1.Run{})
+				_, err := apiCreate(t, api, "runs", r, &v1alpha1.Run{})
 				agree(t, err, tt.field)
 			})
 		}
@@ -94,13 +94,13 @@ func TestCRD(t *testing.T) {
 				if tt.old != nil {
 					tt.old(old)
 				}
-				stored, err := create(t, api, "runs", old, &v1alpha1.Run{})
+				stored, err := apiCreate(t, api, "runs", old, &v1alpha1.Run{})
 				if err != nil {
 					t.Fatalf("create: %v", err)
 				}
 				nw := stored.DeepCopy()
 				tt.mutate(nw)
-				_, err = update(t, api, "runs", nw, &v1alpha1.Run{})
+				_, err = apiUpdate(t, api, "runs", nw, &v1alpha1.Run{})
 				agree(t, err, tt.field)
 			})
 		}
@@ -119,7 +119,7 @@ func TestCRD(t *testing.T) {
 					rt.Name = fmt.Sprintf("case-%d", i)
 				}
 				rt.Namespace, rt.UID = ns, ""
-				_, err := create(t, api, "runtimes", rt, &v1alpha1.Runtime{})
+				_, err := apiCreate(t, api, "runtimes", rt, &v1alpha1.Runtime{})
 				agree(t, err, tt.field)
 			})
 		}
@@ -134,13 +134,13 @@ func TestCRD(t *testing.T) {
 				}
 				old := validRuntime()
 				old.Name, old.Namespace, old.UID = fmt.Sprintf("update-%d", i), ns, ""
-				stored, err := create(t, api, "runtimes", old, &v1alpha1.Runtime{})
+				stored, err := apiCreate(t, api, "runtimes", old, &v1alpha1.Runtime{})
 				if err != nil {
 					t.Fatalf("create: %v", err)
 				}
 				nw := stored.DeepCopy()
 				tt.mutate(nw)
-				_, err = update(t, api, "runtimes", nw, &v1alpha1.Runtime{})
+				_, err = apiUpdate(t, api, "runtimes", nw, &v1alpha1.Runtime{})
 				agree(t, err, tt.field)
 			})
 		}
@@ -151,40 +151,40 @@ func TestCRD(t *testing.T) {
 		both := taskRun()
 		both.Name, both.Namespace, both.UID = "both-modes", ns, ""
 		both.Spec.Mode.Function = &v1alpha1.FunctionMode{Handler: "h.f"}
-		_, err := create(t, api, "runs", both, &v1alpha1.Run{})
+		_, err := apiCreate(t, api, "runs", both, &v1alpha1.Run{})
 		mustRefuse(t, err, "spec.mode", "exactly one of task or function must be set")
 
 		run := taskRun()
 		run.Name, run.Namespace, run.UID = "named", ns, ""
-		stored, err := create(t, api, "runs", run, &v1alpha1.Run{})
+		stored, err := apiCreate(t, api, "runs", run, &v1alpha1.Run{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		moved := stored.DeepCopy()
 		moved.Spec.Runtime = "python"
-		_, err = update(t, api, "runs", moved, &v1alpha1.Run{})
+		_, err = apiUpdate(t, api, "runs", moved, &v1alpha1.Run{})
 		mustRefuse(t, err, "spec.runtime", "is immutable")
 
 		cancel := stored.DeepCopy()
 		cancel.Spec.CancelRequested = true
-		cancelled, err := update(t, api, "runs", cancel, &v1alpha1.Run{})
+		cancelled, err := apiUpdate(t, api, "runs", cancel, &v1alpha1.Run{})
 		if err != nil {
 			t.Fatalf("cancelRequested false → true: %v", err)
 		}
 		uncancel := cancelled.DeepCopy()
 		uncancel.Spec.CancelRequested = false
-		_, err = update(t, api, "runs", uncancel, &v1alpha1.Run{})
+		_, err = apiUpdate(t, api, "runs", uncancel, &v1alpha1.Run{})
 		mustRefuse(t, err, "spec.cancelRequested", "cannot be unset once true")
 
 		long := taskRun()
 		long.Name, long.Namespace, long.UID = strings.Repeat("n", 254), ns, ""
-		_, err = create(t, api, "runs", long, &v1alpha1.Run{})
+		_, err = apiCreate(t, api, "runs", long, &v1alpha1.Run{})
 		mustRefuse(t, err, "metadata.name", "253")
 
 		crowded := taskRun()
 		crowded.Name, crowded.Namespace, crowded.UID = "crowded", ns, ""
 		crowded.Spec.Env = envOf(257)
-		_, err = create(t, api, "runs", crowded, &v1alpha1.Run{})
+		_, err = apiCreate(t, api, "runs", crowded, &v1alpha1.Run{})
 		mustRefuse(t, err, "spec.env", "256")
 	})
 
@@ -215,7 +215,7 @@ func TestCRD(t *testing.T) {
 						t.Fatal(err)
 					}
 					run.Name, run.Namespace, run.UID, run.ResourceVersion = "golden", ns, "", ""
-					if _, err := create(t, api, "runs", &run, &v1alpha1.Run{}); err != nil {
+					if _, err := apiCreate(t, api, "runs", &run, &v1alpha1.Run{}); err != nil {
 						t.Fatal(err)
 					}
 					return
@@ -225,7 +225,7 @@ func TestCRD(t *testing.T) {
 					t.Fatal(err)
 				}
 				rt.Name, rt.Namespace, rt.UID, rt.ResourceVersion = "golden", ns, "", ""
-				if _, err := create(t, api, "runtimes", &rt, &v1alpha1.Runtime{}); err != nil {
+				if _, err := apiCreate(t, api, "runtimes", &rt, &v1alpha1.Runtime{}); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -348,13 +348,13 @@ type object interface {
 	metav1.Object
 }
 
-func create[T object](t *testing.T, api *rest.RESTClient, resource string, obj, out T) (T, error) {
+func apiCreate[T object](t *testing.T, api *rest.RESTClient, resource string, obj, out T) (T, error) {
 	t.Helper()
 	err := api.Post().Namespace(obj.GetNamespace()).Resource(resource).Body(obj).Do(t.Context()).Into(out)
 	return out, err
 }
 
-func update[T object](t *testing.T, api *rest.RESTClient, resource string, obj, out T) (T, error) {
+func apiUpdate[T object](t *testing.T, api *rest.RESTClient, resource string, obj, out T) (T, error) {
 	t.Helper()
 	err := api.Put().Namespace(obj.GetNamespace()).Resource(resource).Name(obj.GetName()).Body(obj).Do(t.Context()).Into(out)
 	return out, err
@@ -366,7 +366,7 @@ func writeStatus(t *testing.T, api *rest.RESTClient, ns, name string, st v1alpha
 	t.Helper()
 	run := taskRun()
 	run.Name, run.Namespace, run.UID = name, ns, ""
-	stored, err := create(t, api, "runs", run, &v1alpha1.Run{})
+	stored, err := apiCreate(t, api, "runs", run, &v1alpha1.Run{})
 	if err != nil {
 		t.Fatal(err)
 	}
