@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -400,4 +401,105 @@ func TestDeployment(t *testing.T) {
 		return ready(p) && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount == 1 &&
 			p.Status.ContainerStatuses[0].LastTerminationState.Terminated != nil
 	})
+}
+
+// TestLifecycle: the node Lease is renewed; Pods that end under
+// restartPolicy Never reach Succeeded or Failed with their exit codes; a
+// container that ignores SIGTERM gets it, then SIGKILL after the grace
+// period, and its Pod is removed.
+func TestLifecycle(t *testing.T) {
+	c := kubetest.Shared(t)
+	ns := c.Namespace(t)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	node := "stoke-node-lifecycle"
+	a := nodeagent.StartTest(t, nodeagent.Config{
+		RESTConfig: c.Config, NodeName: node, LeaseDuration: 4 * time.Second,
+		Image: nodeagent.ImageMap(stoke, map[string]string{"busybox": "/bin/sh"}),
+	})
+
+	lease, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(lease.Spec.HolderIdentity, "") != node || len(lease.OwnerReferences) != 1 || lease.OwnerReferences[0].Kind != "Node" {
+		t.Errorf("node lease = %+v", lease)
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitBound)
+	defer cancel()
+	lw := cache.NewFilteredListWatchFromClient(cs.CoordinationV1().RESTClient(), "leases", corev1.NamespaceNodeLease,
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
+		})
+	if _, err := watchtools.UntilWithSync(wctx, lw, &coordinationv1.Lease{}, nil, func(ev watch.Event) (bool, error) {
+		l, ok := ev.Object.(*coordinationv1.Lease)
+		return ok && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(lease.Spec.RenewTime.Time), nil
+	}); err != nil {
+		t.Errorf("the node lease was not renewed: %v", err)
+	}
+
+	out := t.TempDir()
+	marker := fmt.Sprintf("m%d", time.Now().UnixNano())
+	for name, script := range map[string]string{
+		"ok":       "echo bye",
+		"failed":   "exit 3",
+		"stubborn": `trap 'echo term >> /out/signals' TERM; touch /out/up; while :; do sleep 0.1; done`,
+	} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{
+					Name: "main", Image: "busybox", Command: []string{"sh", "-c", script},
+					Env:          []corev1.EnvVar{{Name: "MARKER", Value: marker}},
+					VolumeMounts: []corev1.VolumeMount{{Name: "out", MountPath: "/out"}},
+				}},
+				Volumes: []corev1.Volume{{Name: "out", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: out}}}},
+			},
+		}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	terminated := func(p *corev1.Pod) *corev1.ContainerStateTerminated {
+		if len(p.Status.ContainerStatuses) != 1 {
+			return nil
+		}
+		return p.Status.ContainerStatuses[0].State.Terminated
+	}
+	p := waitPod(t, cs, ns, "ok", "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	if st := terminated(p); st == nil || st.ExitCode != 0 || st.Reason != "Completed" || ready(p) {
+		t.Errorf("ok: %+v", p.Status)
+	}
+	p = waitPod(t, cs, ns, "failed", "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if st := terminated(p); st == nil || st.ExitCode != 3 || st.Reason != "Error" {
+		t.Errorf("failed: %+v", p.Status)
+	}
+	if path, err := a.LogPath(ns, "ok", "main"); err != nil {
+		t.Error(err)
+	} else if b, err := os.ReadFile(path); err != nil || string(b) != "bye\n" {
+		t.Errorf("ok's log = %q, %v", b, err)
+	}
+
+	waitPod(t, cs, ns, "stubborn", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	deadline := time.Now().Add(waitBound)
+	for _, err := os.Stat(filepath.Join(out, "up")); err != nil; _, err = os.Stat(filepath.Join(out, "up")) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stubborn container did not start its loop")
+		}
+		time.Sleep(20 * time.Millisecond) // polling a file: no event
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, "stubborn", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(1))}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodGone(t, cs, ns, "stubborn")
+	if b, err := os.ReadFile(filepath.Join(out, "signals")); err != nil || string(b) != "term\n" {
+		t.Errorf("signals the stubborn container saw: %q, %v; want SIGTERM first", b, err)
+	}
+	if left := withMarker(marker); len(left) > 0 {
+		t.Errorf("processes left after the Pods were removed or ended: %v", left)
+	}
 }
