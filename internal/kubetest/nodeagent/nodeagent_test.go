@@ -503,3 +503,54 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("processes left after the Pods were removed or ended: %v", left)
 	}
 }
+
+// TestStokePod runs the stoke image as a runtime Pod's containers do:
+// stoke's own entrypoint with args, a Runtime Server on a Unix socket in
+// an emptyDir at /var/run/stoke, which the Pod's other container sees
+// (its exec readiness probe tests for the socket).
+func TestStokePod(t *testing.T) {
+	c := kubetest.Shared(t)
+	ns := c.Namespace(t)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	startAgent(t, c, "stoke-node-stoke")
+	mounts := []corev1.VolumeMount{{Name: "run", MountPath: "/var/run/stoke"}, {Name: "workspace", MountPath: "/workspace"}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "rt"},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "runtime-server", Image: "stoke",
+				Args:         []string{"runtime-server", "--listen", "unix:///var/run/stoke/rs.sock", "--workspace-root", "/workspace"},
+				VolumeMounts: mounts,
+			}, {
+				Name: "probe", Image: "busybox", Command: []string{"sh", "-c", "exec sleep 3600"},
+				VolumeMounts: mounts,
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-S", "/var/run/stoke/rs.sock"}}},
+					PeriodSeconds: 1,
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			},
+			TerminationGracePeriodSeconds: ptr.To(int64(5)),
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, cs, ns, "rt", "Ready", ready)
+	for _, st := range p.Status.ContainerStatuses {
+		if st.Name == "runtime-server" && (st.ImageID != "stoke-nodeagent://"+stoke || st.State.Running == nil) {
+			t.Errorf("runtime-server status = %+v", st)
+		}
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, "rt", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodGone(t, cs, ns, "rt")
+}
