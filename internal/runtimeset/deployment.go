@@ -32,9 +32,11 @@ const (
 
 	// RunDir is the emptyDir both containers share for the Runtime
 	// Server's socket and runtimed's probe socket.
-	RunDir          = "/var/run/stoke"
-	RuntimeServer   = "unix://" + RunDir + "/rs.sock"
-	ProbeSocket     = RunDir + "/runtimed.sock"
+	RunDir        = "/var/run/stoke"
+	RuntimeServer = "unix://" + RunDir + "/rs.sock"
+	// ProbeSocket is in a directory runtimed makes 0700 itself: a
+	// non-root container cannot chmod the emptyDir the kubelet made.
+	ProbeSocket     = RunDir + "/runtimed/probe.sock"
 	WorkspaceDir    = "/workspace"
 	TLSDir          = "/var/run/stoke-tls"
 	HopPort         = 7443

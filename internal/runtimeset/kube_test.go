@@ -76,7 +76,7 @@ func impersonate(c *kubetest.Cluster, user string) *rest.Config {
 // ServiceAccount, so that every call they make is held to its ClusterRole.
 func startController(t *testing.T, c *kubetest.Cluster) {
 	t.Helper()
-	c.Kubectl(t, "apply", "-f", deployFile(t, "controller/namespace.yaml"), "-f", deployFile(t, "controller/serviceaccount.yaml"), "-f", deployFile(t, "controller/rbac.yaml"))
+	c.Kubectl(t, "apply", "-f", deployFile(t, "controller/00-namespace.yaml"), "-f", deployFile(t, "controller/serviceaccount.yaml"), "-f", deployFile(t, "controller/rbac.yaml"))
 	cfg := impersonate(c, "system:serviceaccount:"+controllerNamespace+":stoke-controller")
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 newScheme(t),
