@@ -35,7 +35,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 // standard output; it fails t when kubectl fails.
 func (c *Cluster) Kubectl(t testing.TB, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(c.BinDir, "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	// Its discovery cache stays with the cluster, not in ~/.kube.
+	cmd := exec.Command(filepath.Join(c.BinDir, "kubectl"),
+		append([]string{"--kubeconfig", c.Kubeconfig, "--cache-dir", filepath.Join(c.Dir, "kubectl-cache")}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
