@@ -403,3 +403,81 @@ func TestRuntimedRole(t *testing.T) {
 func createLease(ctx context.Context, cl client.Client, ns string) error {
 	return cl.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "runtimed-test"}})
 }
+
+// TestStatusFollowsPodsAndRuns marks the Runtime's Pods Ready as a kubelet
+// would (no node runs them here) and assigns Runs to them as the scheduler
+// would: status.readyPods and status.freeSlots follow.
+func TestStatusFollowsPodsAndRuns(t *testing.T) {
+	c := kubetest.Shared(t)
+	startController(t, c)
+	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: newScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	ns := c.Namespace(t)
+	rt := &v1alpha1.Runtime{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sh"},
+		Spec:       v1alpha1.RuntimeSpec{Server: "bash", Replicas: 2, Runs: 3},
+	}
+	if err := cl.Create(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	var pods []*corev1.Pod
+	until(t, cl, ns, &corev1.PodList{}, &corev1.Pod{}, "two Pods", func(items []client.Object) bool {
+		pods = pods[:0]
+		for _, o := range items {
+			pods = append(pods, o.(*corev1.Pod))
+		}
+		return len(pods) == 2
+	})
+	status := func(what string, ready, free int32) {
+		t.Helper()
+		until(t, cl, ns, &v1alpha1.RuntimeList{}, &v1alpha1.Runtime{}, what, func(items []client.Object) bool {
+			for _, o := range items {
+				if r := o.(*v1alpha1.Runtime); r.Name == "sh" {
+					return r.Status.ReadyPods == ready && r.Status.FreeSlots == free
+				}
+			}
+			return false
+		})
+	}
+	for i, p := range pods {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.PodIP = fmt.Sprintf("127.0.0.%d", 10+i)
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+		if err := cl.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status("two ready Pods with three slots each", 2, 6)
+
+	runs := make([]*v1alpha1.Run, 2)
+	for i := range runs {
+		runs[i] = &v1alpha1.Run{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("r%d", i)},
+			Spec:       v1alpha1.RunSpec{Runtime: "sh", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"true"}}}},
+		}
+		if err := cl.Create(ctx, runs[i]); err != nil {
+			t.Fatal(err)
+		}
+		runs[i].Status = v1alpha1.RunStatus{Phase: v1alpha1.PhaseRunning, Attempt: 1, AssignedPod: pods[0].Name, AssignedPodUID: string(pods[0].UID)}
+		if err := cl.Status().Update(ctx, runs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status("two Runs held on one Pod", 2, 4)
+
+	runs[0].Status.Phase = v1alpha1.PhaseSucceeded
+	if err := cl.Status().Update(ctx, runs[0]); err != nil {
+		t.Fatal(err)
+	}
+	status("one Run finished", 2, 5)
+
+	p := pods[0]
+	p.Status.Conditions[0].Status = corev1.ConditionFalse
+	if err := cl.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	status("the Pod holding a Run NotReady", 1, 3)
+}
