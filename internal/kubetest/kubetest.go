@@ -105,6 +105,9 @@ func start(opts Options, dir string) (_ *Cluster, err error) {
 	if err := c.startAPIServer(); err != nil {
 		return nil, err
 	}
+	// CRDs before the controller-manager: its garbage collector learns the
+	// resources at start (and again only every 30 s), and cannot collect
+	// the dependents of an owner whose kind it does not know.
 	if err := c.installCRDs(); err != nil {
 		return nil, err
 	}
