@@ -115,16 +115,20 @@ func (s set) dir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	modDir := filepath.Join(root, s.module)
-	pin, err := pinHash(modDir)
-	if err != nil {
-		return "", err
-	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return "", fmt.Errorf("testdeps: %w", err)
 	}
-	cache = filepath.Join(cache, "stoke", "testdeps")
+	return s.dirIn(filepath.Join(root, s.module), filepath.Join(cache, "stoke", "testdeps"))
+}
+
+// dirIn returns the directory of s's build from the module in modDir,
+// building it into the cache directory cache first if it is not there.
+func (s set) dirIn(modDir, cache string) (string, error) {
+	pin, err := pinHash(modDir)
+	if err != nil {
+		return "", err
+	}
 	if err := os.MkdirAll(cache, 0o700); err != nil {
 		return "", fmt.Errorf("testdeps: %w", err)
 	}

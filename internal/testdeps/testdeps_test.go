@@ -1,9 +1,12 @@
 package testdeps
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -82,5 +85,52 @@ func TestExecName(t *testing.T) {
 		if got := execName(pkg); got != want {
 			t.Errorf("execName(%q) = %q; want %q", pkg, got, want)
 		}
+	}
+}
+
+// TestSetBuildsOnceWhole builds a set of a module of the test's own from
+// two goroutines at once: one go build runs, with the set's ldflags, the
+// binary gets its program name (not the package's, here before a major
+// version suffix), and no temporary directory is left, a stale one
+// included.
+func TestSetBuildsOnceWhole(t *testing.T) {
+	mod, cache := t.TempDir(), t.TempDir()
+	for name, text := range map[string]string{
+		"go.mod":  "module example.com/hello/v2\n\ngo 1.26\n",
+		"main.go": "package main\n\nimport \"fmt\"\n\nvar greeting = \"unset\"\n\nfunc main() { fmt.Println(greeting) }\n",
+		// go.sum may be absent from a module without dependencies, but
+		// pinHash reads it.
+		"go.sum": "",
+	} {
+		if err := os.WriteFile(filepath.Join(mod, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(cache, "hello-123.tmp"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var builds atomic.Int32
+	s := set{name: "hello", programs: map[string]string{"greeter": "example.com/hello/v2"},
+		ldflags: func(string) (string, error) { builds.Add(1); return "-X main.greeting=stamped", nil }}
+	var wg sync.WaitGroup
+	dirs, errs := make([]string, 2), make([]error, 2)
+	for i := range dirs {
+		wg.Go(func() { dirs[i], errs[i] = s.dirIn(mod, cache) })
+	}
+	wg.Wait()
+	for i := range dirs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+	}
+	if dirs[0] != dirs[1] || builds.Load() != 1 {
+		t.Fatalf("dirs %q after %d builds; want one directory from one build", dirs, builds.Load())
+	}
+	out, err := exec.Command(filepath.Join(dirs[0], "greeter")).Output()
+	if err != nil || string(out) != "stamped\n" {
+		t.Fatalf("greeter: %q, %v; want the ldflags' greeting", out, err)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(cache, "*.tmp")); len(tmps) != 0 {
+		t.Errorf("temporary directories left: %q", tmps)
 	}
 }
