@@ -68,7 +68,9 @@ const (
 
 // Cluster is a running test cluster.
 type Cluster struct {
-	// Config is an admin's (group system:masters) client configuration.
+	// Config is an admin's (group system:masters) client configuration,
+	// without client-side throttling to speak of (QPS 1000). Shared by
+	// every user of the cluster: copy it (rest.CopyConfig) to change it.
 	Config *rest.Config
 	// Kubeconfig is the path of a kubeconfig file holding Config.
 	Kubeconfig string
