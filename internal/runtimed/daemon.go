@@ -314,11 +314,13 @@ func (w *worker) removeDir(ctx context.Context, dir string) {
 // returns nil. A Run no longer assigned to this pod, or terminal, is never
 // changed.
 func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool) (*v1alpha1.Run, error) {
-	run, _ := w.current()
-	run = run.DeepCopy()
+	// Every attempt mutates its own copy of the freshest Run known, so
+	// that an attempt that failed leaves nothing behind for the next.
+	base, _ := w.current()
 	var updated *v1alpha1.Run
-	err := whileStoreUnavailable(ctx, func() error {
+	err := whileStoreUnavailable(ctx, ctx, func(ctx context.Context) error {
 		return store.RetryOnConflict(func() error {
+			run := base.DeepCopy()
 			if run.Status.AssignedPodUID != w.d.cfg.Pod.UID || run.Status.Phase.Terminal() || !mutate(run) {
 				return nil
 			}
@@ -329,7 +331,7 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool)
 				return nil
 			}
 			if errors.Is(err, errdefs.ErrNotFound) {
-				return nil
+				return w.goneOrWait(err)
 			}
 			if !errors.Is(err, errdefs.ErrConflict) {
 				return err
@@ -337,14 +339,14 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool)
 			fresh, gerr := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
 			if gerr != nil {
 				if errors.Is(gerr, errdefs.ErrNotFound) {
-					return nil
+					return w.goneOrWait(gerr)
 				}
 				return fmt.Errorf("re-read after conflict: %w", gerr)
 			}
 			if string(fresh.UID) != w.uid {
 				return nil // a new Run of the same name
 			}
-			run = fresh
+			base = fresh
 			return err
 		})
 	})
@@ -352,6 +354,19 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool)
 		return nil, fmt.Errorf("run %s: update status: %w", w.uid, err)
 	}
 	return updated, nil
+}
+
+// goneOrWait decides what a NotFound from the store means for this Run:
+// nothing to write when the informer has reported the Run gone, else a
+// reason to try again (an error wrapping errdefs.ErrUnavailable). An API
+// server that is starting answers NotFound for a custom resource it does
+// not serve yet; a Run that is really gone reaches the worker from the
+// informer (OnDelete).
+func (w *worker) goneOrWait(err error) error {
+	if _, gone := w.current(); gone {
+		return nil
+	}
+	return fmt.Errorf("run %s: the store says %w, its informer has not seen it go: %w", w.uid, err, errdefs.ErrUnavailable)
 }
 
 // fail sends a failure through the retry engine and records its decision.
@@ -408,22 +423,30 @@ func whileUnavailable(ctx context.Context, f func() error) error {
 	}
 }
 
-// whileStoreUnavailable calls f until the store answers it: while the
-// store is unreachable (errdefs.ErrUnavailable, or a call that ran out of
-// time — the API server is down or restarting) it tries again with
-// backoff until ctx ends. runtimed's writes are the only record of what
+// storeCallTimeout bounds one attempt at a store write (with the reads of
+// its conflict retries): a request to an API server that went away, or
+// that accepted it while starting, may otherwise never be answered.
+const storeCallTimeout = 10 * time.Second
+
+// whileStoreUnavailable calls f, with a context derived from call and
+// bounded by storeCallTimeout, until the store answers it: while the store
+// is unreachable (errdefs.ErrUnavailable, or a call that ran out of time —
+// the API server is down or restarting) it tries again with backoff until
+// wait ends. runtimed's writes are the only record of what
 // happened on the pod (a task's exit and outputs, a function's
 // registration), so they wait for the store rather than being lost.
-func whileStoreUnavailable(ctx context.Context, f func() error) error {
+func whileStoreUnavailable(wait, call context.Context, f func(ctx context.Context) error) error {
 	backoff := 50 * time.Millisecond
 	for {
-		err := f()
+		ctx, cancel := context.WithTimeout(call, storeCallTimeout)
+		err := f(ctx)
+		cancel()
 		if !storeDown(err) {
 			return err
 		}
 		t := time.NewTimer(backoff)
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
 			t.Stop()
 			return err
 		case <-t.C:

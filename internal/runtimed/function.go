@@ -178,7 +178,7 @@ func (w *worker) markReady(ctx context.Context) bool {
 // updated Run, or nil when the Run is gone or being deleted.
 func (w *worker) addFinalizer(ctx context.Context, run *v1alpha1.Run) *v1alpha1.Run {
 	var updated *v1alpha1.Run
-	_ = whileStoreUnavailable(ctx, func() error {
+	_ = whileStoreUnavailable(ctx, ctx, func(ctx context.Context) error {
 		return store.RetryOnConflict(func() error {
 			if run.DeletionTimestamp != nil {
 				return nil
@@ -198,6 +198,9 @@ func (w *worker) addFinalizer(ctx context.Context, run *v1alpha1.Run) *v1alpha1.
 			if storeDown(gerr) {
 				return gerr
 			}
+			if errors.Is(gerr, errdefs.ErrNotFound) {
+				return w.goneOrWait(gerr)
+			}
 			if gerr != nil || string(fresh.UID) != w.uid {
 				return nil
 			}
@@ -213,14 +216,12 @@ func (w *worker) addFinalizer(ctx context.Context, run *v1alpha1.Run) *v1alpha1.
 // ends (the daemon stops).
 func (w *worker) removeFinalizer(ctx context.Context) {
 	run, _ := w.current()
-	wait := ctx
-	ctx = context.WithoutCancel(ctx)
-	_ = whileStoreUnavailable(wait, func() error {
+	_ = whileStoreUnavailable(ctx, context.WithoutCancel(ctx), func(ctx context.Context) error {
 		return store.RetryOnConflict(func() error {
 			fresh, err := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
 			if err != nil {
 				if errors.Is(err, errdefs.ErrNotFound) {
-					return nil
+					return w.goneOrWait(err)
 				}
 				return err
 			}
