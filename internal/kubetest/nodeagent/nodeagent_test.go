@@ -554,3 +554,41 @@ func TestStokePod(t *testing.T) {
 	}
 	waitPodGone(t, cs, ns, "rt")
 }
+
+// TestAPIServerAway: what happens on the node while the API server is
+// stopped (a container restarts) reaches the Pod's status once it is
+// back, and the Pod's deletion still completes.
+func TestAPIServerAway(t *testing.T) {
+	c := kubetest.Start(t, kubetest.Options{ControllerManager: true, Scheduler: true})
+	ns := c.Namespace(t)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := startAgent(t, c, "stoke-node-away")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{
+			Containers:                    []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"sh", "-c", "exec sleep 3600"}}},
+			TerminationGracePeriodSeconds: ptr.To(int64(5)),
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, cs, ns, "p", "Ready", ready)
+
+	c.StopAPIServer(t)
+	if res, err := a.Exec(ctx, ns, "p", "main", []string{"kill", "1"}, 10*time.Second); err != nil || res.ExitCode != 0 {
+		t.Fatalf("kill the container's init: %v %+v", err, res)
+	}
+	c.StartAPIServer(t)
+	waitPod(t, cs, ns, "p", "restarted and Ready", func(p *corev1.Pod) bool {
+		return ready(p) && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount == 1
+	})
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodGone(t, cs, ns, "p")
+}

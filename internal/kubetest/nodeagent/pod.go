@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -160,7 +159,9 @@ func (w *podWorker) sync(ctx context.Context) time.Duration {
 			}
 		}
 	}
-	w.writeStatus(ctx)
+	if !w.writeStatus(ctx) {
+		next = minPositive(next, setUpRetry) // the API server may be away: try again
+	}
 	return next
 }
 
@@ -225,12 +226,21 @@ func (w *podWorker) terminate(ctx context.Context) {
 		grace = time.Duration(*g) * time.Second
 	}
 	w.killAll(grace)
-	err := w.a.client.CoreV1().Pods(w.namespace).Delete(ctx, w.name, metav1.DeleteOptions{
-		GracePeriodSeconds: ptr.To(int64(0)),
-		Preconditions:      &metav1.Preconditions{UID: ptr.To(w.uid)},
-	})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && !errors.Is(err, context.Canceled) {
+	// Retried until it is done: nothing else would remove the Pod.
+	for {
+		err := w.a.client.CoreV1().Pods(w.namespace).Delete(ctx, w.name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr.To(int64(0)),
+			Preconditions:      &metav1.Preconditions{UID: ptr.To(w.uid)},
+		})
+		if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || ctx.Err() != nil {
+			return
+		}
 		w.log.Warn("remove pod", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.a.clock.After(setUpRetry):
+		}
 	}
 }
 

@@ -195,29 +195,32 @@ func (c *container) status() corev1.ContainerStatus {
 // written (so writes are bounded by changes), as the kubelet's status
 // manager does: it reads the Pod, and patches its status with a two-way
 // strategic merge patch from what it read, with the Pod's UID as a
-// precondition.
-func (w *podWorker) writeStatus(ctx context.Context) {
+// precondition. It returns false when the write is to be tried again.
+func (w *podWorker) writeStatus(ctx context.Context) bool {
 	if w.written != nil && apiequality.Semantic.DeepEqual(*w.written, w.status(w.pod.Status)) {
-		return
+		return true
 	}
 	fresh, err := w.a.client.CoreV1().Pods(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
-	if err != nil || fresh.UID != w.uid {
-		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && fresh.UID != w.uid:
+		return true // gone: the informer will say so
+	case err != nil:
+		if ctx.Err() == nil {
 			w.log.Warn("read pod for its status", "err", err)
 		}
-		return
+		return false
 	}
 	s := w.status(fresh.Status)
 	oldJSON, err1 := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: w.uid}, Status: fresh.Status})
 	newJSON, err2 := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: w.uid}, Status: s})
 	if err1 != nil || err2 != nil {
 		w.log.Error("encode pod status", "err", err1, "err2", err2)
-		return
+		return true
 	}
 	patch, err := strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, corev1.Pod{})
 	if err != nil {
 		w.log.Error("pod status patch", "err", err)
-		return
+		return true
 	}
 	if string(patch) != "{}" {
 		// The UID in the patch is a precondition: it fails on another Pod
@@ -226,14 +229,18 @@ func (w *podWorker) writeStatus(ctx context.Context) {
 		if err == nil {
 			_, err = w.a.client.CoreV1().Pods(w.namespace).Patch(ctx, w.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		}
+		if apierrors.IsNotFound(err) {
+			return true
+		}
 		if err != nil {
-			if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			if ctx.Err() == nil {
 				w.log.Warn("write pod status", "err", err)
 			}
-			return
+			return false
 		}
 	}
 	w.written = &s
+	return true
 }
 
 func withUID(patch []byte, uid types.UID) ([]byte, error) {
