@@ -304,6 +304,13 @@ func dumpPods(t *testing.T, cs kubernetes.Interface, a *nodeagent.Agent, ns stri
 	}
 }
 
+// untilStop is a shell loop that ends once dir/stop exists, removing it,
+// so that a test ends a container's command from an exec whose answer
+// comes back before the container goes.
+func untilStop(dir string) string {
+	return "while [ ! -e " + dir + "/stop ]; do sleep 0.1; done; rm " + dir + "/stop"
+}
+
 func contains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {
@@ -337,7 +344,7 @@ func TestDeployment(t *testing.T) {
 				Spec: corev1.PodSpec{
 					Containers: []corev1.Container{{
 						Name: "web", Image: "busybox",
-						Command:      []string{"sh", "-c", "exec python3 -m http.server --bind $(POD_IP) 8080 --directory /srv"},
+						Command:      []string{"sh", "-c", "python3 -m http.server --bind $(POD_IP) 8080 --directory /srv & " + untilStop("/srv") + "; kill $!; exit 1"},
 						Env:          []corev1.EnvVar{fieldEnv("POD_IP", "status.podIP")},
 						Ports:        []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 						VolumeMounts: []corev1.VolumeMount{{Name: "srv", MountPath: "/srv"}},
@@ -393,8 +400,7 @@ func TestDeployment(t *testing.T) {
 	// A container that dies is restarted (restartPolicy Always): the
 	// count goes up and the Pod is Ready again.
 	p := pods.Items[0]
-	res, err := a.Exec(ctx, ns, p.Name, "web", []string{"sh", "-c", "kill 1"}, 10*time.Second)
-	if err != nil {
+	if res, err := a.Exec(ctx, ns, p.Name, "web", []string{"touch", "/srv/stop"}, 10*time.Second); err != nil || res.ExitCode != 0 {
 		t.Fatal(err, res)
 	}
 	waitPod(t, cs, ns, p.Name, "restarted and Ready", func(p *corev1.Pod) bool {
@@ -570,7 +576,11 @@ func TestAPIServerAway(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p"},
 		Spec: corev1.PodSpec{
-			Containers:                    []corev1.Container{{Name: "main", Image: "busybox", Command: []string{"sh", "-c", "exec sleep 3600"}}},
+			Containers: []corev1.Container{{
+				Name: "main", Image: "busybox", Command: []string{"sh", "-c", untilStop("/work")},
+				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: "/work"}},
+			}},
+			Volumes:                       []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			TerminationGracePeriodSeconds: ptr.To(int64(5)),
 		},
 	}
@@ -580,8 +590,8 @@ func TestAPIServerAway(t *testing.T) {
 	waitPod(t, cs, ns, "p", "Ready", ready)
 
 	c.StopAPIServer(t)
-	if res, err := a.Exec(ctx, ns, "p", "main", []string{"kill", "1"}, 10*time.Second); err != nil || res.ExitCode != 0 {
-		t.Fatalf("kill the container's init: %v %+v", err, res)
+	if res, err := a.Exec(ctx, ns, "p", "main", []string{"touch", "/work/stop"}, 10*time.Second); err != nil || res.ExitCode != 0 {
+		t.Fatalf("stop the container's command: %v %+v", err, res)
 	}
 	c.StartAPIServer(t)
 	waitPod(t, cs, ns, "p", "restarted and Ready", func(p *corev1.Pod) bool {
