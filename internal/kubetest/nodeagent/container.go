@@ -76,7 +76,11 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	if err != nil {
 		return err
 	}
-	e, err := w.containerEnv(ctx, &c.spec)
+	imageBin, err := w.a.imageBin(binary)
+	if err != nil {
+		return err
+	}
+	e, err := w.containerEnv(ctx, &c.spec, imageBin)
 	if err != nil {
 		return err
 	}
@@ -84,12 +88,8 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	for _, s := range c.spec.Command {
 		argv = append(argv, expand(s, e.get))
 	}
-	switch {
-	case len(argv) == 0:
+	if len(argv) == 0 {
 		argv = append(argv, binary)
-	case argv[0] == filepath.Base(binary):
-		// The image's own program by name, as it would be on the image's PATH.
-		argv[0] = binary
 	}
 	for _, s := range c.spec.Args {
 		argv = append(argv, expand(s, e.get))

@@ -38,12 +38,18 @@ func (e *env) list() []string {
 // "kubernetes" Service (so that client-go's in-cluster config finds the
 // API server), envFrom, then env in order, each value expanded with the
 // variables defined before it.
-func (w *podWorker) containerEnv(ctx context.Context, c *corev1.Container) (*env, error) {
+func (w *podWorker) containerEnv(ctx context.Context, c *corev1.Container, imageBin string) (*env, error) {
 	pod := w.pod
 	e := &env{vals: map[string]string{}}
 	for _, kv := range w.a.cfg.BaseEnv {
 		k, v, _ := strings.Cut(kv, "=")
 		e.set(k, v)
+	}
+	// The image's program is on its PATH, first.
+	if path, ok := e.get("PATH"); ok && path != "" {
+		e.set("PATH", imageBin+":"+path)
+	} else {
+		e.set("PATH", imageBin)
 	}
 	e.set("HOSTNAME", pod.Name)
 	host, port := w.a.apiHost, w.a.apiPort

@@ -511,7 +511,8 @@ func TestLifecycle(t *testing.T) {
 }
 
 // TestStokePod runs the stoke image as a runtime Pod's containers do:
-// stoke's own entrypoint with args, a Runtime Server on a Unix socket in
+// stoke by name from the image's PATH (in the command and in an exec
+// probe), a Runtime Server on a Unix socket in
 // an emptyDir at /var/run/stoke, which the Pod's other container sees
 // (its exec readiness probe tests for the socket).
 func TestStokePod(t *testing.T) {
@@ -528,9 +529,14 @@ func TestStokePod(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "rt"},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
-				Name: "runtime-server", Image: "stoke",
+				// As internal/runtimeset writes it: stoke by name, from the image's PATH.
+				Name: "runtime-server", Image: "stoke", Command: []string{"stoke"},
 				Args:         []string{"runtime-server", "--listen", "unix:///var/run/stoke/rs.sock", "--workspace-root", "/workspace"},
 				VolumeMounts: mounts,
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"stoke", "version"}}},
+					PeriodSeconds: 1,
+				},
 			}, {
 				Name: "probe", Image: "busybox", Command: []string{"sh", "-c", "exec sleep 3600"},
 				VolumeMounts: mounts,
