@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"stoke.dev/stoke/internal/errdefs"
@@ -63,6 +64,11 @@ func category(err error) error {
 		return errdefs.ErrAlreadyExists
 	case apierrors.IsConflict(err):
 		return errdefs.ErrConflict
+	case apierrors.IsNotFound(err) && notServed(err):
+		// The API server does not serve the CRD (yet: a starting server
+		// installs CRD paths after /readyz; or not at all): nothing says
+		// the object is missing.
+		return errdefs.ErrUnavailable
 	case apierrors.IsNotFound(err):
 		return errdefs.ErrNotFound
 	case apierrors.IsResourceExpired(err), apierrors.IsGone(err):
@@ -87,6 +93,24 @@ func category(err error) error {
 	// Not an answer from the API server: the connection was refused,
 	// reset or timed out.
 	return errdefs.ErrUnavailable
+}
+
+// notServed reports whether a 404 is the API server's plain "404 page not
+// found" for a path it does not serve, rather than a Status naming a
+// missing object.
+func notServed(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	if d := status.Status().Details; d != nil {
+		for _, c := range d.Causes {
+			if c.Type == metav1.CauseTypeUnexpectedServerResponse {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // metaOf returns a list's metadata.

@@ -31,6 +31,9 @@ func TestCategory(t *testing.T) {
 		{"Conflict", apierrors.NewConflict(gr, "x", errors.New("the object has been modified")), errdefs.ErrConflict},
 		{"AlreadyExists", apierrors.NewAlreadyExists(gr, "x"), errdefs.ErrAlreadyExists},
 		{"NotFound", apierrors.NewNotFound(gr, "x"), errdefs.ErrNotFound},
+		// What client-go makes of the API server's plain-text 404 for a
+		// CRD it does not serve yet.
+		{"NotServed", apierrors.NewGenericServerResponse(404, "GET", gr, "x", "404 page not found", 0, true), errdefs.ErrUnavailable},
 		{"Gone", &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone}}, errdefs.ErrExpired},
 		{"ResourceExpired", apierrors.NewResourceExpired("too old resource version: 1 (5)"), errdefs.ErrExpired},
 		{"Invalid", apierrors.NewInvalid(schema.GroupKind{Group: "stoke.dev", Kind: "Run"}, "x", field.ErrorList{field.Required(field.NewPath("spec"), "")}), errdefs.ErrInvalidArgument},

@@ -73,6 +73,25 @@ func TestAPIServer(t *testing.T) {
 	})
 	t.Run("WatchResumes", func(t *testing.T) { testWatchResumes(t, c) })
 	t.Run("TooLarge", func(t *testing.T) { testTooLarge(t, c) })
+	// Last: it deletes the Runtime CRD.
+	t.Run("NotServed", func(t *testing.T) { testNotServed(t, c) })
+}
+
+// testNotServed checks that a kind whose CRD the API server does not serve
+// (as while a restarted server installs its CRD paths) is unavailable, not
+// a missing object.
+func testNotServed(t *testing.T, c *kubetest.Cluster) {
+	s := open(t, c.Config, kube.Options{})
+	ctx := context.Background()
+	c.Kubectl(t, "delete", "crd", "runtimes.stoke.dev", "--wait")
+	_, err := s.Runtimes().Get(ctx, "default", "pool")
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "runtime default/pool") {
+		t.Fatalf("get of a kind the API server does not serve: %v, want ErrUnavailable naming runtime default/pool", err)
+	}
+	_, err = s.Runs().Get(ctx, "default", "missing")
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("get of a missing run: %v, want ErrNotFound", err)
+	}
 }
 
 // empty deletes every Run and Runtime the suite left behind, finalizers
