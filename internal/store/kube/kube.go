@@ -39,9 +39,10 @@
 // API errors become errdefs categories (409 Conflict → ErrConflict, 409
 // AlreadyExists → ErrAlreadyExists, 404 → ErrNotFound, 410 → ErrExpired,
 // 400 and 422 → ErrInvalidArgument, 413 → ErrTooLarge, 401 and 403 →
-// ErrUnauthenticated and ErrPermissionDenied, 429, 503, 504 and transport
-// failures such as a refused connection → ErrUnavailable) and name the
-// object as "<kind> <namespace>/<name>".
+// ErrUnauthenticated and ErrPermissionDenied, 429, 503, 504, a 404 for a
+// path the API server does not serve and transport failures such as a
+// refused connection → ErrUnavailable) and name the object as
+// "<kind> <namespace>/<name>".
 package kube
 
 import (
