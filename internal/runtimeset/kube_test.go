@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,7 +40,7 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.Discard())
-	kubetest.Main(m, kubetest.Options{ControllerManager: true})
+	kubetest.Main(m, kubetest.Options{ControllerManager: true, Scheduler: true})
 }
 
 // controllerNamespace is deploy/controller's namespace.
@@ -442,13 +443,25 @@ func TestStatusFollowsPodsAndRuns(t *testing.T) {
 			return false
 		})
 	}
-	for i, p := range pods {
-		p.Status.Phase = corev1.PodRunning
-		p.Status.PodIP = fmt.Sprintf("127.0.0.%d", 10+i)
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
-		if err := cl.Status().Update(ctx, p); err != nil {
+	// setReady writes a Pod's status as a kubelet would; the scheduler
+	// writes it too (PodScheduled, no node here), hence the re-reads.
+	setReady := func(p *corev1.Pod, ip string, ready corev1.ConditionStatus) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			p.Status.Phase = corev1.PodRunning
+			p.Status.PodIP = ip
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready, LastTransitionTime: metav1.Now()}}
+			return cl.Status().Update(ctx, p)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	for i, p := range pods {
+		setReady(p, fmt.Sprintf("127.0.0.%d", 10+i), corev1.ConditionTrue)
 	}
 	status("two ready Pods with three slots each", 2, 6)
 
@@ -474,10 +487,6 @@ func TestStatusFollowsPodsAndRuns(t *testing.T) {
 	}
 	status("one Run finished", 2, 5)
 
-	p := pods[0]
-	p.Status.Conditions[0].Status = corev1.ConditionFalse
-	if err := cl.Status().Update(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	setReady(pods[0], "127.0.0.10", corev1.ConditionFalse)
 	status("the Pod holding a Run NotReady", 1, 3)
 }
