@@ -22,8 +22,6 @@ package nodeagent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -261,23 +259,6 @@ func (a *Agent) Stop() {
 		a.log.Warn("delete node", "err", err)
 	}
 	a.removeInit()
-}
-
-// imageBin returns a directory, first on the PATH of the containers of an
-// image whose entrypoint is binary, that holds the binary under its own
-// name (a link), so that "stoke" in a command or an exec probe is the
-// image's stoke, as it would be on the image's PATH.
-func (a *Agent) imageBin(binary string) (string, error) {
-	sum := sha256.Sum256([]byte(binary))
-	dir := filepath.Join(a.cfg.RootDir, "images", hex.EncodeToString(sum[:8]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	link := filepath.Join(dir, filepath.Base(binary))
-	if err := os.Symlink(binary, link); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", err
-	}
-	return dir, nil
 }
 
 // NodeName is the Node's name.

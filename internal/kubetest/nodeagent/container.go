@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -17,6 +18,10 @@ import (
 	"stoke.dev/stoke/internal/kubetest/nodeagent/containerinit"
 	"stoke.dev/stoke/internal/proc"
 )
+
+// imageDir is where a container finds its image's program: a directory
+// on the container's own root (a tmpfs), so it touches nothing of the host.
+const imageDir = "/.stoke-nodeagent/image"
 
 // killBound bounds the sweep of a container's session after its init is
 // gone (the PID namespace's end has killed everything already).
@@ -76,11 +81,10 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	if err != nil {
 		return err
 	}
-	imageBin, err := w.a.imageBin(binary)
-	if err != nil {
-		return err
-	}
-	e, err := w.containerEnv(ctx, &c.spec, imageBin)
+	// The image's program, inside the container whatever the Pod mounts
+	// over the host's directories, and first on its PATH.
+	entrypoint := path.Join(imageDir, filepath.Base(binary))
+	e, err := w.containerEnv(ctx, &c.spec, imageDir)
 	if err != nil {
 		return err
 	}
@@ -89,7 +93,7 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 		argv = append(argv, expand(s, e.get))
 	}
 	if len(argv) == 0 {
-		argv = append(argv, binary)
+		argv = append(argv, entrypoint)
 	}
 	for _, s := range c.spec.Args {
 		argv = append(argv, expand(s, e.get))
@@ -98,6 +102,7 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	if err != nil {
 		return err
 	}
+	mounts = append([]mountSpec{{Source: binary, Target: entrypoint, ReadOnly: true}}, mounts...)
 	gen := c.gen + 1
 	cdir := filepath.Join(w.dir, "containers", c.spec.Name+"-"+strconv.Itoa(gen))
 	if err := os.MkdirAll(filepath.Join(cdir, "root"), 0o700); err != nil {

@@ -531,8 +531,10 @@ func TestStokePod(t *testing.T) {
 			Containers: []corev1.Container{{
 				// As internal/runtimeset writes it: stoke by name, from the image's PATH.
 				Name: "runtime-server", Image: "stoke", Command: []string{"stoke"},
-				Args:         []string{"runtime-server", "--listen", "unix:///var/run/stoke/rs.sock", "--workspace-root", "/workspace"},
-				VolumeMounts: mounts,
+				Args: []string{"runtime-server", "--listen", "unix:///var/run/stoke/rs.sock", "--workspace-root", "/workspace"},
+				// An emptyDir over /tmp hides the host's /tmp, where the
+				// test's stoke is: the image's program is still there.
+				VolumeMounts: append([]corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}, mounts...),
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"stoke", "version"}}},
 					PeriodSeconds: 1,
@@ -548,6 +550,7 @@ func TestStokePod(t *testing.T) {
 			Volumes: []corev1.Volume{
 				{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			},
 			TerminationGracePeriodSeconds: ptr.To(int64(5)),
 		},
