@@ -27,6 +27,8 @@ import (
 	"fmt"
 	"math/big"
 	"time"
+
+	"stoke.dev/stoke/internal/mtls"
 )
 
 // Lifetimes of what the CA holds and issues.
@@ -39,15 +41,11 @@ const (
 	backdate = 5 * time.Minute
 )
 
-// Names the certificates carry.
+// Names the certificates carry, besides mtls.RuntimedName (runtimed's
+// server certificate) and mtls.GatewayName (the gateway's client
+// certificate), which the hop checks.
 const (
 	CACommonName = "stoke-ca"
-	// RuntimedServerName is the DNS name in runtimed's server certificate;
-	// the gateway verifies it whatever Pod IP it dials.
-	RuntimedServerName = "stoke-runtimed"
-	// GatewayCommonName is the CN of the gateway's client certificate,
-	// the only caller runtimed's hop accepts.
-	GatewayCommonName = "stoke-gateway"
 )
 
 // Keys of every Secret this package writes (those of kubernetes.io/tls,
@@ -63,9 +61,9 @@ type Role int
 
 // Leaf roles.
 const (
-	// Server is runtimed's hop: DNS name RuntimedServerName.
+	// Server is runtimed's hop: DNS name mtls.RuntimedName.
 	Server Role = iota
-	// Client is the gateway: CN GatewayCommonName.
+	// Client is the gateway: CN mtls.GatewayName.
 	Client
 )
 
@@ -180,11 +178,11 @@ func (ca *CA) Issue(role Role, now time.Time) (Bundle, error) {
 	}
 	switch role {
 	case Server:
-		tmpl.Subject = pkix.Name{CommonName: RuntimedServerName}
-		tmpl.DNSNames = []string{RuntimedServerName}
+		tmpl.Subject = pkix.Name{CommonName: mtls.RuntimedName}
+		tmpl.DNSNames = []string{mtls.RuntimedName}
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	case Client:
-		tmpl.Subject = pkix.Name{CommonName: GatewayCommonName}
+		tmpl.Subject = pkix.Name{CommonName: mtls.GatewayName}
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	default:
 		return Bundle{}, fmt.Errorf("unknown certificate role %d", role)
@@ -231,11 +229,11 @@ func (ca *CA) Check(b Bundle, role Role, now time.Time) error {
 	opts := x509.VerifyOptions{Roots: roots, CurrentTime: now}
 	switch role {
 	case Server:
-		opts.DNSName = RuntimedServerName
+		opts.DNSName = mtls.RuntimedName
 		opts.KeyUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	case Client:
-		if leaf.Subject.CommonName != GatewayCommonName {
-			return fmt.Errorf("CN is %q, not %q", leaf.Subject.CommonName, GatewayCommonName)
+		if leaf.Subject.CommonName != mtls.GatewayName {
+			return fmt.Errorf("CN is %q, not %q", leaf.Subject.CommonName, mtls.GatewayName)
 		}
 		opts.KeyUsages = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	}

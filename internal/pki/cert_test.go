@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"stoke.dev/stoke/internal/mtls"
 )
 
 func mustCA(t *testing.T, now time.Time) (*CA, Bundle) {
@@ -60,7 +62,7 @@ func handshake(t *testing.T, srv, cli Bundle) error {
 		defer c.Close()
 		tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: srvPool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13})
 		err = tc.Handshake()
-		if err == nil && tc.ConnectionState().PeerCertificates[0].Subject.CommonName != GatewayCommonName {
+		if err == nil && tc.ConnectionState().PeerCertificates[0].Subject.CommonName != mtls.GatewayName {
 			err = errors.New("client CN is not the gateway's")
 		}
 		if err == nil {
@@ -68,7 +70,7 @@ func handshake(t *testing.T, srv, cli Bundle) error {
 		}
 		done <- err
 	}()
-	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{Certificates: []tls.Certificate{cliCert}, RootCAs: cliPool, ServerName: RuntimedServerName, MinVersion: tls.VersionTLS13})
+	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{Certificates: []tls.Certificate{cliCert}, RootCAs: cliPool, ServerName: mtls.RuntimedName, MinVersion: tls.VersionTLS13})
 	if err == nil {
 		_, _ = io.ReadAll(c)
 		c.Close()

@@ -33,6 +33,7 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/kubetest"
+	"stoke.dev/stoke/internal/mtls"
 	"stoke.dev/stoke/internal/pki"
 	"stoke.dev/stoke/internal/runtimeset"
 	"stoke.dev/stoke/internal/testdeps"
@@ -306,11 +307,11 @@ func verifySecrets(t *testing.T, cl client.Client, ns string) {
 		return cert
 	}
 	srv := leaf(get(ns, pki.RuntimedSecret))
-	if _, err := srv.Verify(x509.VerifyOptions{Roots: roots, DNSName: pki.RuntimedServerName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+	if _, err := srv.Verify(x509.VerifyOptions{Roots: roots, DNSName: mtls.RuntimedName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 		t.Errorf("runtimed's certificate: %v", err)
 	}
 	cli := leaf(get(controllerNamespace, pki.GatewaySecret))
-	if _, err := cli.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || cli.Subject.CommonName != pki.GatewayCommonName {
+	if _, err := cli.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil || cli.Subject.CommonName != mtls.GatewayName {
 		t.Errorf("the gateway's certificate: CN %q: %v", cli.Subject.CommonName, err)
 	}
 }
