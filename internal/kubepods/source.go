@@ -372,10 +372,10 @@ func (s *Source) sync(ctx context.Context, k informer.Key) {
 	}
 	switch {
 	case v.gone != "":
-		s.fence(st, v.gone)
 		if v.gone == podsource.ReasonNotReady || v.gone == podsource.ReasonLeaseExpired {
 			s.deletePod(ctx, pod)
 		}
+		s.fence(st, v.gone)
 		return
 	case v.announce:
 		p := podOf(pod, rt, v.slots)
