@@ -40,6 +40,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/utils/ptr"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -49,6 +51,7 @@ import (
 	"stoke.dev/stoke/internal/kubepods"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/probe"
+	"stoke.dev/stoke/internal/runtimeset"
 	"stoke.dev/stoke/internal/store/kube"
 )
 
@@ -164,6 +167,9 @@ func New(cfg Config) (*Controller, error) {
 		RenewDeadline:                 &cfg.RenewDeadline,
 		RetryPeriod:                   &cfg.RetryPeriod,
 		LeaderElectionReleaseOnCancel: !cfg.KeepLeaseOnStop,
+		// Controller names are unique per process so that their metrics do
+		// not mix; a process runs one replica, but tests run two.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller: manager: %w", err)
@@ -182,6 +188,9 @@ func New(cfg Config) (*Controller, error) {
 		if err := mgr.Add(c.metrics); err != nil {
 			return nil, err
 		}
+	}
+	if err := runtimeset.Setup(mgr, runtimeset.Options{Image: cfg.Image, Namespace: cfg.Namespace, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("controller: runtime reconciler: %w", err)
 	}
 	// A manager.RunnableFunc runs on the leader only.
 	if err := mgr.Add(manager.RunnableFunc(c.lead)); err != nil {

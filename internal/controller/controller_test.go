@@ -83,7 +83,7 @@ func start(t *testing.T, cluster *kubetest.Cluster, certDir string) *replica {
 		REST: cluster.Config, Namespace: ns, MetricsAddr: "127.0.0.1:0", MetricsCertDir: certDir, ProbeSocket: r.socket,
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		KeepLeaseOnStop: true,
-		OnScheduled: func(run *v1alpha1.Run, _ time.Duration) { r.scheduled <- run.Name },
+		OnScheduled:     func(run *v1alpha1.Run, _ time.Duration) { r.scheduled <- run.Name },
 	})
 	if err != nil {
 		t.Fatal(err)
