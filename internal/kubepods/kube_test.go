@@ -24,8 +24,10 @@ import (
 	"stoke.dev/stoke/internal/store/kube"
 )
 
-// waitTimeout bounds every wait for an event; nothing sleeps.
-const waitTimeout = 30 * time.Second
+// waitTimeout bounds every wait for an event; nothing sleeps. After the
+// API server restarts, client-go's informers may wait out a backoff of up
+// to 30 s before they list again.
+const waitTimeout = 90 * time.Second
 
 const (
 	ns    = "default"
@@ -227,13 +229,18 @@ func TestNoFenceWhileTheAPIServerIsDown(t *testing.T) {
 	}
 	e.cluster.StartAPIServer(t)
 	e.clk.Step(time.Second) // the source reads again, and the API server answers
-	e.clk.Step(9 * time.Second)
-	// b has not renewed since before the outage, yet it is still ready: a
-	// Pod created now is the next event.
+	// Sentinels: the source handles its timer and its events in order, so
+	// each one's PodReady comes after what came before it.
 	d := e.createPod("bash-d")
 	d.SetReady(t, true, "127.0.0.5")
-	d.Renew(t, 10)
+	d.Renew(t, 60)
 	e.expect(podsource.PodReady, d.Pod, 3, "")
+	e.clk.Step(9 * time.Second)
+	// b has not renewed since before the outage, yet it is still ready.
+	f := e.createPod("bash-f")
+	f.SetReady(t, true, "127.0.0.6")
+	f.Renew(t, 60)
+	e.expect(podsource.PodReady, f.Pod, 3, "")
 	e.clk.Step(time.Second) // 10 s after the API server answered again
 	e.expect(podsource.PodGone, b.Pod, 0, podsource.ReasonLeaseExpired)
 }
