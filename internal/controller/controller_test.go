@@ -73,7 +73,8 @@ func (r *replica) scheduledNothing(t *testing.T) {
 	}
 }
 
-// start runs a replica with short leader-election timings. It keeps its
+// start runs a replica with short leader-election timings (lenient enough
+// for a loaded machine under -race). It keeps its
 // Lease when stopped, as a killed process would, so a standby takes over
 // only once the Lease has expired.
 func start(t *testing.T, cluster *kubetest.Cluster, certDir string) *replica {
@@ -81,7 +82,7 @@ func start(t *testing.T, cluster *kubetest.Cluster, certDir string) *replica {
 	r := &replica{socket: filepath.Join(t.TempDir(), "run", "probe.sock"), done: make(chan struct{}), scheduled: make(chan string, 16)}
 	c, err := controller.New(controller.Config{
 		REST: cluster.Config, Namespace: ns, MetricsAddr: "127.0.0.1:0", MetricsCertDir: certDir, ProbeSocket: r.socket,
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: time.Second,
 		KeepLeaseOnStop: true,
 		OnScheduled:     func(run *v1alpha1.Run, _ time.Duration) { r.scheduled <- run.Name },
 	})
