@@ -70,7 +70,7 @@ const (
 	DefaultRenewDeadline = 10 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
 	DefaultMetricsAddr   = ":8443"
-	DefaultProbeSocket   = "/var/run/stoke-controller/probe.sock"
+	DefaultProbeSocket   = "/var/run/stoke-controller/probe/probe.sock"
 	// userAgent names the controller's requests in the API server's logs
 	// and metrics.
 	userAgent = "stoke-controller"
