@@ -3,7 +3,6 @@ package runtimeset_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -35,9 +34,7 @@ func TestRuntimePodsBecomeReady(t *testing.T) {
 	t.Cleanup(cleanup)
 	c := kubetest.Shared(t)
 	startController(t, c)
-	// The image's PATH has stoke, as the exec probe expects.
-	agent := nodeagent.StartTest(t, nodeagent.Config{RESTConfig: c.Config, NodeName: "stoke-node-1", Stoke: stoke,
-		BaseEnv: []string{"PATH=" + filepath.Dir(stoke) + string(filepath.ListSeparator) + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}})
+	agent := nodeagent.StartTest(t, nodeagent.Config{RESTConfig: c.Config, NodeName: "stoke-node-1", Stoke: stoke})
 	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: newScheme(t)})
 	if err != nil {
 		t.Fatal(err)
