@@ -94,6 +94,12 @@ const (
 	// 32 KiB, grpc-go's pooled buffer size: one byte more and every
 	// message is marshalled into a zeroed 1 MiB buffer.
 	ExecFrame = 32<<10 - 64
+	// ExecWebSocketFrame is the most stdin, stdout or stderr bytes one
+	// WebSocket exec message carries, and so the size of each end's
+	// WebSocket read and write buffer: larger than ExecFrame, because
+	// there is no gRPC pool to fit, and each message costs a system call
+	// at each end. The gateway passes a message on in ExecFrame pieces.
+	ExecWebSocketFrame = 128 << 10
 	// ExecControlFrame bounds a WebSocket exec message that is not stdin:
 	// a resize or a close.
 	ExecControlFrame = 1 << 10

@@ -48,7 +48,7 @@ const (
 
 // readLimit bounds one incoming message: a channel byte and a frame, or a
 // control message.
-const readLimit = 1 + max(bounds.ExecFrame, bounds.ExecControlFrame, 2*bounds.Message)
+const readLimit = 1 + max(bounds.ExecWebSocketFrame, bounds.ExecControlFrame, 2*bounds.Message)
 
 // closeGrace bounds how long a closing handshake waits for the peer.
 const closeGrace = time.Second
@@ -88,7 +88,8 @@ func (w *writer) write(ch byte, p []byte) error {
 	return nil
 }
 
-// channelWriter writes to one channel in frames of at most bounds.ExecFrame.
+// channelWriter writes to one channel in messages of at most
+// bounds.ExecWebSocketFrame.
 type channelWriter struct {
 	w  *writer
 	ch byte
@@ -97,7 +98,7 @@ type channelWriter struct {
 func (c channelWriter) Write(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
-		k := min(len(p), bounds.ExecFrame)
+		k := min(len(p), bounds.ExecWebSocketFrame)
 		if err := c.w.write(c.ch, p[:k]); err != nil {
 			return n, err
 		}
@@ -123,6 +124,10 @@ func Serve(ctx context.Context, conn *websocket.Conn, sess exec.Session, stdin, 
 	go func() {
 		defer close(readDone)
 		defer cancel() // the client is gone: so is the session
+		// One buffer for the connection: a message is taken whole into it
+		// and handed to the command in one write, so that the next hop
+		// sends it as one frame and nothing is allocated per message.
+		buf := make([]byte, bounds.ExecFrame)
 		for {
 			_, r, err := conn.NextReader()
 			if err != nil {
@@ -140,9 +145,9 @@ func Serve(ctx context.Context, conn *websocket.Conn, sess exec.Session, stdin, 
 				}
 				// A synchronous pipe: the next message is read once the
 				// command has taken this one.
-				n, err := io.Copy(stdinW, r)
+				n, err := copyMessage(stdinW, r, buf)
 				if c.In != nil {
-					c.In(int(n))
+					c.In(n)
 				}
 				if err != nil && !errors.Is(err, io.ErrClosedPipe) {
 					return
@@ -187,6 +192,28 @@ func Serve(ctx context.Context, conn *websocket.Conn, sess exec.Session, stdin, 
 	}
 	t.Stop()
 	return exit, err
+}
+
+// copyMessage copies the rest of a message from r to w in writes of a full
+// buf each (the last one shorter), and returns how many bytes it wrote.
+func copyMessage(w io.Writer, r io.Reader, buf []byte) (int, error) {
+	total := 0
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			total += m
+			if werr != nil {
+				return total, werr
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			return total, nil
+		case err != nil:
+			return total, err
+		}
+	}
 }
 
 // statusOf is the status-channel message for how a session ended.
@@ -303,7 +330,7 @@ type onlyWriter struct{ io.Writer }
 
 func (s *clientSession) copyStdin(r io.Reader) {
 	stdin := channelWriter{s.w, chStdin}
-	buf := make([]byte, bounds.ExecFrame)
+	buf := make([]byte, bounds.ExecWebSocketFrame)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
