@@ -447,7 +447,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("the node lease was not renewed: %v", err)
 	}
 
-	out := t.TempDir()
+	out := filepath.Join(t.TempDir(), "out") // made by the agent (DirectoryOrCreate)
 	marker := fmt.Sprintf("m%d", time.Now().UnixNano())
 	for name, script := range map[string]string{
 		"ok":       "echo bye",
@@ -463,7 +463,9 @@ func TestLifecycle(t *testing.T) {
 					Env:          []corev1.EnvVar{{Name: "MARKER", Value: marker}},
 					VolumeMounts: []corev1.VolumeMount{{Name: "out", MountPath: "/out"}},
 				}},
-				Volumes: []corev1.Volume{{Name: "out", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: out}}}},
+				Volumes: []corev1.Volume{{Name: "out", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+					Path: out, Type: ptr.To(corev1.HostPathDirectoryOrCreate),
+				}}}},
 			},
 		}
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // defaultFileMode is the API's default for secret, configMap, projected
@@ -30,6 +31,7 @@ func (w *podWorker) setUpVolumes(ctx context.Context) error {
 			err = os.MkdirAll(dir, 0o700)
 		case v.HostPath != nil:
 			dir = v.HostPath.Path
+			err = hostPath(v.HostPath)
 		case v.Secret != nil:
 			err = w.writeFiles(ctx, dir, []corev1.VolumeProjection{{Secret: &corev1.SecretProjection{
 				LocalObjectReference: corev1.LocalObjectReference{Name: v.Secret.SecretName},
@@ -53,6 +55,24 @@ func (w *podWorker) setUpVolumes(ctx context.Context) error {
 			return fmt.Errorf("volume %q: %w", v.Name, err)
 		}
 		w.volumes[v.Name] = dir
+	}
+	return nil
+}
+
+// hostPath makes a hostPath volume's path if its type says so.
+func hostPath(h *corev1.HostPathVolumeSource) error {
+	switch ptr.Deref(h.Type, corev1.HostPathUnset) {
+	case corev1.HostPathDirectoryOrCreate:
+		return os.MkdirAll(h.Path, 0o755)
+	case corev1.HostPathFileOrCreate:
+		f, err := os.OpenFile(h.Path, os.O_CREATE|os.O_RDONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	if _, err := os.Stat(h.Path); err != nil {
+		return fmt.Errorf("hostPath: %w", err)
 	}
 	return nil
 }
