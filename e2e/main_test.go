@@ -9,7 +9,7 @@ import (
 )
 
 // Binaries built once for every test in the package.
-var stokeBin, grpcurlBin string
+var stokeBin, grpcurlBin, containerInitBin string
 
 func TestMain(m *testing.M) {
 	var cleanups []func()
@@ -26,6 +26,8 @@ func TestMain(m *testing.M) {
 		{&stokeBin, "stoke.dev/stoke/cmd/stoke", ""},
 		// The pinned grpcurl from the tools module, as the README uses it.
 		{&grpcurlBin, "github.com/fullstorydev/grpcurl/cmd/grpcurl", "tools/go.mod"},
+		// The node agent's container init, for the Kubernetes tests.
+		{&containerInitBin, "stoke.dev/stoke/internal/kubetest/nodeagent/containerinit/cmd/stoke-container-init", ""},
 	} {
 		path, cleanup, err := testbin.Build(b.pkg, b.modfile)
 		if err != nil {
