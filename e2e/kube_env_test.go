@@ -167,7 +167,7 @@ func (e *kubeEnv) deleteRun(t testing.TB, name string) {
 type objects[T runtime.Object] struct {
 	mu      sync.Mutex
 	byName  map[string]T
-	history []seen[T] // every add and update, in the order seen
+	history []seen[T]     // every add and update, in the order seen
 	changed chan struct{} // closed and replaced at every change
 	stop    context.CancelFunc
 	done    chan struct{}
