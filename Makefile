@@ -51,9 +51,9 @@ bench:
 	$(BENCH) 'BootstrapEcho' -benchtime 500x ./internal/lambda/bootstrap/
 	$(BENCH) 'RegisterToReady' -benchtime 10x ./internal/lambda/
 	$(BENCH) 'LambdaInvoke' -benchtime 500x ./e2e/
-	$(BENCH) '^BenchmarkKube$$/^Throughput$$' -benchtime 1x -timeout 30m ./e2e/
-	$(BENCH) '^BenchmarkKube$$/^CreateToSucceeded$$' -benchtime 200x -timeout 30m ./e2e/
-	$(BENCH) '^BenchmarkKube$$/^FunctionReady$$' -benchtime 50x -timeout 30m ./e2e/
+	$(BENCH) 'Kube/Throughput' -benchtime 1x -timeout 30m ./e2e/
+	$(BENCH) 'Kube/CreateToSucceeded' -benchtime 200x -timeout 30m ./e2e/
+	$(BENCH) 'Kube/FunctionReady' -benchtime 50x -timeout 30m ./e2e/
 
 lint:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted; exit 1; fi
