@@ -211,7 +211,7 @@ var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELE
 
 // apiWrites scrapes the API server's /metrics as the admin and sums
 // apiserver_request_total over the writing verbs.
-func (e *kubeEnv) apiWrites(b *testing.B) writeCounts {
+func (e *kubeEnv) apiWrites(b testing.TB) writeCounts {
 	b.Helper()
 	raw, err := e.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
