@@ -53,8 +53,13 @@ type load struct {
 // the API server.
 func (e *kubeEnv) startLoad(t *testing.T, label string, n int) *load {
 	t.Helper()
-	dir := t.TempDir()
-	// The runtime Pods' containers may run as another user.
+	// Outside t.TempDir (0700): the runtime Pods' containers may run as
+	// another user.
+	dir, err := os.MkdirTemp("", "stoke-e2e-marker-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
