@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -376,9 +377,14 @@ func (e *kubeEnv) pod(t testing.TB, namespace, name string) *corev1.Pod {
 	return p
 }
 
-// dumpLogs prints the end of every container log and agent log.
+// dumpLogs prints the cluster's Pods, ReplicaSets and Events, and the end
+// of every container log and agent log.
 func (e *kubeEnv) dumpLogs(t testing.TB) {
 	t.Helper()
+	kubectl := exec.Command(filepath.Join(e.cluster.BinDir, "kubectl"), "--kubeconfig", e.cluster.Kubeconfig,
+		"get", "pods,replicasets,leases,events", "-A", "-o", "wide")
+	out, err := kubectl.CombinedOutput()
+	t.Logf("kubectl get pods,replicasets,leases,events -A (%v):\n%s", err, out)
 	for _, root := range e.roots {
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
