@@ -83,6 +83,8 @@ func startKube(t testing.TB) *kubeEnv {
 		a, err := nodeagent.Start(context.Background(), nodeagent.Config{
 			RESTConfig: c.Config, NodeName: fmt.Sprintf("stoke-node-%d", i), Stoke: stokeBin,
 			InitBinary: containerInitBin, RootDir: root,
+			// The image's PATH holds stoke, as the exec probes expect.
+			BaseEnv: []string{"PATH=" + filepath.Dir(stokeBin) + ":" + os.Getenv("PATH"), "HOME=/"},
 			Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		})
 		if err != nil {
