@@ -85,7 +85,7 @@ func startKube(t testing.TB) *kubeEnv {
 			InitBinary: containerInitBin, RootDir: root,
 			// The image's PATH holds stoke, as the exec probes expect.
 			BaseEnv: []string{"PATH=" + filepath.Dir(stokeBin) + ":" + os.Getenv("PATH"), "HOME=/"},
-			Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			Logger:  slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		})
 		if err != nil {
 			logf.Close()

@@ -17,7 +17,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 )
@@ -106,22 +105,27 @@ func (l *load) markerTask(name string) *v1alpha1.Run {
 	return labelled(newRun(name, spec), l.label)
 }
 
-// createRetrying creates run, retrying with backoff while the API server
-// is away; a creation that succeeded although its answer was lost comes
-// back as AlreadyExists.
+// createRetrying creates run, retrying with backoff (100 ms doubling to
+// 2 s) while the API server is away; a creation that succeeded although
+// its answer was lost comes back as AlreadyExists.
 func createRetrying(ctx context.Context, e *kubeEnv, run *v1alpha1.Run) error {
 	ctx, cancel := context.WithTimeout(ctx, createRetries)
 	defer cancel()
-	var last error
-	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 2 * time.Second, Steps: 1 << 30},
-		func(ctx context.Context) (bool, error) {
-			_, last = e.createRun(ctx, run.DeepCopy())
-			return last == nil || apierrors.IsAlreadyExists(last), nil
-		})
-	if err != nil {
-		return fmt.Errorf("%w (last: %v)", err, last)
+	backoff := 100 * time.Millisecond
+	for {
+		_, err := e.createRun(ctx, run.DeepCopy())
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
-	return nil
 }
 
 // succeeded counts the load's Succeeded Runs.
@@ -170,7 +174,7 @@ func (l *load) finish(t *testing.T) {
 				p = "(none)"
 			}
 			if r.Status.Phase != v1alpha1.PhaseSucceeded {
-				p += fmt.Sprintf(" %s %q attempt %d", r.Status.Reason, r.Status.Message, r.Status.Attempt)
+				p += fmt.Sprintf(" %s %q attempt %d on %s", r.Status.Reason, r.Status.Message, r.Status.Attempt, r.Status.AssignedPod)
 			}
 		}
 		phases[p] = append(phases[p], name)
