@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -52,6 +53,10 @@ const (
 // RBAC and Deployment (two replicas, run by the node agents like any
 // Pod), and the example Runtimes.
 type kubeEnv struct {
+	// hostDir is a directory of the host outside /tmp (the controller's
+	// Pods mount an emptyDir there): bin/stoke, the image's binary, and
+	// the directories tests share with the Pods' processes.
+	hostDir string
 	cluster *kubetest.Cluster
 	kube    kubernetes.Interface
 	stoke   rest.Interface // stoke.dev/v1alpha1
@@ -74,6 +79,14 @@ func startKube(t testing.TB) *kubeEnv {
 	if e.stoke, err = stokeClient(c.Config); err != nil {
 		t.Fatal(err)
 	}
+	e.hostDir = hostDir(t)
+	image := filepath.Join(e.hostDir, "bin", "stoke")
+	if err := os.Mkdir(filepath.Dir(image), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(stokeBin, image); err != nil {
+		t.Fatal(err)
+	}
 	for i := 1; i <= kubeNodes; i++ {
 		root := t.TempDir()
 		logf, err := os.OpenFile(filepath.Join(root, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -81,10 +94,10 @@ func startKube(t testing.TB) *kubeEnv {
 			t.Fatal(err)
 		}
 		a, err := nodeagent.Start(context.Background(), nodeagent.Config{
-			RESTConfig: c.Config, NodeName: fmt.Sprintf("stoke-node-%d", i), Stoke: stokeBin,
+			RESTConfig: c.Config, NodeName: fmt.Sprintf("stoke-node-%d", i), Stoke: image,
 			InitBinary: containerInitBin, RootDir: root,
 			// The image's PATH holds stoke, as the exec probes expect.
-			BaseEnv: []string{"PATH=" + filepath.Dir(stokeBin) + ":" + os.Getenv("PATH"), "HOME=/"},
+			BaseEnv: []string{"PATH=" + filepath.Dir(image) + ":" + os.Getenv("PATH"), "HOME=/"},
 			Logger:  slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		})
 		if err != nil {
@@ -107,6 +120,60 @@ func startKube(t testing.TB) *kubeEnv {
 	e.awaitRuntimesReady(t, installBound)
 	t.Logf("stoke installed in %v", time.Since(began).Round(time.Millisecond))
 	return e
+}
+
+// hostDir makes a directory for t outside /tmp, removed when t ends.
+func hostDir(t testing.TB) string {
+	t.Helper()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Join(cache, "stoke", "e2e")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(parent, "kube-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// sharedDir makes a directory in the host directory that every Pod's
+// processes can write, whatever user they run as.
+func (e *kubeEnv) sharedDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(e.hostDir, "shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// copyFile copies an executable.
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // repoPath is path (slash-separated, from the repository root) from e2e/.

@@ -52,16 +52,7 @@ type load struct {
 // the API server.
 func (e *kubeEnv) startLoad(t *testing.T, label string, n int) *load {
 	t.Helper()
-	// Outside t.TempDir (0700): the runtime Pods' containers may run as
-	// another user.
-	dir, err := os.MkdirTemp("", "stoke-e2e-marker-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	dir := e.sharedDir(t)
 	l := &load{label: label, marker: filepath.Join(dir, "marker"), runs: e.watchRuns(t, "e2e="+label), done: make(chan struct{})}
 	for i := range n {
 		l.names = append(l.names, fmt.Sprintf("%s-%03d", label, i))
