@@ -69,6 +69,7 @@ func BenchmarkKube(b *testing.B) {
 			})
 			elapsed += time.Since(start)
 			writes.add(e.apiWrites(b).minus(before))
+			b.Logf("%s: %s", label, phaseGaps(runs))
 			runs.close()
 			e.deleteLabelled(b, label)
 		}
@@ -294,4 +295,46 @@ func (w writeCounts) per(n float64) string {
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, w[k]/n))
 	}
 	return fmt.Sprintf("%.2f in all: %s", w.total()/n, strings.Join(parts, ", "))
+}
+
+// phaseGaps says where the Runs' time went, as the watch saw it: the
+// median and p99 from first seen to Scheduled, Scheduled to Running, and
+// Running to Succeeded.
+func phaseGaps(runs *objects[*v1alpha1.Run]) string {
+	runs.mu.Lock()
+	first := map[string]map[v1alpha1.Phase]time.Time{}
+	for _, h := range runs.history {
+		m := first[h.obj.Name]
+		if m == nil {
+			m = map[v1alpha1.Phase]time.Time{"": h.at}
+			first[h.obj.Name] = m
+		}
+		if _, ok := m[h.obj.Status.Phase]; !ok {
+			m[h.obj.Status.Phase] = h.at
+		}
+	}
+	runs.mu.Unlock()
+	steps := []v1alpha1.Phase{"", v1alpha1.PhaseScheduled, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded}
+	var parts []string
+	for i := 1; i < len(steps); i++ {
+		var gaps []time.Duration
+		for _, m := range first {
+			from, ok1 := m[steps[i-1]]
+			to, ok2 := m[steps[i]]
+			if ok1 && ok2 {
+				gaps = append(gaps, to.Sub(from))
+			}
+		}
+		if len(gaps) == 0 {
+			continue
+		}
+		sort.Slice(gaps, func(a, b int) bool { return gaps[a] < gaps[b] })
+		name := string(steps[i-1])
+		if name == "" {
+			name = "seen"
+		}
+		parts = append(parts, fmt.Sprintf("%s→%s p50 %v p99 %v (%d)", name, steps[i],
+			gaps[len(gaps)/2].Round(time.Millisecond), gaps[min(len(gaps)-1, len(gaps)*99/100)].Round(time.Millisecond), len(gaps)))
+	}
+	return strings.Join(parts, ", ")
 }
