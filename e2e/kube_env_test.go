@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -54,8 +53,8 @@ const (
 // Pod), and the example Runtimes.
 type kubeEnv struct {
 	// hostDir is a directory of the host outside /tmp (the controller's
-	// Pods mount an emptyDir there): bin/stoke, the image's binary, and
-	// the directories tests share with the Pods' processes.
+	// Pods mount an emptyDir there) for the directories tests share with
+	// the Pods' processes.
 	hostDir string
 	cluster *kubetest.Cluster
 	kube    kubernetes.Interface
@@ -80,13 +79,6 @@ func startKube(t testing.TB) *kubeEnv {
 		t.Fatal(err)
 	}
 	e.hostDir = hostDir(t)
-	image := filepath.Join(e.hostDir, "bin", "stoke")
-	if err := os.Mkdir(filepath.Dir(image), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := copyFile(stokeBin, image); err != nil {
-		t.Fatal(err)
-	}
 	for i := 1; i <= kubeNodes; i++ {
 		root := t.TempDir()
 		logf, err := os.OpenFile(filepath.Join(root, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -94,10 +86,8 @@ func startKube(t testing.TB) *kubeEnv {
 			t.Fatal(err)
 		}
 		a, err := nodeagent.Start(context.Background(), nodeagent.Config{
-			RESTConfig: c.Config, NodeName: fmt.Sprintf("stoke-node-%d", i), Stoke: image,
+			RESTConfig: c.Config, NodeName: fmt.Sprintf("stoke-node-%d", i), Stoke: stokeBin,
 			InitBinary: containerInitBin, RootDir: root,
-			// The image's PATH holds stoke, as the exec probes expect.
-			BaseEnv: []string{"PATH=" + filepath.Dir(image) + ":" + os.Getenv("PATH"), "HOME=/"},
 			Logger:  slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		})
 		if err != nil {
@@ -156,24 +146,6 @@ func (e *kubeEnv) sharedDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-// copyFile copies an executable.
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // repoPath is path (slash-separated, from the repository root) from e2e/.
