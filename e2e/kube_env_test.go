@@ -88,7 +88,7 @@ func startKube(t testing.TB) *kubeEnv {
 		a, err := nodeagent.Start(context.Background(), nodeagent.Config{
 			RESTConfig: c.Config, NodeName: fmt.Sprintf("stoke-node-%d", i), Stoke: stokeBin,
 			InitBinary: containerInitBin, RootDir: root,
-			Logger:  slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		})
 		if err != nil {
 			logf.Close()
