@@ -455,7 +455,11 @@ func whileStoreUnavailable(wait, call context.Context, f func(ctx context.Contex
 	}
 }
 
-// storeDown reports whether err says the store could not be reached.
+// storeDown reports whether err says the store could not be reached, or
+// refused the call: a kube-apiserver that has just started answers 401 and
+// 403 until its authenticator and RBAC authorizer have synced, and a claim
+// refused then would leave its Run Scheduled for good.
 func storeDown(err error) bool {
-	return errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrDeadlineExceeded)
+	return errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrDeadlineExceeded) ||
+		errors.Is(err, errdefs.ErrPermissionDenied) || errors.Is(err, errdefs.ErrUnauthenticated)
 }
