@@ -331,14 +331,6 @@ func (o *objects[T]) await(bound time.Duration, cond func(map[string]T) bool) (m
 	}
 }
 
-// get is the object named name, if followed.
-func (o *objects[T]) get(name string) (T, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	v, ok := o.byName[name]
-	return v, ok
-}
-
 // watchRuns follows the Runs of runsNamespace whose labels match selector
 // ("" for all).
 func (e *kubeEnv) watchRuns(t testing.TB, selector string) *objects[*v1alpha1.Run] {
