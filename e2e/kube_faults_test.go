@@ -244,7 +244,8 @@ func controllerProcess(t *testing.T, pod string) int {
 	t.Helper()
 	var found []int
 	for _, p := range processes() {
-		if len(p.cmdline) < 2 || filepath.Base(p.cmdline[0]) != "stoke" || p.cmdline[1] != "controller" {
+		if len(p.cmdline) < 2 || filepath.Base(p.cmdline[0]) != "stoke" || p.cmdline[1] != "controller" ||
+			len(p.cmdline) > 2 && p.cmdline[2] == "probe" { // the exec probe, every 2 s
 			continue
 		}
 		env, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/environ")
