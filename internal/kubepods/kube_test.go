@@ -122,6 +122,18 @@ func (e *env) createPod(name string) *kubepodstest.Pod {
 	return kubepodstest.Create(e.t, e.kc, ns, "bash", name)
 }
 
+// sentinel creates a Ready Pod with a long Lease and awaits its PodReady:
+// the source handles events in order, so once it comes, the source has
+// seen what happened before.
+func (e *env) sentinel(name, ip string, slots int32) *kubepodstest.Pod {
+	e.t.Helper()
+	p := e.createPod(name)
+	p.SetReady(e.t, true, ip)
+	p.Renew(e.t, 60)
+	e.expect(podsource.PodReady, p.Pod, slots, "")
+	return p
+}
+
 // mustBeDeleted checks that the Pod is gone from the API (an unscheduled
 // Pod is removed at once; the source deletes before it sends PodGone).
 func (e *env) mustBeDeleted(pod *corev1.Pod) {
@@ -180,24 +192,16 @@ func TestPodTransitions(t *testing.T) {
 	}
 
 	// A Ready Pod whose runtimed stops renewing: fenced once its Lease
-	// duration has passed since the source last saw it renewed. (c and d,
-	// with long Leases, are sentinels: the source handles events in order,
-	// so their PodReady comes after it saw what happened before.)
+	// duration has passed since the source last saw it renewed.
 	b := e.createPod("bash-b")
 	b.SetReady(t, true, "127.0.0.3")
 	b.Renew(t, 10)
 	e.expect(podsource.PodReady, b.Pod, 5, "")
 	e.clk.Step(5 * time.Second)
 	b.Renew(t, 10) // seen at +5 s: fresh until +15 s
-	c := e.createPod("bash-c")
-	c.SetReady(t, true, "127.0.0.4")
-	c.Renew(t, 60)
-	e.expect(podsource.PodReady, c.Pod, 5, "")
+	c := e.sentinel("bash-c", "127.0.0.4", 5)
 	e.clk.Step(9 * time.Second)
-	d := e.createPod("bash-d")
-	d.SetReady(t, true, "127.0.0.5")
-	d.Renew(t, 60)
-	e.expect(podsource.PodReady, d.Pod, 5, "") // b still counts at +14 s
+	e.sentinel("bash-d", "127.0.0.5", 5) // b still counts at +14 s
 	e.clk.Step(2 * time.Second)
 	e.expect(podsource.PodGone, b.Pod, 0, podsource.ReasonLeaseExpired)
 	e.mustBeDeleted(b.Pod)
@@ -229,18 +233,10 @@ func TestNoFenceWhileTheAPIServerIsDown(t *testing.T) {
 	}
 	e.cluster.StartAPIServer(t)
 	e.clk.Step(time.Second) // the source reads again, and the API server answers
-	// Sentinels: the source handles its timer and its events in order, so
-	// each one's PodReady comes after what came before it.
-	d := e.createPod("bash-d")
-	d.SetReady(t, true, "127.0.0.5")
-	d.Renew(t, 60)
-	e.expect(podsource.PodReady, d.Pod, 3, "")
+	e.sentinel("bash-d", "127.0.0.5", 3)
 	e.clk.Step(9 * time.Second)
 	// b has not renewed since before the outage, yet it is still ready.
-	f := e.createPod("bash-f")
-	f.SetReady(t, true, "127.0.0.6")
-	f.Renew(t, 60)
-	e.expect(podsource.PodReady, f.Pod, 3, "")
+	e.sentinel("bash-f", "127.0.0.6", 3)
 	e.clk.Step(time.Second) // 10 s after the API server answered again
 	e.expect(podsource.PodGone, b.Pod, 0, podsource.ReasonLeaseExpired)
 }
