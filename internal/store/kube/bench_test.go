@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/kubetest"
 	"stoke.dev/stoke/internal/store/kube"
+	"stoke.dev/stoke/internal/store/storetest"
 )
 
 // BenchmarkRunLifecycle is a task Run's writes as the control plane makes
@@ -46,7 +46,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 
 	b.Run("Store", func(b *testing.B) {
 		s := open(b, c.Config, kube.Options{})
-		defer cpuPerOp(b)()
+		defer storetest.CPUPerOp(b)()
 		defer clusterCPUPerOp(b, c)()
 		for b.Loop() {
 			if err := lifecycle(ctx, s, "store-"); err != nil {
@@ -71,7 +71,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer cpuPerOp(b)()
+		defer storetest.CPUPerOp(b)()
 		defer clusterCPUPerOp(b, c)()
 		for b.Loop() {
 			r := &v1alpha1.Run{}
@@ -97,7 +97,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 			b.Fatal(err)
 		}
 		runs := dc.Resource(v1alpha1.SchemeGroupVersion.WithResource("runs")).Namespace("default")
-		defer cpuPerOp(b)()
+		defer storetest.CPUPerOp(b)()
 		defer clusterCPUPerOp(b, c)()
 		for b.Loop() {
 			in := benchRun("dynamic-")
@@ -128,7 +128,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 	b.Run("StoreParallel32", func(b *testing.B) {
 		s := open(b, c.Config, kube.Options{})
 		b.SetParallelism(16) // × GOMAXPROCS 2
-		defer cpuPerOp(b)()
+		defer storetest.CPUPerOp(b)()
 		defer clusterCPUPerOp(b, c)()
 		start := time.Now()
 		b.RunParallel(func(pb *testing.PB) {
@@ -210,24 +210,4 @@ func clusterCPU(b *testing.B, c *kubetest.Cluster) time.Duration {
 		}
 	}
 	return total
-}
-
-// cpuPerOp starts measuring the process's CPU time; the function it
-// returns reports it per operation. Use: defer cpuPerOp(b)().
-func cpuPerOp(b *testing.B) func() {
-	b.ReportAllocs()
-	start := cpuTime(b)
-	return func() {
-		if b.N > 0 {
-			b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
-		}
-	}
-}
-
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -4,40 +4,17 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
+	"stoke.dev/stoke/internal/store/storetest"
 )
 
 // The benchmarks use a Run of realistic size (about 1 KiB of JSON, an
 // inline script) on the default options, with one live watcher attached
 // like the control plane's informer, draining as fast as it can.
-
-// cpuPerOp starts measuring the process's CPU time (user + system, every
-// goroutine, the watcher's included); the function it returns reports it
-// per operation. Unlike ns/op it does not grow when other processes
-// compete for the machine's two cores. Use: defer cpuPerOp(b)().
-func cpuPerOp(b *testing.B) func() {
-	b.ReportAllocs()
-	start := cpuTime(b)
-	return func() {
-		if b.N > 0 {
-			b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
-		}
-	}
-}
-
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 func benchStore(b *testing.B, opts ...sqlite.Option) *sqlite.Store {
 	b.Helper()
@@ -62,7 +39,7 @@ func benchStore(b *testing.B, opts ...sqlite.Option) *sqlite.Store {
 func BenchmarkCreate(b *testing.B) {
 	ctx := context.Background()
 	s := benchStore(b)
-	defer cpuPerOp(b)()
+	defer storetest.CPUPerOp(b)()
 	i := 0
 	for b.Loop() {
 		if _, err := s.Runs().Create(ctx, newRun("default", fmt.Sprintf("run-%d", i))); err != nil {
@@ -79,7 +56,7 @@ func BenchmarkUpdateStatus(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cpuPerOp(b)()
+	defer storetest.CPUPerOp(b)()
 	for b.Loop() {
 		run.Status.Phase = v1alpha1.PhaseRunning
 		run.Status.Attempt++
@@ -98,7 +75,7 @@ func BenchmarkGet(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	defer cpuPerOp(b)()
+	defer storetest.CPUPerOp(b)()
 	i := 0
 	for b.Loop() {
 		if _, err := s.Runs().Get(ctx, "default", fmt.Sprintf("run-%d", i%n)); err != nil {
@@ -114,7 +91,7 @@ func BenchmarkGet(b *testing.B) {
 func BenchmarkRunLifecycle(b *testing.B) {
 	ctx := context.Background()
 	s := benchStore(b)
-	defer cpuPerOp(b)()
+	defer storetest.CPUPerOp(b)()
 	i := 0
 	for b.Loop() {
 		name := fmt.Sprintf("run-%d", i)
@@ -142,7 +119,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 func BenchmarkCreateParallel(b *testing.B) {
 	ctx := context.Background()
 	s := benchStore(b)
-	defer cpuPerOp(b)()
+	defer storetest.CPUPerOp(b)()
 	var next atomic.Int64
 	b.SetParallelism(16)
 	b.RunParallel(func(pb *testing.PB) {
