@@ -206,6 +206,9 @@ func (c *Cluster) configure(opts Options) error {
 			"--unsafe-no-fsync", "--log-level=warn",
 		},
 	}
+	// The default admission plugins stay on, among them
+	// ValidatingAdmissionPolicy, which deploy/'s runtimed policies need
+	// (they read the pod-uid and pod-name extras of Pod-bound tokens).
 	admission := "--disable-admission-plugins=ServiceAccount"
 	if opts.ControllerManager {
 		admission = "--enable-admission-plugins=NodeRestriction"

@@ -228,6 +228,11 @@ func (w *worker) removeFinalizer(ctx context.Context) {
 			if string(fresh.UID) != w.uid || !slices.Contains(fresh.Finalizers, Finalizer) {
 				return nil
 			}
+			if uid := fresh.Status.AssignedPodUID; uid != "" && uid != w.d.cfg.Pod.UID {
+				// Retried on another pod, whose runtimed now holds the
+				// finalizer (and in Kubernetes only it may remove it).
+				return nil
+			}
 			fresh.Finalizers = slices.DeleteFunc(fresh.Finalizers, func(f string) bool { return f == Finalizer })
 			_, err = w.d.cfg.Runs.Update(ctx, fresh)
 			return err

@@ -17,7 +17,9 @@ import (
 //   - runs/status get, update, patch: the status it writes;
 //   - leases get, create, update: its Pod's Lease.
 //
-// Nothing on Secrets, Pods, Runtimes, or anything cluster-wide.
+// Nothing on Secrets, Pods, Runtimes, or anything cluster-wide. RBAC
+// cannot narrow the writes to one Pod's Runs and Lease; the admission
+// policies of deploy/controller/runtimed-policy.yaml do.
 var RuntimedRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{v1alpha1.Group}, Resources: []string{"runs"}, Verbs: []string{"get", "list", "watch", "update"}},
 	{APIGroups: []string{v1alpha1.Group}, Resources: []string{"runs/status"}, Verbs: []string{"get", "update", "patch"}},
