@@ -34,11 +34,19 @@
 //     attempt at least 1, condition Scheduled=True, and Retrying=False when
 //     present.
 //
-// A Run that finds no free slot for UnschedulableAfter (so not the Runs of
-// a burst that a pod takes a moment later) gets phase Pending and condition
-// Scheduled=False with reason Unschedulable, written once. A slot freed by
-// a Run leaving a slot-holding phase, or a pod becoming ready, hands the
-// slot to the oldest waiting Run of that Runtime at once.
+// A slot freed by a Run leaving a slot-holding phase, or a pod becoming
+// ready, hands the slot to the oldest waiting Run of that Runtime at once.
+//
+// A waiting Run gets phase Pending and condition Scheduled=False with reason
+// Unschedulable, written once, when it has waited UnschedulableAfter and
+// its Runtime's pool is stuck: it has handed no slot to any Run for
+// UnschedulableAfter either (no ready pod, or every ready pod full with
+// nothing finishing). A Run queued behind others in a pool that is
+// draining is only waiting its turn, so it gets no such write: under load
+// that write would be one more API write per Run, for nothing. The Runs of
+// a burst that a pod takes a moment later get none either. A pool that gets
+// stuck later still gets its waiting Runs marked: a timer per pool checks
+// it UnschedulableAfter after the last slot it handed.
 //
 // A conflicting write is never retried blindly: the Run is decided again
 // from the informer once it shows the newer version.
@@ -88,8 +96,9 @@ const (
 
 // Default tunables.
 const (
-	// DefaultUnschedulableAfter is how long a Run may wait for a slot
-	// before the Unschedulable condition is written.
+	// DefaultUnschedulableAfter is how long a Run may wait for a slot,
+	// with its pool handing none out, before the Unschedulable condition
+	// is written.
 	DefaultUnschedulableAfter = time.Second
 	// DefaultWorkers is the number of concurrent status writes.
 	DefaultWorkers = 4
@@ -128,10 +137,10 @@ type Config struct {
 	// write goroutines: it must be fast and safe for concurrent use. This
 	// is the hook for the metrics layer.
 	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
-	// UnschedulableAfter is how long a Run waits for a slot before the
-	// Scheduled=False/Unschedulable condition (and phase Pending) is
-	// written; zero means DefaultUnschedulableAfter, negative means at
-	// once.
+	// UnschedulableAfter is how long a Run waits for a slot, and its pool
+	// hands no slot to any Run, before the Scheduled=False/Unschedulable
+	// condition (and phase Pending) is written; zero means
+	// DefaultUnschedulableAfter, negative means at once.
 	UnschedulableAfter time.Duration
 	// Workers is the number of concurrent status writes; zero means
 	// DefaultWorkers.
@@ -155,9 +164,12 @@ type Scheduler struct {
 	pools  map[informer.Key]*poolState
 	used   map[string]int // slots taken per pod UID, reservations included
 	dirty  map[informer.Key]struct{}
-	timers informer.Timers
-	seq    uint64
-	jobs   chan job
+	timers informer.Timers // Run keys
+	// poolTimers are pool keys (namespace and Runtime name), in a heap of
+	// their own since a Runtime and a Run may share a name.
+	poolTimers informer.Timers
+	seq        uint64
+	jobs       chan job
 }
 
 // New checks cfg and returns a Scheduler.
@@ -253,7 +265,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}()
 	for {
 		s.scheduleDirty(ctx)
-		next, ok := s.timers.Next()
+		next, ok := s.nextTimer()
 		if ok && !next.After(s.clk.Now()) {
 			// Already due (a timer armed now might not fire on a fake
 			// clock, and a round trip through the timer gains nothing).
@@ -309,13 +321,31 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
-// fireTimers syncs the Runs whose timers are due.
+// nextTimer is the earliest due time of a Run's or a pool's timer.
+func (s *Scheduler) nextTimer() (time.Time, bool) {
+	run, okRun := s.timers.Next()
+	pool, okPool := s.poolTimers.Next()
+	if okPool && (!okRun || pool.Before(run)) {
+		return pool, true
+	}
+	return run, okRun
+}
+
+// fireTimers syncs the Runs whose timers are due and checks the pools
+// whose timers are.
 func (s *Scheduler) fireTimers(ctx context.Context) {
-	for _, k := range s.timers.PopDue(s.clk.Now()) {
+	now := s.clk.Now()
+	for _, k := range s.timers.PopDue(now) {
 		if rs := s.runs[k]; rs != nil {
 			rs.timerAt = time.Time{}
 		}
 		s.sync(ctx, k)
+	}
+	for _, k := range s.poolTimers.PopDue(now) {
+		if p := s.pools[k]; p != nil {
+			p.checkAt = time.Time{}
+			s.checkStuck(ctx, p)
+		}
 	}
 }
 
@@ -364,8 +394,15 @@ type poolState struct {
 	rr      int
 	waiting runHeap
 	// due are waiting Runs whose Unschedulable condition is due, written
-	// after the next scheduling pass if they are still waiting then.
+	// after the next scheduling pass if they are still waiting then and
+	// the pool is still stuck.
 	due []*runState
+	// handedAt is when the pool last handed a slot to a Run (zero:
+	// never); the pool is stuck from handedAt + UnschedulableAfter.
+	handedAt time.Time
+	// checkAt is when the pool's timer will check whether it is stuck
+	// (zero: no check set).
+	checkAt time.Time
 	// runtimeConfirmed: the store said the Runtime exists although the
 	// informer did not have it yet.
 	runtimeConfirmed bool
@@ -504,9 +541,52 @@ func (s *Scheduler) decide(ctx context.Context, rs *runState, run *v1alpha1.Run)
 	}
 	if at := rs.since.Add(s.cfg.UnschedulableAfter); now.Before(at) {
 		s.after(rs, at)
-	} else if !rs.unschedQ {
+		return
+	}
+	if at := s.stuckAt(p); now.Before(at) {
+		// The pool is draining: the Run waits its turn.
+		s.afterPool(p, at)
+		return
+	}
+	if !rs.unschedQ {
 		rs.unschedQ = true
 		p.due = append(p.due, rs)
+	}
+}
+
+// stuckAt is when p counts as stuck if it hands out no slot until then.
+func (s *Scheduler) stuckAt(p *poolState) time.Time {
+	return p.handedAt.Add(s.cfg.UnschedulableAfter)
+}
+
+// afterPool makes the timer check p at t.
+func (s *Scheduler) afterPool(p *poolState, t time.Time) {
+	if !p.checkAt.IsZero() && !p.checkAt.After(t) {
+		return
+	}
+	p.checkAt = t
+	s.poolTimers.Push(t, p.key)
+}
+
+// checkStuck decides again the Runs of p that have waited
+// UnschedulableAfter, if p is stuck now; otherwise it checks p again when
+// it may be, as long as Runs wait in it.
+func (s *Scheduler) checkStuck(ctx context.Context, p *poolState) {
+	now := s.clk.Now()
+	if at := s.stuckAt(p); now.Before(at) {
+		if p.waiting.Len() > 0 {
+			s.afterPool(p, at)
+		}
+		return
+	}
+	var overdue []*runState
+	for _, rs := range p.waiting {
+		if !now.Before(rs.since.Add(s.cfg.UnschedulableAfter)) {
+			overdue = append(overdue, rs)
+		}
+	}
+	for _, rs := range overdue {
+		s.sync(ctx, rs.key)
 	}
 }
 
@@ -565,6 +645,7 @@ func (s *Scheduler) scheduleDirty(ctx context.Context) {
 }
 
 func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
+	now := s.clk.Now()
 	for p.waiting.Len() > 0 {
 		ps := s.pick(p)
 		if ps == nil {
@@ -577,10 +658,19 @@ func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
 		}
 		rs.reserved, rs.reservedBase = ps.pod.UID, run.ResourceVersion
 		s.setSlot(rs, ps.pod.UID)
+		p.handedAt = now
 		s.write(ctx, rs, run, job{kind: jobAssign, pod: ps.pod})
 	}
 	due := p.due
 	p.due = nil
+	if at := s.stuckAt(p); now.Before(at) && len(due) > 0 {
+		// This pass handed out a slot: the pool is draining after all.
+		for _, rs := range due {
+			rs.unschedQ = false
+		}
+		s.afterPool(p, at)
+		return
+	}
 	for _, rs := range due {
 		rs.unschedQ = false
 		if rs.index < 0 || rs.busy || s.runs[rs.key] != rs {
@@ -621,7 +711,8 @@ func (s *Scheduler) unschedulableMessage(p *poolState) string {
 	if len(p.pods) == 0 {
 		return fmt.Sprintf("runtime %s has no ready pod", p.key.Name)
 	}
-	return fmt.Sprintf("all %d ready pods of runtime %s are full", len(p.pods), p.key.Name)
+	return fmt.Sprintf("all %d ready pods of runtime %s are full and none has freed a slot for %v",
+		len(p.pods), p.key.Name, max(s.cfg.UnschedulableAfter, 0))
 }
 
 func podPool(p podsource.Pod) informer.Key {

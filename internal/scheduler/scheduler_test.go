@@ -629,7 +629,36 @@ func TestBackoffNotBefore(t *testing.T) {
 	}
 }
 
-func TestUnschedulableAfterDelay(t *testing.T) {
+// unschedulable reports whether r says it is unschedulable.
+func unschedulable(r *v1alpha1.Run) bool {
+	if r == nil || r.Status.Phase != v1alpha1.PhasePending {
+		return false
+	}
+	c := meta.FindStatusCondition(r.Status.Conditions, scheduler.ConditionScheduled)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == scheduler.ReasonUnschedulable
+}
+
+func isUnschedulable(name string) func(map[string]*v1alpha1.Run) bool {
+	return func(st map[string]*v1alpha1.Run) bool { return unschedulable(st[name]) }
+}
+
+// awaitTimer waits until the scheduler has armed its timer on fc, so that
+// a step of fc fires it. The fake clock has no event for that, so this
+// polls; the scheduler is the only user of fc's timers.
+func awaitTimer(t *testing.T, fc *testingclock.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !fc.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("the scheduler armed no timer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestUnschedulableNoReadyPod: a Run of a Runtime with no ready pod is
+// marked after the delay, not before.
+func TestUnschedulableNoReadyPod(t *testing.T) {
 	fc := testingclock.NewFakeClock(t0)
 	e := newEnv(t, envOptions{clock: fc, runtimes: []string{"bash"}, unschedulableAfter: 3 * time.Second})
 	e.create("r1", "bash")
@@ -639,12 +668,111 @@ func TestUnschedulableAfterDelay(t *testing.T) {
 	if r1 := e.track.get("r1"); r1.Status.Phase != "" {
 		t.Fatalf("r1 written before the delay: %+v", r1.Status)
 	}
+	awaitTimer(t, fc)
 	fc.Step(3 * time.Second)
-	e.track.waitFor("r1 pending", phaseIs("r1", v1alpha1.PhasePending))
+	e.track.waitFor("r1 unschedulable", isUnschedulable("r1"))
 	c := meta.FindStatusCondition(e.track.get("r1").Status.Conditions, scheduler.ConditionScheduled)
-	if c == nil || c.Reason != scheduler.ReasonUnschedulable || c.Message == "" {
-		t.Errorf("condition %+v", c)
+	if want := "runtime bash has no ready pod"; c.Message != want {
+		t.Errorf("message %q, want %q", c.Message, want)
 	}
+}
+
+// TestDrainingPoolWritesNoUnschedulable: Runs queued behind others in a
+// pool that keeps handing out slots wait longer than UnschedulableAfter,
+// and none is marked unschedulable.
+func TestDrainingPoolWritesNoUnschedulable(t *testing.T) {
+	fc := testingclock.NewFakeClock(t0)
+	e := newEnv(t, envOptions{
+		clock: fc, runtimes: []string{"bash"}, ready: []podsource.Pod{pod("bash", "a", 1)}, unschedulableAfter: 3 * time.Second,
+		invariant: func(state map[string]*v1alpha1.Run, ev store.Event[*v1alpha1.Run]) error {
+			if unschedulable(ev.Object) {
+				return fmt.Errorf("%s marked unschedulable in a draining pool at %v", ev.Object.Name, fc.Now())
+			}
+			return nil
+		},
+	})
+	const n = 5
+	for i := 1; i <= n; i++ {
+		e.create(fmt.Sprintf("r%d", i), "bash")
+	}
+	e.track.waitFor("r1 scheduled", phaseIs("r1", v1alpha1.PhaseScheduled))
+	// One slot, freed every 2 s: from the second step on, the Runs still
+	// queued have waited 4 s and more, longer than UnschedulableAfter,
+	// but the pool handed out a slot 2 s ago.
+	for i := 1; i < n; i++ {
+		fc.Step(2 * time.Second)
+		e.setStatus(fmt.Sprintf("r%d", i), func(st *v1alpha1.RunStatus) { st.Phase = v1alpha1.PhaseSucceeded })
+		next := fmt.Sprintf("r%d", i+1)
+		e.track.waitFor(next+" scheduled", phaseIs(next, v1alpha1.PhaseScheduled))
+	}
+	// An Unschedulable write of a Run is made before its assignment (the
+	// Run is not decided while its write is in flight), so the tracker
+	// has seen every such write by now; the invariant failed on any.
+	e.track.check()
+	for i := 2; i <= n; i++ {
+		// created, Scheduled, Succeeded (the last one is not finished).
+		want := 3
+		if i == n {
+			want = 2
+		}
+		if name := fmt.Sprintf("r%d", i); e.track.writesOf(name) != want {
+			t.Errorf("%s was written %d times, want %d (create, scheduled, succeeded)", name, e.track.writesOf(name), want)
+		}
+	}
+}
+
+// TestStuckPoolWritesUnschedulable: a full pod with nothing finishing gets
+// its waiting Runs marked once each after the delay; after it drained for
+// a while and gets stuck again, a Run that waits then is marked too, when
+// the pool has handed out nothing for the delay.
+func TestStuckPoolWritesUnschedulable(t *testing.T) {
+	fc := testingclock.NewFakeClock(t0)
+	e := newEnv(t, envOptions{clock: fc, runtimes: []string{"bash"}, ready: []podsource.Pod{pod("bash", "a", 1)}, unschedulableAfter: 3 * time.Second})
+	e.create("r1", "bash")
+	e.track.waitFor("r1 scheduled", phaseIs("r1", v1alpha1.PhaseScheduled))
+	e.create("r2", "bash")
+	e.create("r3", "bash")
+	e.create("barrier", "bash", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true })
+	e.track.waitFor("barrier cancelled", phaseIs("barrier", v1alpha1.PhaseCancelled))
+	awaitTimer(t, fc)
+	fc.Step(3 * time.Second) // t0+3s: r1 holds the slot since t0
+	e.track.waitFor("r2 and r3 unschedulable", func(st map[string]*v1alpha1.Run) bool {
+		return unschedulable(st["r2"]) && unschedulable(st["r3"])
+	})
+	c := meta.FindStatusCondition(e.track.get("r2").Status.Conditions, scheduler.ConditionScheduled)
+	if want := "all 1 ready pods of runtime bash are full and none has freed a slot for 3s"; c.Message != want {
+		t.Errorf("message %q, want %q", c.Message, want)
+	}
+
+	// The pool drains for a while: r2 at t0+3s, r3 at t0+5s.
+	e.setStatus("r1", func(st *v1alpha1.RunStatus) { st.Phase = v1alpha1.PhaseSucceeded })
+	e.track.waitFor("r2 scheduled", phaseIs("r2", v1alpha1.PhaseScheduled))
+	e.create("r4", "bash") // waits from t0+3s
+	e.create("barrier2", "bash", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true })
+	e.track.waitFor("barrier2 cancelled", phaseIs("barrier2", v1alpha1.PhaseCancelled))
+	awaitTimer(t, fc)
+	fc.Step(2 * time.Second)
+	e.setStatus("r2", func(st *v1alpha1.RunStatus) { st.Phase = v1alpha1.PhaseSucceeded })
+	e.track.waitFor("r3 scheduled", phaseIs("r3", v1alpha1.PhaseScheduled))
+	// t0+6s: r4 has waited 3 s, but the pool handed a slot 1 s ago; it is
+	// stuck from t0+8s. r3 holds the slot from then on.
+	awaitTimer(t, fc)
+	fc.Step(time.Second)
+	awaitTimer(t, fc) // the pool's check, armed by r4's timer
+	if unschedulable(e.track.get("r4")) {
+		t.Fatal("r4 marked unschedulable while the pool drained")
+	}
+	fc.Step(2 * time.Second)
+	e.track.waitFor("r4 unschedulable", isUnschedulable("r4"))
+
+	// Each was marked once: created, Unschedulable, then Scheduled and
+	// Succeeded as far as each got.
+	for name, want := range map[string]int{"r2": 4, "r3": 3, "r4": 2} {
+		if got := e.track.writesOf(name); got != want {
+			t.Errorf("%s was written %d times, want %d", name, got, want)
+		}
+	}
+	e.track.check()
 }
 
 func TestCancelPending(t *testing.T) {
