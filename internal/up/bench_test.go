@@ -89,7 +89,7 @@ func BenchmarkUpTasks300(b *testing.B) {
 	for i := range b.N {
 		prefix := fmt.Sprintf("b%d-", i)
 		ctx, cancel := context.WithCancel(context.Background())
-		terminal := watchTerminal(b, ctx, s, prefix, total)
+		terminal := watchTerminal(b, ctx, s, prefix, total, nil)
 		start := time.Now()
 		names := make(chan int)
 		var wg sync.WaitGroup
@@ -121,8 +121,9 @@ func BenchmarkUpTasks300(b *testing.B) {
 }
 
 // watchTerminal watches Runs named prefix* until total are terminal and
-// sends how many of them did not succeed.
-func watchTerminal(b *testing.B, ctx context.Context, s *server, prefix string, total int) <-chan int {
+// sends how many of them did not succeed. A non-nil tl records when the
+// watch first saw each Run in each phase.
+func watchTerminal(b *testing.B, ctx context.Context, s *server, prefix string, total int, tl *timeline) <-chan int {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/v1/namespaces/default/runs?watch=true", nil)
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	resp, err := s.client.Do(req)
@@ -137,8 +138,13 @@ func watchTerminal(b *testing.B, ctx context.Context, s *server, prefix string, 
 		sc.Buffer(nil, 8<<20)
 		for sc.Scan() {
 			var ev struct{ Object v1alpha1.Run }
-			if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.Object.Name, prefix) ||
-				!ev.Object.Status.Phase.Terminal() || seen[ev.Object.Name] {
+			if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.Object.Name, prefix) {
+				continue
+			}
+			if tl != nil {
+				tl.saw(&ev.Object, time.Now())
+			}
+			if !ev.Object.Status.Phase.Terminal() || seen[ev.Object.Name] {
 				continue
 			}
 			seen[ev.Object.Name] = true

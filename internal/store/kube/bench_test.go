@@ -39,7 +39,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 	// so that the first sub-benchmark does not pay for it.
 	warm := open(b, c.Config, kube.Options{})
 	for range 50 {
-		if err := lifecycle(ctx, warm, "warm-"); err != nil {
+		if err := storetest.Lifecycle(ctx, warm.Runs(), storetest.BenchRun("warm-")); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -49,7 +49,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 		defer storetest.CPUPerOp(b)()
 		defer clusterCPUPerOp(b, c)()
 		for b.Loop() {
-			if err := lifecycle(ctx, s, "store-"); err != nil {
+			if err := storetest.Lifecycle(ctx, s.Runs(), storetest.BenchRun("store-")); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -75,7 +75,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 		defer clusterCPUPerOp(b, c)()
 		for b.Loop() {
 			r := &v1alpha1.Run{}
-			if err := rc.Post().Namespace("default").Resource("runs").Body(benchRun("rest-")).Do(ctx).Into(r); err != nil {
+			if err := rc.Post().Namespace("default").Resource("runs").Body(storetest.BenchRun("rest-")).Do(ctx).Into(r); err != nil {
 				b.Fatal(err)
 			}
 			for _, p := range phases {
@@ -100,7 +100,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 		defer storetest.CPUPerOp(b)()
 		defer clusterCPUPerOp(b, c)()
 		for b.Loop() {
-			in := benchRun("dynamic-")
+			in := storetest.BenchRun("dynamic-")
 			in.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.KindRun))
 			obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(in)
 			if err != nil {
@@ -133,7 +133,7 @@ func BenchmarkRunLifecycle(b *testing.B) {
 		start := time.Now()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if err := lifecycle(ctx, s, "parallel-"); err != nil {
+				if err := storetest.Lifecycle(ctx, s.Runs(), storetest.BenchRun("parallel-")); err != nil {
 					b.Error(err)
 					return
 				}
@@ -141,40 +141,6 @@ func BenchmarkRunLifecycle(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "lifecycles/s")
 	})
-}
-
-// lifecycle is a task Run's writes through the store.
-func lifecycle(ctx context.Context, s *kube.Store, prefix string) error {
-	r, err := s.Runs().Create(ctx, benchRun(prefix))
-	if err != nil {
-		return err
-	}
-	for _, p := range []v1alpha1.Phase{v1alpha1.PhaseScheduled, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded} {
-		r.Status.Phase = p
-		if r, err = s.Runs().UpdateStatus(ctx, r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// benchRun is a task Run of realistic size, about 1 KiB of JSON with an
-// inline script, named by the API server after prefix.
-func benchRun(prefix string) *v1alpha1.Run {
-	r := &v1alpha1.Run{}
-	r.Namespace, r.GenerateName = "default", prefix
-	r.Labels = map[string]string{"stoke.dev/runtime": "bash"}
-	script := ""
-	for range 32 {
-		script += "echo hello world\n"
-	}
-	r.Spec = v1alpha1.RunSpec{
-		Runtime: "bash",
-		Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Entrypoint: "main.sh", Args: []string{"--flag", "value"}}},
-		Source:  &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "main.sh", Text: script}},
-		Env:     []v1alpha1.EnvVar{{Name: "GREETING", Value: "hello"}},
-	}
-	return r
 }
 
 // clusterCPUPerOp starts measuring the CPU time of the cluster's processes

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/store"
@@ -131,4 +132,28 @@ func BenchmarkCreateParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRunLifecycleParallel is a task Run's writes (create, then
+// Scheduled, Running, Succeeded) from 32 goroutines at once (16 per CPU
+// here): the rate at which the store's one serial write path takes whole
+// task Runs when writes share transactions, the ceiling of `stoke up`'s
+// task throughput on this machine ("lifecycles/s"; BenchmarkUpApply300
+// measures it beside its own figure).
+func BenchmarkRunLifecycleParallel(b *testing.B) {
+	ctx := context.Background()
+	s := benchStore(b)
+	defer storetest.CPUPerOp(b)()
+	var next atomic.Int64
+	b.SetParallelism(16)
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := storetest.Lifecycle(ctx, s.Runs(), storetest.BenchRun(fmt.Sprintf("run-%d", next.Add(1)))); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "lifecycles/s")
 }
