@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -62,12 +63,17 @@ func BenchmarkKube(b *testing.B) {
 			label := fmt.Sprintf("tp%d-%d", round, op)
 			runs := e.watchRuns(b, "e2e="+label)
 			before := e.apiWrites(b)
+			profiled := func() {}
+			if *kubePprof != "" {
+				profiled = e.profileAll(b, filepath.Join(*kubePprof, label), *kubePprofSeconds)
+			}
 			start := time.Now()
 			e.createConcurrently(b, label, n)
 			runs.until(b, loadBound+time.Duration(n)*50*time.Millisecond, "every task Succeeded", func(m map[string]*v1alpha1.Run) bool {
 				return countPhase(m, v1alpha1.PhaseSucceeded) == n
 			})
 			elapsed += time.Since(start)
+			profiled()
 			writes.add(e.apiWrites(b).minus(before))
 			b.Logf("%s: %s", label, phaseGaps(runs))
 			runs.close()

@@ -24,6 +24,7 @@ func TestKube(t *testing.T) {
 	}{
 		{"ExamplesWithKubectl", testExamplesWithKubectl},
 		{"HopRefusesStrangers", testHopRefusesStrangers},
+		{"Profiles", testProfiles},
 		{"FunctionSurvivesItsPod", testFunctionSurvivesItsPod},
 		{"LeaderKilled", testLeaderKilled},
 		{"APIServerStopped", testAPIServerStopped},

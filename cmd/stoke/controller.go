@@ -18,7 +18,7 @@ import (
 
 func newControllerCommand() *cobra.Command {
 	var cfg controller.Config
-	var kubeconfigPath string
+	var kubeconfigPath, debugSocket string
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the Kubernetes control plane: scheduler, reaper and Runtime reconciler, with leader election",
@@ -51,6 +51,11 @@ the API server authenticates and authorizes for GET /metrics.`,
 			if err != nil {
 				return err
 			}
+			stop, err := serveDebug(debugSocket)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return c.Run(cmd.Context())
 		},
 	}
@@ -66,6 +71,7 @@ the API server authenticates and authorizes for GET /metrics.`,
 	f.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", controller.DefaultRetryPeriod, "how often leader election renews or tries to acquire the Lease")
 	f.DurationVar(&cfg.NotReadyGrace, "not-ready-grace", kubepods.DefaultNotReadyGrace, "how long a runtime Pod may stay NotReady before its Runs are retried elsewhere and it is deleted")
 	f.DurationVar(&cfg.FinishedRunTTL, "finished-run-ttl", controlplane.DefaultFinishedRunTTL, "delete a finished Run this long after it finished, unless it sets ttlSecondsAfterFinished (0: keep it)")
+	f.StringVar(&debugSocket, "debug-socket", controller.DefaultDebugSocket, debugSocketUsage)
 	cmd.AddCommand(newControllerProbeCommand())
 	return cmd
 }

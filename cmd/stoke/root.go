@@ -34,6 +34,6 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newRuntimeServerCommand(), newLambdaRelayCommand())
 	root.AddCommand(newRunCommand(), newApplyCommand(), newGetCommand(), newDescribeCommand(),
 		newLogsCommand(), newInvokeCommand(), newExecCommand(), newCancelCommand(), newDeleteCommand())
-	root.AddCommand(newUpCommand(), newControllerCommand(), newRuntimedCommand(), newVersionCommand())
+	root.AddCommand(newUpCommand(), newControllerCommand(), newRuntimedCommand(), newVersionCommand(), newDebugCommand())
 	return root
 }

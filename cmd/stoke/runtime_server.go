@@ -15,7 +15,7 @@ import (
 
 func newRuntimeServerCommand() *cobra.Command {
 	var cfg server.Config
-	var containment string
+	var containment, debugSocket string
 	var lcfg lambda.Config
 	cmd := &cobra.Command{
 		Use:   "runtime-server",
@@ -52,6 +52,11 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 				defer srv.Close()
 				cfg.Adapter = srv
 			}
+			stop, err := serveDebug(debugSocket)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return server.Run(cmd.Context(), cfg)
 		},
 	}
@@ -76,6 +81,7 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 	f.DurationVar(&cfg.MaxTaskDuration, "max-task-duration", bounds.MaxTaskDuration, "largest one-shot execution timeout; 0 in a request means this")
 	f.DurationVar(&cfg.InitTimeout, "init-timeout", bounds.InitTimeout, "how long loading a handler may take before the registration fails")
 	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long work in flight may finish after SIGTERM")
+	f.StringVar(&debugSocket, "debug-socket", "", debugSocketUsage)
 	_ = cmd.MarkFlagRequired("workspace-root")
 	return cmd
 }

@@ -17,7 +17,7 @@ import (
 
 func newRuntimedCommand() *cobra.Command {
 	var cfg sidecar.Config
-	var kubeconfig string
+	var kubeconfig, debugSocket string
 	cmd := &cobra.Command{
 		Use:   "runtimed",
 		Short: "Run a runtime Pod's runtimed sidecar (Kubernetes mode)",
@@ -43,6 +43,11 @@ probe is 'stoke runtimed probe'.`,
 				}
 				cfg.Listen = net.JoinHostPort(ip, strconv.Itoa(sidecar.DefaultHopPort))
 			}
+			stop, err := serveDebug(debugSocket)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return sidecar.RunInCluster(cmd.Context(), kubeconfig, cfg)
 		},
 	}
@@ -57,6 +62,7 @@ probe is 'stoke runtimed probe'.`,
 	f.StringVar(&cfg.EndpointBase, "endpoint-base", "", "the gateway's base URL for a Ready function's status.endpoint (default: the path alone)")
 	f.DurationVar(&cfg.DefaultTaskTimeout, "default-task-timeout", 0, "the Runtime's spec.defaultTaskTimeout (0: the Runtime Server's maximum)")
 	f.DurationVar(&cfg.DefaultFunctionTimeout, "default-function-timeout", 0, "the Runtime's spec.defaultFunctionTimeout (0: no lifetime limit)")
+	f.StringVar(&debugSocket, "debug-socket", sidecar.DefaultDebugSocket, debugSocketUsage)
 	cmd.AddCommand(newRuntimedProbeCommand())
 	return cmd
 }

@@ -28,6 +28,9 @@ const (
 	// MetricsScrape bounds the metric families one process hands out on
 	// the metrics.v1 gRPC service (a Runtime Server's are a few KiB).
 	MetricsScrape = 1 << 20
+	// DebugProfile bounds one profile `stoke debug pprof` copies from a
+	// debug socket (a busy process's CPU profile is a few hundred KiB).
+	DebugProfile = 64 << 20
 
 	// Message bounds fatal_error, status.message and function error messages.
 	Message = 4 << 10

@@ -71,6 +71,9 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 	DefaultMetricsAddr   = ":8443"
 	DefaultProbeSocket   = "/var/run/stoke-controller/probe/probe.sock"
+	// DefaultDebugSocket is `stoke controller`'s --debug-socket: beside
+	// the probe socket, in its 0700 directory (internal/debugsock).
+	DefaultDebugSocket = "/var/run/stoke-controller/probe/debug.sock"
 	// userAgent names the controller's requests in the API server's logs
 	// and metrics.
 	userAgent = "stoke-controller"

@@ -21,22 +21,27 @@ import (
 )
 
 // Listen listens on the Unix socket path after making its directory
-// private (created if missing, then chmod 0700); it refuses a directory
-// it cannot make so. A stale socket file is replaced.
-func Listen(path string) (net.Listener, error) {
+// private (ListenPrivate).
+func Listen(path string) (net.Listener, error) { return ListenPrivate("probe socket", path) }
+
+// ListenPrivate listens on the Unix socket path after making its
+// directory private (created if missing, then chmod 0700); it refuses a
+// directory it cannot make so. A stale socket file is replaced. what
+// names the socket in errors.
+func ListenPrivate(what, path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("probe socket: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("probe socket: %s must be private to this user (0700): %w", dir, err)
+		return nil, fmt.Errorf("%s: %s must be private to this user (0700): %w", what, dir, err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("probe socket: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	lis, err := net.Listen("unix", path)
 	if err != nil {
-		return nil, fmt.Errorf("probe socket: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return lis, nil
 }

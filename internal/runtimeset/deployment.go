@@ -36,18 +36,23 @@ const (
 	RuntimeServer = "unix://" + RunDir + "/rs.sock"
 	// ProbeSocket is in a directory runtimed makes 0700 itself: a
 	// non-root container cannot chmod the emptyDir the kubelet made.
-	ProbeSocket     = RunDir + "/runtimed/probe.sock"
-	WorkspaceDir    = "/workspace"
-	TLSDir          = "/var/run/stoke-tls"
-	HopPort         = 7443
-	ServiceAccount  = "stoke-runtimed"
-	tokenDir        = "/var/run/secrets/kubernetes.io/serviceaccount"
-	tokenExpiry     = 3607 // what the ServiceAccount admission plugin asks for
-	volumeRun       = "run"
-	volumeWorkspace = "workspace"
-	volumeTLS       = "tls"
-	volumeToken     = "kube-api-access"
-	defaultImage    = "stoke"
+	ProbeSocket = RunDir + "/runtimed/probe.sock"
+	// RuntimedDebugSocket and RuntimeServerDebugSocket serve Go's
+	// profiles (internal/debugsock), each in a 0700 directory of its
+	// container's own.
+	RuntimedDebugSocket      = RunDir + "/runtimed/debug.sock"
+	RuntimeServerDebugSocket = RunDir + "/runtime-server/debug.sock"
+	WorkspaceDir             = "/workspace"
+	TLSDir                   = "/var/run/stoke-tls"
+	HopPort                  = 7443
+	ServiceAccount           = "stoke-runtimed"
+	tokenDir                 = "/var/run/secrets/kubernetes.io/serviceaccount"
+	tokenExpiry              = 3607 // what the ServiceAccount admission plugin asks for
+	volumeRun                = "run"
+	volumeWorkspace          = "workspace"
+	volumeTLS                = "tls"
+	volumeToken              = "kube-api-access"
+	defaultImage             = "stoke"
 )
 
 // selector is what a Runtime's Deployment selects; it never changes.
@@ -183,6 +188,7 @@ func runtimeServerArgs(rt *v1alpha1.Runtime) []string {
 		"--runtime", rt.Spec.Server,
 		"--listen", RuntimeServer,
 		"--workspace-root", WorkspaceDir,
+		"--debug-socket", RuntimeServerDebugSocket,
 	}
 	if t := rt.Spec.DefaultInvokeTimeout; t != nil && t.Duration > 0 {
 		args = append(args, "--default-invoke-timeout", t.Duration.String())
@@ -200,6 +206,7 @@ func runtimedArgs(rt *v1alpha1.Runtime) []string {
 		"--workspace-root", WorkspaceDir,
 		"--tls-dir", TLSDir,
 		"--probe-socket", ProbeSocket,
+		"--debug-socket", RuntimedDebugSocket,
 	}
 	if t := rt.Spec.DefaultTaskTimeout; t != nil && t.Duration > 0 {
 		args = append(args, "--default-task-timeout", t.Duration.String())

@@ -16,6 +16,10 @@ import (
 // Pod's run directory, which only the Pod's own user can enter.
 const DefaultProbeSocket = "/var/run/stoke/runtimed.sock"
 
+// DefaultDebugSocket is `stoke runtimed`'s --debug-socket, in a directory
+// runtimed makes 0700 (internal/debugsock).
+const DefaultDebugSocket = "/var/run/stoke/runtimed/debug.sock"
+
 // rsCheckTimeout bounds the Runtime Server health check a probe makes.
 const rsCheckTimeout = time.Second
 
