@@ -20,7 +20,8 @@
 // once the manager runs, "leader" while this replica leads — and
 // /metrics is served over HTTPS behind the Kubernetes authentication and
 // authorization filter (a TokenReview of the caller's bearer token, a
-// SubjectAccessReview of `get` on the non-resource URL /metrics).
+// SubjectAccessReview of `get` on the non-resource URL /metrics): no or a
+// bad token is 401, a caller without the right 403.
 package controller
 
 import (
@@ -43,7 +44,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -183,7 +183,7 @@ func New(cfg Config) (*Controller, error) {
 			BindAddress:    cfg.MetricsAddr,
 			SecureServing:  true,
 			CertDir:        cfg.MetricsCertDir,
-			FilterProvider: filters.WithAuthenticationAndAuthorization,
+			FilterProvider: metricsAuth(cfg.Logger),
 		}, rc, mgr.GetHTTPClient())
 		if err != nil {
 			return nil, fmt.Errorf("controller: metrics server: %w", err)

@@ -298,9 +298,9 @@ func metricsCert(t *testing.T) (string, *x509.CertPool) {
 	return dir, roots
 }
 
-// checkMetricsAuth scrapes /metrics with no token (401), with the token of
-// a ServiceAccount without RBAC (403), and with one bound to a ClusterRole
-// that may get /metrics (200).
+// checkMetricsAuth scrapes /metrics with no token and with a malformed one
+// (401), with the token of a ServiceAccount without RBAC (403), and with
+// one bound to a ClusterRole that may get /metrics (200).
 func checkMetricsAuth(t *testing.T, kc kubernetes.Interface, addr string, roots *x509.CertPool) {
 	if addr == "" {
 		t.Fatal("the metrics server has no address")
@@ -351,10 +351,10 @@ func checkMetricsAuth(t *testing.T, kc kubernetes.Interface, addr string, roots 
 	if code, _ := scrape(""); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", code)
 	}
-	// (controller-runtime's filter answers an invalid token with 500: the
-	// TokenReview says why it failed, which the filter takes for an error.)
-	if code, _ := scrape("not-a-token"); code == http.StatusOK {
-		t.Errorf("a bad token: %d", code)
+	// A TokenReview answers a malformed token with an error, which
+	// controller-runtime's own filter turns into 500.
+	if code, _ := scrape("not-a-token"); code != http.StatusUnauthorized {
+		t.Errorf("a malformed token: %d, want 401", code)
 	}
 	if code, _ := scrape(token("nobody")); code != http.StatusForbidden {
 		t.Errorf("a ServiceAccount without RBAC: %d, want 403", code)
