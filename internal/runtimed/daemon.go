@@ -318,7 +318,7 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool)
 	// that an attempt that failed leaves nothing behind for the next.
 	base, _ := w.current()
 	var updated *v1alpha1.Run
-	err := whileStoreUnavailable(ctx, ctx, func(ctx context.Context) error {
+	err := w.whileStoreUnavailable(ctx, ctx, "runs/status", func(ctx context.Context) error {
 		return store.RetryOnConflict(func() error {
 			run := base.DeepCopy()
 			if run.Status.AssignedPodUID != w.d.cfg.Pod.UID || run.Status.Phase.Terminal() || !mutate(run) {
@@ -431,16 +431,30 @@ const storeCallTimeout = 10 * time.Second
 // whileStoreUnavailable calls f, with a context derived from call and
 // bounded by storeCallTimeout, until the store answers it: while the store
 // is unreachable (errdefs.ErrUnavailable, or a call that ran out of time —
-// the API server is down or restarting) it tries again with backoff until
-// wait ends. runtimed's writes are the only record of what
-// happened on the pod (a task's exit and outputs, a function's
-// registration), so they wait for the store rather than being lost.
-func whileStoreUnavailable(wait, call context.Context, f func(ctx context.Context) error) error {
+// the API server is down or restarting) or refuses it (see storeDown) it
+// tries again with backoff until wait ends. runtimed's writes are the only
+// record of what happened on the pod (a task's exit and outputs, a
+// function's registration), so they wait for the store rather than being
+// lost. A refusal is logged, with resource (what f writes) and the error,
+// when it begins or changes and once when it ends: past an API server's
+// start it means runtimed's RBAC or credentials are wrong, and retried in
+// silence it would leave the Run stuck with nothing saying why.
+func (w *worker) whileStoreUnavailable(wait, call context.Context, resource string, f func(ctx context.Context) error) error {
 	backoff := 50 * time.Millisecond
+	var refused error // the refusal's category while one is being retried
 	for {
 		ctx, cancel := context.WithTimeout(call, storeCallTimeout)
 		err := f(ctx)
 		cancel()
+		if r := refusal(err); r != refused {
+			if r != nil {
+				w.log.Error("the store refuses runtimed's write; retrying (check runtimed's RBAC and its Pod's ServiceAccount token)",
+					"resource", resource, "error", err)
+			} else {
+				w.log.Info("the store no longer refuses runtimed's write", "resource", resource, "error", err)
+			}
+			refused = r
+		}
 		if !storeDown(err) {
 			return err
 		}
@@ -455,11 +469,21 @@ func whileStoreUnavailable(wait, call context.Context, f func(ctx context.Contex
 	}
 }
 
+// refusal is err's category when the store refused the call (401, 403),
+// nil otherwise.
+func refusal(err error) error {
+	for _, c := range []error{errdefs.ErrPermissionDenied, errdefs.ErrUnauthenticated} {
+		if errors.Is(err, c) {
+			return c
+		}
+	}
+	return nil
+}
+
 // storeDown reports whether err says the store could not be reached, or
 // refused the call: a kube-apiserver that has just started answers 401 and
 // 403 until its authenticator and RBAC authorizer have synced, and a claim
 // refused then would leave its Run Scheduled for good.
 func storeDown(err error) bool {
-	return errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrDeadlineExceeded) ||
-		errors.Is(err, errdefs.ErrPermissionDenied) || errors.Is(err, errdefs.ErrUnauthenticated)
+	return errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrDeadlineExceeded) || refusal(err) != nil
 }

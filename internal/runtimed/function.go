@@ -178,7 +178,7 @@ func (w *worker) markReady(ctx context.Context) bool {
 // updated Run, or nil when the Run is gone or being deleted.
 func (w *worker) addFinalizer(ctx context.Context, run *v1alpha1.Run) *v1alpha1.Run {
 	var updated *v1alpha1.Run
-	_ = whileStoreUnavailable(ctx, ctx, func(ctx context.Context) error {
+	_ = w.whileStoreUnavailable(ctx, ctx, "runs", func(ctx context.Context) error {
 		return store.RetryOnConflict(func() error {
 			if run.DeletionTimestamp != nil {
 				return nil
@@ -216,7 +216,7 @@ func (w *worker) addFinalizer(ctx context.Context, run *v1alpha1.Run) *v1alpha1.
 // ends (the daemon stops).
 func (w *worker) removeFinalizer(ctx context.Context) {
 	run, _ := w.current()
-	_ = whileStoreUnavailable(ctx, context.WithoutCancel(ctx), func(ctx context.Context) error {
+	_ = w.whileStoreUnavailable(ctx, context.WithoutCancel(ctx), "runs", func(ctx context.Context) error {
 		return store.RetryOnConflict(func() error {
 			fresh, err := w.d.cfg.Runs.Get(ctx, run.Namespace, run.Name)
 			if err != nil {

@@ -39,6 +39,19 @@ type env struct {
 
 func newEnv(t *testing.T, runtime string) *env {
 	t.Helper()
+	return newEnvWith(t, runtime, envOptions{})
+}
+
+// envOptions change what runtimed sees of the store and where it logs.
+type envOptions struct {
+	// runs wraps the store's Runs as runtimed sees them.
+	runs func(store.Resource[*v1alpha1.Run]) store.Resource[*v1alpha1.Run]
+	// log is runtimed's logger (default: warnings to stderr).
+	log *slog.Logger
+}
+
+func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
+	t.Helper()
 	dir := t.TempDir()
 	ws := filepath.Join(dir, "runs")
 	sock := filepath.Join(dir, "rs.sock")
@@ -66,7 +79,14 @@ func newEnv(t *testing.T, runtime string) *env {
 	}
 	pod := podsource.Pod{Namespace: "default", Runtime: runtime, Name: runtime + "-abcde", UID: "pod-uid-1", Server: runtime, Slots: 8,
 		Addr: "unix://" + sock, WorkspaceRoot: ws}
-	d := runtimed.New(runtimed.Config{Pod: pod, Runs: st.Runs(), Conn: conn, Logger: log, StatusPoll: 50 * time.Millisecond})
+	runs, dlog := st.Runs(), log
+	if opts.runs != nil {
+		runs = opts.runs(runs)
+	}
+	if opts.log != nil {
+		dlog = opts.log
+	}
+	d := runtimed.New(runtimed.Config{Pod: pod, Runs: runs, Conn: conn, Logger: dlog, StatusPoll: 50 * time.Millisecond})
 	w, err := st.Runs().Watch(ctx, store.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
