@@ -6,6 +6,7 @@ import (
 	"encoding/base32"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strconv"
@@ -67,7 +68,6 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 		Registration: &pb.FunctionRegistration{RunUid: uid},
 		InvocationId: invID, Input: body, ContentType: invokeContentType(r), TimeoutMillis: timeoutMs,
 	})
-	log := g.log.With("run_uid", uid, "invocation_id", invID)
 	if err != nil {
 		if st, ok := status.FromError(err); ok {
 			if st.Code() == codes.Unavailable {
@@ -79,7 +79,7 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 				err = errdefs.FromGRPC(err)
 			}
 		}
-		log.Info("invoke", "status", errdefs.HTTPStatus(err), "duration", time.Since(start), "error", err)
+		g.log.Info("invoke", "run_uid", uid, "invocation_id", invID, "status", errdefs.HTTPStatus(err), "duration", time.Since(start), "error", err)
 		writeError(w, err, invID)
 		return
 	}
@@ -93,7 +93,12 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(resp.GetOutput())
-	log.Debug("invoke", "status", http.StatusOK, "duration", time.Since(start))
+	// No logger derived per call: With formats its attributes even when
+	// nothing is logged.
+	if g.log.Enabled(ctx, slog.LevelDebug) {
+		g.log.LogAttrs(ctx, slog.LevelDebug, "invoke", slog.String("run_uid", uid), slog.String("invocation_id", invID),
+			slog.Int("status", http.StatusOK), slog.Duration("duration", time.Since(start)))
+	}
 }
 
 // invokeMargin is how much longer than an invocation's own timeout the

@@ -88,7 +88,6 @@ type Invocation struct {
 	RunUID   string
 	Input    []byte // valid JSON, at most bounds.InvokeBody
 	Deadline time.Time
-	Logger   *slog.Logger // carries run_uid and invocation_id
 	// Scope is the value of proc.ScopeEnv for the processes the call
 	// starts, so that any it leaves behind are traced to it and killed;
 	// "" when the server tracks no scopes.

@@ -505,7 +505,6 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 		r.mu.Unlock()
 	}()
 
-	log := r.log.With("invocation_id", invID)
 	r.lastActivity.Store(time.Now().UnixNano())
 	defer func() { r.lastActivity.Store(time.Now().UnixNano()) }()
 
@@ -538,7 +537,7 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 
 	deadline, _ := invCtx.Deadline()
 	start := time.Now()
-	call := Invocation{ID: invID, RunUID: r.uid, Input: input, Deadline: deadline, Logger: log}
+	call := Invocation{ID: invID, RunUID: r.uid, Input: input, Deadline: deadline}
 	if sc := f.cfg.Scopes; sc != nil {
 		call.Scope = r.id + "." + strconv.FormatUint(r.invocations.Add(1), 10)
 		sc.Begin(call.Scope)
@@ -556,15 +555,19 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 		if errors.As(err, &fe) {
 			fe.InvocationID = invID
 		}
-		log.Info("invocation failed", "duration", time.Since(start), "error", err)
+		r.log.Info("invocation failed", "invocation_id", invID, "duration", time.Since(start), "error", err)
 		return nil, err
 	}
 	out, err := checkOutput(res, invID)
 	if err != nil {
-		log.Info("invocation failed", "duration", time.Since(start), "error", err)
+		r.log.Info("invocation failed", "invocation_id", invID, "duration", time.Since(start), "error", err)
 		return nil, err
 	}
-	log.Debug("invocation done", "duration", time.Since(start))
+	// No logger derived per call: With formats its attributes even when
+	// nothing is logged.
+	if r.log.Enabled(ctx, slog.LevelDebug) {
+		r.log.LogAttrs(ctx, slog.LevelDebug, "invocation done", slog.String("invocation_id", invID), slog.Duration("duration", time.Since(start)))
+	}
 	return &pb.InvokeFunctionResponse{
 		Registration: r.ref(),
 		InvocationId: invID,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -205,7 +204,7 @@ type invokeCase struct {
 
 func checkInvoke(t *testing.T, in *instance, f *fixture, tt invokeCase) {
 	t.Helper()
-	res, err := invokeID(in, "inv-1", tt.input, invokeTimeout, f.log)
+	res, err := invokeID(in, "inv-1", tt.input, invokeTimeout)
 	if tt.errType != "" {
 		var fe *errdefs.FunctionError
 		if !errors.As(err, &fe) || fe.Type != tt.errType || !strings.Contains(fe.Message, tt.errMsg) ||
@@ -231,10 +230,10 @@ func checkInvoke(t *testing.T, in *instance, f *fixture, tt invokeCase) {
 }
 
 // invokeID invokes with a given invocation ID.
-func invokeID(in *instance, id, input string, timeout time.Duration, log *slog.Logger) (runtime.Result, error) {
+func invokeID(in *instance, id, input string, timeout time.Duration) (runtime.Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return in.Invoke(ctx, runtime.Invocation{ID: id, RunUID: "uid-1", Input: []byte(input), Logger: log.With("invocation_id", id)})
+	return in.Invoke(ctx, runtime.Invocation{ID: id, RunUID: "uid-1", Input: []byte(input)})
 }
 
 func TestStateIsolation(t *testing.T) {
@@ -454,7 +453,7 @@ func TestStderrFlood(t *testing.T) {
 	const size = 10 << 20
 	f := newFixture(t, map[string]string{"h.sh": `noisy() { head -c ` + strconv.Itoa(size) + ` /dev/zero | tr '\0' x >&2; echo '"done"'; }` + "\n"})
 	in := f.mustLoad("h.noisy")
-	res, err := invokeID(in, "noisy-1", `{}`, invokeTimeout, f.log)
+	res, err := invokeID(in, "noisy-1", `{}`, invokeTimeout)
 	if err != nil || string(res.Output) != "\"done\"\n" {
 		t.Fatalf("Invoke = %q, %v", res.Output, err)
 	}
@@ -482,7 +481,7 @@ func TestStderrAttribution(t *testing.T) {
 	f := newFixture(t, map[string]string{"h.sh": "echo loading >&2\nlog() { echo \"line of $STOKE_INVOCATION_ID\" >&2; printf 'partial' >&2; }\n"})
 	in := f.mustLoad("h.log")
 	for _, id := range []string{"first", "second"} {
-		if _, err := invokeID(in, id, `{}`, invokeTimeout, f.log); err != nil {
+		if _, err := invokeID(in, id, `{}`, invokeTimeout); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -548,7 +547,7 @@ func TestCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := in.Invoke(ctx, runtime.Invocation{ID: "c", Input: []byte(`{}`), Logger: f.log})
+		_, err := in.Invoke(ctx, runtime.Invocation{ID: "c", Input: []byte(`{}`)})
 		errc <- err
 	}()
 	select {
@@ -574,7 +573,7 @@ func TestCancelStress(t *testing.T) {
 	in := f.mustLoad("h.echo_fn")
 	for i := range 60 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%20)*100*time.Microsecond)
-		_, _ = in.Invoke(ctx, runtime.Invocation{ID: "x", Input: []byte(`"cancelled"`), Logger: f.log})
+		_, _ = in.Invoke(ctx, runtime.Invocation{ID: "x", Input: []byte(`"cancelled"`)})
 		cancel()
 		want := strconv.Quote("call " + strconv.Itoa(i))
 		res, err := f.invoke(in, want, invokeTimeout)
@@ -662,7 +661,7 @@ func TestClose(t *testing.T) {
 func TestEnvIsExact(t *testing.T) {
 	f := newFixture(t, map[string]string{"h.sh": `dump() { env -0 | sort -z | tr '\0' '\n'; }` + "\n"})
 	in := f.mustLoad("h.dump")
-	res, err := invokeID(in, "env-1", `{}`, invokeTimeout, f.log)
+	res, err := invokeID(in, "env-1", `{}`, invokeTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

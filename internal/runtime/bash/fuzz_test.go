@@ -44,7 +44,7 @@ func FuzzPayload(f *testing.F) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), invokeTimeout)
 		defer cancel()
-		res, err := in.Invoke(ctx, runtime.Invocation{ID: "fuzz", RunUID: "uid-1", Input: input, Logger: fx.log})
+		res, err := in.Invoke(ctx, runtime.Invocation{ID: "fuzz", RunUID: "uid-1", Input: input})
 		if err != nil {
 			t.Fatalf("Invoke: %v", err)
 		}

@@ -186,6 +186,5 @@ func (f *fixture) invoke(in *instance, input string, timeout time.Duration) (run
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	id := "inv-" + strconv.FormatInt(f.n.Add(1), 10)
-	return in.Invoke(ctx, runtime.Invocation{ID: id, RunUID: "uid-1", Input: []byte(input),
-		Logger: f.log.With("invocation_id", id)})
+	return in.Invoke(ctx, runtime.Invocation{ID: id, RunUID: "uid-1", Input: []byte(input)})
 }

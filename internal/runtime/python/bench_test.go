@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,7 +50,6 @@ func reportPercentiles(b *testing.B, lat []time.Duration, unit string) {
 // adapter: request framing, the worker's decode/call/encode, the response.
 func BenchmarkInvokeEcho(b *testing.B) {
 	dir := writeHandlers(b, map[string]string{"handler.py": echoHandler})
-	discard := slog.New(slog.DiscardHandler)
 	inst := loadSpec(b, New(Config{Interpreter: testInterpreter(b)}), testSpec(b, dir, "handler.handle", nil, nil))
 	input := []byte(`{"command":"status"}`)
 	lat := make([]time.Duration, 0, 1<<16)
@@ -60,7 +58,7 @@ func BenchmarkInvokeEcho(b *testing.B) {
 		// A fresh timeout per call, as the core does.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		deadline, _ := ctx.Deadline()
-		res, err := inst.Invoke(ctx, runtime.Invocation{ID: "inv-bench", RunUID: "run-test", Input: input, Deadline: deadline, Logger: discard})
+		res, err := inst.Invoke(ctx, runtime.Invocation{ID: "inv-bench", RunUID: "run-test", Input: input, Deadline: deadline})
 		cancel()
 		lat = append(lat, time.Since(start))
 		if err != nil || !bytes.Equal(res.Output, input) {

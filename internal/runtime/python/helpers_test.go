@@ -104,7 +104,6 @@ func invokeCtx(ctx context.Context, inst *instance, rec *recorder, id, input str
 	deadline, _ := ctx.Deadline()
 	return inst.Invoke(ctx, runtime.Invocation{
 		ID: id, RunUID: "run-test", Input: []byte(input), Deadline: deadline,
-		Logger: slog.New(rec.handler()).With("run_uid", "run-test", "invocation_id", id),
 	})
 }
 
