@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -99,6 +100,11 @@ func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.ReadBufferSize(connBuffer),
 		grpc.WriteBufferSize(connBuffer),
+		// A call runs on a goroutine that lives on, with the stack the
+		// previous calls grew, instead of a new one that grows its stack
+		// again on every call; when all are busy (exec and Wait streams)
+		// a new goroutine takes the call as before.
+		grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
 	}, opts...)
 	s := grpc.NewServer(opts...)
 	h := health.NewServer()
