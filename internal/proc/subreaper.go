@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -264,18 +265,23 @@ func scopeOf(pid int) string {
 // again with the pidfd open, so a pid reused meanwhile is never hit. It
 // returns how many it killed.
 func KillChildrenInScope(pid int, scope string) int {
-	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	// Called after every Python invocation: raw system calls into one
+	// buffer, as os.Open would also stat each file and try to register it
+	// with the poller, which costs more here than the reads.
+	var stack [4096]byte
+	base := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tids, err := readProc(base, stack[:0], true)
 	if err != nil {
 		return 0
 	}
 	n := 0
-	for _, t := range tasks {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/children")
+	for t := range bytes.FieldsSeq(tids) {
+		b, err := readProc(base+string(t)+"/children", nil, false)
 		if err != nil {
 			continue
 		}
-		for _, f := range strings.Fields(string(b)) {
-			child, err := strconv.Atoi(f)
+		for f := range bytes.FieldsSeq(b) {
+			child, err := strconv.Atoi(string(f))
 			if err != nil || scopeOf(child) != scope {
 				continue
 			}
@@ -285,6 +291,48 @@ func KillChildrenInScope(pid int, scope string) int {
 		}
 	}
 	return n
+}
+
+// readProc reads the /proc file at path into buf, or, with dir, the names
+// in the directory at path, each followed by a space.
+func readProc(path string, buf []byte, dir bool) ([]byte, error) {
+	flags := unix.O_RDONLY | unix.O_CLOEXEC
+	if dir {
+		flags |= unix.O_DIRECTORY
+	}
+	fd, err := unix.Open(path, flags, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var ents [2048]byte
+	for {
+		if !dir && len(buf) == cap(buf) {
+			buf = slices.Grow(buf, max(512, cap(buf)))
+		}
+		var k int
+		if dir {
+			k, err = unix.ReadDirent(fd, ents[:])
+		} else {
+			k, err = unix.Read(fd, buf[len(buf):cap(buf)])
+		}
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, err
+		case k == 0:
+			return buf, nil
+		case dir:
+			var names []string
+			_, _, names = unix.ParseDirent(ents[:k], -1, names)
+			for _, name := range names {
+				buf = append(append(buf, name...), ' ')
+			}
+		default:
+			buf = buf[:len(buf)+k]
+		}
+	}
 }
 
 // killChild sends SIGKILL to child if it is (still) a child of parent.
