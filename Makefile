@@ -51,7 +51,7 @@ bench:
 	$(BENCH) 'BootstrapEcho' -benchtime 500x ./internal/lambda/bootstrap/
 	$(BENCH) 'RegisterToReady' -benchtime 10x ./internal/lambda/
 	$(BENCH) 'LambdaInvoke' -benchtime 500x ./e2e/
-	$(BENCH) 'Kube/Throughput' -benchtime 1x -timeout 30m ./e2e/
+	$(BENCH) 'Kube/Throughput' -benchtime 1x -timeout 40m ./e2e/
 	$(BENCH) 'Kube/CreateToSucceeded' -benchtime 200x -timeout 30m ./e2e/
 	$(BENCH) 'Kube/FunctionReady' -benchtime 50x -timeout 30m ./e2e/
 

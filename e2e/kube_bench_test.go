@@ -15,9 +15,12 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/scheduler"
+	"stoke.dev/stoke/internal/store/kube"
 )
 
 // kubeTasks is how many tasks BenchmarkKube/Throughput creates per
@@ -54,10 +57,12 @@ func BenchmarkKube(b *testing.B) {
 	// Throughput: *kubeTasks `true` tasks created by 32 concurrent clients,
 	// from the first creation to the last one Succeeded; and the API
 	// server's writes per Run meanwhile, from every client.
+	// Its ceiling on this machine is BenchmarkKubeCeiling/Throughput,
+	// which the same -bench pattern runs next.
 	b.Run("Throughput", func(b *testing.B) {
 		n := *kubeTasks
 		var writes writeCounts
-		var elapsed time.Duration
+		var elapsed, cpu time.Duration
 		round := benchRound.Add(1)
 		for op := range b.N {
 			label := fmt.Sprintf("tp%d-%d", round, op)
@@ -67,12 +72,14 @@ func BenchmarkKube(b *testing.B) {
 			if *kubePprof != "" {
 				profiled = e.profileAll(b, filepath.Join(*kubePprof, label), *kubePprofSeconds)
 			}
+			cpuBefore := e.clusterCPU(b)
 			start := time.Now()
 			e.createConcurrently(b, label, n)
 			runs.until(b, loadBound+time.Duration(n)*50*time.Millisecond, "every task Succeeded", func(m map[string]*v1alpha1.Run) bool {
 				return countPhase(m, v1alpha1.PhaseSucceeded) == n
 			})
 			elapsed += time.Since(start)
+			cpu += e.clusterCPU(b) - cpuBefore
 			profiled()
 			writes.add(e.apiWrites(b).minus(before))
 			b.Logf("%s: %s", label, phaseGaps(runs))
@@ -81,9 +88,12 @@ func BenchmarkKube(b *testing.B) {
 		}
 		total := float64(n * b.N)
 		b.ReportMetric(total/elapsed.Seconds(), "runs/s")
-		b.ReportMetric(float64(writes.total())/total, "writes/run")
-		b.ReportMetric(float64(writes.resource("runs"))/total, "run-writes/run")
-		b.Logf("API server writes per Run (%d Runs, all clients): %s", int(total), writes.per(total))
+		b.ReportMetric(writes.total()/total, "writes/run")
+		b.ReportMetric(writes.resource("runs")/total, "run-writes/run")
+		b.ReportMetric(float64(cpu)/float64(time.Millisecond)/total, "cluster-cpu-ms/run")
+		b.Logf("API server writes per task Run (%d Runs, all clients): %s", int(total), writes.per(total, stokeWrites))
+		b.Logf("of which writes to Runs per Run: %.2f (runs and runs/status); cluster (etcd, API server, controller-manager, scheduler) CPU per Run: %.1f ms",
+			writes.resource("runs")/total, float64(cpu)/float64(time.Millisecond)/total)
 	})
 
 	// CreateToSucceeded: one `true` task at a time, from its creation to
@@ -108,7 +118,7 @@ func BenchmarkKube(b *testing.B) {
 		reportPercentiles(b, lat)
 		b.ReportMetric(float64(writes.total())/float64(b.N), "writes/run")
 		b.ReportMetric(float64(writes.resource("runs"))/float64(b.N), "run-writes/run")
-		b.Logf("API server writes per Run (%d sequential Runs, all clients): %s", b.N, writes.per(float64(b.N)))
+		b.Logf("API server writes per task Run (%d sequential Runs, all clients): %s", b.N, writes.per(float64(b.N), stokeWrites))
 		e.deleteLabelled(b, label)
 	})
 
@@ -137,6 +147,131 @@ func BenchmarkKube(b *testing.B) {
 		b.StopTimer()
 		reportPercentiles(b, lat)
 	})
+}
+
+// BenchmarkKubeCeiling/Throughput is the ceiling of
+// BenchmarkKube/Throughput on this machine: as many task Runs, created at
+// the same concurrency, each taken through the writes Stoke makes for it
+// (its creation, then three status writes with the content Stoke writes:
+// the scheduler's Scheduled, runtimed's Running and Succeeded) by the
+// benchmark itself through the Kubernetes store, one Run after the other
+// per client, on a cluster started as startKube starts it but without
+// Stoke: no controller, runtimed, Pods, node agents or watchers. It reports
+// lifecycles/s, the API server's writes per lifecycle (4, as a check), and
+// the cluster's CPU per lifecycle, for comparison with Throughput's
+// runs/s and cluster-cpu-ms/run. The sub-benchmark is named Throughput so
+// that `-bench 'Kube/Throughput'` runs it after BenchmarkKube/Throughput,
+// once that cluster is gone.
+func BenchmarkKubeCeiling(b *testing.B) {
+	e := startCluster(b)
+	s, err := kube.Open(e.cluster.Config, kube.Options{UserAgent: "stoke-bench-ceiling"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	// Warm the API server up (its CRD handler, CEL programs, watch
+	// cache), as installing Stoke and the Runtime does for Throughput.
+	warm := fmt.Sprintf("warm%d", benchRound.Add(1))
+	e.lifecycles(b, s, warm, 64)
+	e.deleteLabelled(b, warm)
+
+	b.Run("Throughput", func(b *testing.B) {
+		n := *kubeTasks
+		var writes writeCounts
+		var elapsed, cpu time.Duration
+		round := benchRound.Add(1)
+		for op := range b.N {
+			label := fmt.Sprintf("ceil%d-%d", round, op)
+			before := e.apiWrites(b)
+			cpuBefore := e.clusterCPU(b)
+			start := time.Now()
+			e.lifecycles(b, s, label, n)
+			elapsed += time.Since(start)
+			cpu += e.clusterCPU(b) - cpuBefore
+			writes.add(e.apiWrites(b).minus(before))
+			e.deleteLabelled(b, label)
+		}
+		total := float64(n * b.N)
+		b.ReportMetric(total/elapsed.Seconds(), "lifecycles/s")
+		b.ReportMetric(writes.total()/total, "writes/lifecycle")
+		b.ReportMetric(float64(cpu)/float64(time.Millisecond)/total, "cluster-cpu-ms/lifecycle")
+		b.Logf("API server writes per lifecycle (%d lifecycles, all clients): %s", int(total), writes.per(total, ceilingWrites))
+	})
+}
+
+// lifecycles takes n `true` task Runs labelled label through the writes
+// Stoke makes for each, benchConcurrency at a time, through s.
+func (e *kubeEnv) lifecycles(b *testing.B, s *kube.Store, label string, n int) {
+	b.Helper()
+	ctx := context.Background()
+	// A pod of the bench Runtime's shape, as the scheduler names it.
+	podName, podUID := benchRuntime+"-5d8f7c9b6-x2k4q", "3f6b2a1e-8c4d-4e7a-9b0f-1a2b3c4d5e6f"
+	lifecycle := func(name string) error {
+		r, err := s.Runs().Create(ctx, labelled(newRun(name, trueTask()), label))
+		if err != nil {
+			return err
+		}
+		// The scheduler's assignment.
+		now := metav1.Now()
+		r.Status.Phase, r.Status.AssignedPod, r.Status.AssignedPodUID, r.Status.Attempt = v1alpha1.PhaseScheduled, podName, podUID, 1
+		meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{
+			Type: scheduler.ConditionScheduled, Status: metav1.ConditionTrue, Reason: scheduler.ReasonScheduled,
+			Message: "attempt 1 assigned to pod " + podName, ObservedGeneration: r.Generation, LastTransitionTime: now,
+		})
+		if r, err = s.Runs().UpdateStatus(ctx, r); err != nil {
+			return err
+		}
+		// runtimed's claim.
+		now = metav1.Now()
+		r.Status.Phase, r.Status.StartTime = v1alpha1.PhaseRunning, &now
+		if r, err = s.Runs().UpdateStatus(ctx, r); err != nil {
+			return err
+		}
+		// runtimed's end.
+		now = metav1.Now()
+		exit := int32(0)
+		r.Status.Phase, r.Status.Reason, r.Status.CompletionTime, r.Status.ExitCode = v1alpha1.PhaseSucceeded, "Succeeded", &now, &exit
+		_, err = s.Runs().UpdateStatus(ctx, r)
+		return err
+	}
+	names := make(chan string)
+	errs := make(chan error, benchConcurrency)
+	var wg sync.WaitGroup
+	for range benchConcurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range names {
+				if err := lifecycle(name); err != nil {
+					errs <- fmt.Errorf("run %s: %w", name, err)
+					for range names { // drain, so that the feeder ends
+					}
+					return
+				}
+			}
+		}()
+	}
+	for i := range n {
+		names <- fmt.Sprintf("%s-%04d", label, i)
+	}
+	close(names)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// clusterCPU is the CPU time the cluster's processes (etcd, the API
+// server, the controller-manager and the scheduler; not Stoke's, which
+// run as the Pods' processes) used so far.
+func (e *kubeEnv) clusterCPU(b testing.TB) time.Duration {
+	b.Helper()
+	cpu, err := e.cluster.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cpu
 }
 
 // trueTask is a task that does nothing, on the bench Runtime.
@@ -289,8 +424,29 @@ func (w writeCounts) resource(resource string) float64 {
 	return t
 }
 
-// per lists the writes per n Runs, most first.
-func (w writeCounts) per(n float64) string {
+// stokeWrites says who makes each kind of write while Stoke runs Runs, for
+// the benchmarks' logs.
+var stokeWrites = map[string]string{
+	"runs POST":             "the benchmark's creations",
+	"runs/status PUT":       "Run status: the scheduler's Scheduled, and Unschedulable when a pool is stuck; runtimed's Running and end; retries after a conflict",
+	"runs DELETE":           "deletions",
+	"leases PUT":            "Lease renewals: runtimed's, one per runtime Pod; the node agents'; the controller's leader election; the API server's own",
+	"leases POST":           "Leases created",
+	"runtimes/status PATCH": "the controller's Runtime status: ready Pods, free slots",
+	"pods/status PATCH":     "the node agents' Pod status",
+	"events POST":           "Events",
+}
+
+// ceilingWrites says who makes each kind of write in BenchmarkKubeCeiling.
+var ceilingWrites = map[string]string{
+	"runs POST":       "the benchmark's creations",
+	"runs/status PUT": "the benchmark's three status writes per Run",
+	"leases PUT":      "the API server's own Lease",
+}
+
+// per lists the writes per n Runs, most first, each with who makes it
+// (sources).
+func (w writeCounts) per(n float64, sources map[string]string) string {
 	keys := make([]string, 0, len(w))
 	for k := range w {
 		keys = append(keys, k)
@@ -298,7 +454,11 @@ func (w writeCounts) per(n float64) string {
 	sort.Slice(keys, func(i, j int) bool { return w[keys[i]] > w[keys[j]] })
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.2f", k, w[k]/n))
+		part := fmt.Sprintf("%s %.2f", k, w[k]/n)
+		if src := sources[k]; src != "" {
+			part += " (" + src + ")"
+		}
+		parts = append(parts, part)
 	}
 	return fmt.Sprintf("%.2f in all: %s", w.total()/n, strings.Join(parts, ", "))
 }

@@ -69,15 +69,8 @@ type kubeEnv struct {
 func startKube(t testing.TB) *kubeEnv {
 	t.Helper()
 	began := time.Now()
-	c := kubetest.Start(t, kubetest.Options{ControllerManager: true, Scheduler: true})
-	e := &kubeEnv{cluster: c}
-	var err error
-	if e.kube, err = kubernetes.NewForConfig(c.Config); err != nil {
-		t.Fatal(err)
-	}
-	if e.stoke, err = stokeClient(c.Config); err != nil {
-		t.Fatal(err)
-	}
+	e := startCluster(t)
+	c := e.cluster
 	e.hostDir = hostDir(t)
 	for i := 1; i <= kubeNodes; i++ {
 		root := t.TempDir()
@@ -109,6 +102,22 @@ func startKube(t testing.TB) *kubeEnv {
 	e.apply(t, "deploy/examples")
 	e.awaitRuntimesReady(t, installBound)
 	t.Logf("stoke installed in %v", time.Since(began).Round(time.Millisecond))
+	return e
+}
+
+// startCluster starts the cluster startKube installs Stoke into, and
+// nothing else, with the admin's clients; it stops when t ends.
+func startCluster(t testing.TB) *kubeEnv {
+	t.Helper()
+	c := kubetest.Start(t, kubetest.Options{ControllerManager: true, Scheduler: true})
+	e := &kubeEnv{cluster: c}
+	var err error
+	if e.kube, err = kubernetes.NewForConfig(c.Config); err != nil {
+		t.Fatal(err)
+	}
+	if e.stoke, err = stokeClient(c.Config); err != nil {
+		t.Fatal(err)
+	}
 	return e
 }
 

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/procfs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -463,4 +464,24 @@ func (c *Cluster) Pids() []int {
 		}
 	}
 	return pids
+}
+
+// CPU is the user and system CPU time the cluster's components, as last
+// started, have used so far (from /proc, in the kernel's 10 ms ticks):
+// benchmarks divide its growth by their operations to say what each cost
+// the API server and etcd.
+func (c *Cluster) CPU() (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range c.Pids() {
+		p, err := procfs.NewProc(pid)
+		if err != nil {
+			return 0, fmt.Errorf("cluster CPU: %w", err)
+		}
+		st, err := p.Stat()
+		if err != nil {
+			return 0, fmt.Errorf("cluster CPU of process %d: %w", pid, err)
+		}
+		total += time.Duration(st.CPUTime() * float64(time.Second))
+	}
+	return total, nil
 }

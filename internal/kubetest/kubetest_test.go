@@ -100,6 +100,10 @@ func TestCluster(t *testing.T) {
 		if got := c.Kubectl(t, "get", "deployment", "web", "-o", "jsonpath={.spec.replicas}"); got != "1" {
 			t.Errorf("kubectl get deployment web: replicas %q; want 1", got)
 		}
+		// Starting the API server alone takes seconds of CPU.
+		if cpu, err := c.CPU(); err != nil || cpu < 100*time.Millisecond {
+			t.Errorf("the cluster's CPU time: %v, %v; want seconds", cpu, err)
+		}
 
 		c.StopAPIServer(t)
 		if _, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
