@@ -63,6 +63,7 @@ func BenchmarkKube(b *testing.B) {
 		n := *kubeTasks
 		var writes writeCounts
 		var elapsed, cpu time.Duration
+		var stokeCPU cpuTimes
 		round := benchRound.Add(1)
 		for op := range b.N {
 			label := fmt.Sprintf("tp%d-%d", round, op)
@@ -72,7 +73,7 @@ func BenchmarkKube(b *testing.B) {
 			if *kubePprof != "" {
 				profiled = e.profileAll(b, filepath.Join(*kubePprof, label), *kubePprofSeconds)
 			}
-			cpuBefore := e.clusterCPU(b)
+			cpuBefore, procsBefore := e.clusterCPU(b), e.cpu(b)
 			start := time.Now()
 			e.createConcurrently(b, label, n)
 			runs.until(b, loadBound+time.Duration(n)*50*time.Millisecond, "every task Succeeded", func(m map[string]*v1alpha1.Run) bool {
@@ -80,6 +81,7 @@ func BenchmarkKube(b *testing.B) {
 			})
 			elapsed += time.Since(start)
 			cpu += e.clusterCPU(b) - cpuBefore
+			stokeCPU.add(e.cpu(b).minus(procsBefore))
 			profiled()
 			writes.add(e.apiWrites(b).minus(before))
 			b.Logf("%s: %s", label, phaseGaps(runs))
@@ -94,6 +96,8 @@ func BenchmarkKube(b *testing.B) {
 		b.Logf("API server writes per task Run (%d Runs, all clients): %s", int(total), writes.per(total, stokeWrites))
 		b.Logf("of which writes to Runs per Run: %.2f (runs and runs/status); cluster (etcd, API server, controller-manager, scheduler) CPU per Run: %.1f ms",
 			writes.resource("runs")/total, float64(cpu)/float64(time.Millisecond)/total)
+		b.ReportMetric(float64(stokeCPU.stoke())/float64(time.Millisecond)/total, "stoke-cpu-ms/run")
+		b.Logf("CPU ms per Run by process (%d Runs, from the first creation to the last Succeeded): %s", int(total), stokeCPU.per(total))
 	})
 
 	// CreateToSucceeded: one `true` task at a time, from its creation to
