@@ -123,7 +123,7 @@ func (r *resource[T]) Get(ctx context.Context, namespace, name string) (T, error
 		return zero, r.errorf(namespace, name, errdefs.ErrInvalidArgument, "get: the name is empty")
 	}
 	out := r.k.new()
-	if err := r.rc.Get().Namespace(namespace).Resource(r.k.resource).Name(name).Do(ctx).Into(out); err != nil {
+	if err := into(r.rc.Get().Namespace(namespace).Resource(r.k.resource).Name(name).Do(ctx), out); err != nil {
 		return zero, r.fail("get", namespace, name, err)
 	}
 	return r.clean(out), nil
@@ -149,7 +149,7 @@ func (r *resource[T]) List(ctx context.Context, opts store.ListOptions) ([]T, st
 		req = req.Param("fieldSelector", sel)
 	}
 	list := r.k.newList()
-	if err := req.Do(ctx).Into(list); err != nil {
+	if err := into(req.Do(ctx), list); err != nil {
 		return nil, "", r.failList(opts.Namespace, err)
 	}
 	items := r.k.items(list)
@@ -221,13 +221,24 @@ func (r *resource[T]) Create(ctx context.Context, in T) (T, error) {
 	}
 	obj.SetManagedFields(nil)
 	out := r.k.new()
-	if err := r.rc.Post().Namespace(namespace).Resource(r.k.resource).Body(obj).Do(ctx).Into(out); err != nil {
+	if err := into(r.rc.Post().Namespace(namespace).Resource(r.k.resource).Body(obj).Do(ctx), out); err != nil {
 		if name == "" {
 			name = obj.GetGenerateName() + "*"
 		}
 		return zero, r.fail("create", namespace, name, err)
 	}
 	return r.clean(out), nil
+}
+
+// into decodes a successful answer into out (decodeInto), or returns the
+// request's error, the API server's Status when its body holds one (as
+// Result.Into does).
+func into(res rest.Result, out any) error {
+	body, err := res.Raw()
+	if err != nil {
+		return res.Error()
+	}
+	return decodeInto(body, out)
 }
 
 // isNil reports whether a typed pointer in an interface-constrained
@@ -279,7 +290,7 @@ func (r *resource[T]) put(ctx context.Context, in T, verb, subresource string) (
 		req = req.SubResource(subresource)
 	}
 	out := r.k.new()
-	if err := req.Body(obj).Do(ctx).Into(out); err != nil {
+	if err := into(req.Body(obj).Do(ctx), out); err != nil {
 		return zero, r.fail(verb, namespace, name, err)
 	}
 	return r.clean(out), nil

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -87,7 +88,7 @@ func (r *resource[T]) Watch(ctx context.Context, opts store.WatchOptions) (store
 		return nil, err
 	}
 	if err := r.s.addWatch(); err != nil {
-		stream.Stop()
+		stream.close()
 		w.cancel()
 		return nil, err
 	}
@@ -114,8 +115,9 @@ func (r *resource[T]) currentVersion(ctx context.Context, namespace, selector st
 }
 
 // openWatch starts an API watch after version rv, with bookmarks, which
-// keep the version to resume from recent while no event matches.
-func (r *resource[T]) openWatch(ctx context.Context, rv, namespace, selector string) (watch.Interface, error) {
+// keep the version to resume from recent while no event matches. Its
+// events are read and decoded on the caller's goroutine (eventReader).
+func (r *resource[T]) openWatch(ctx context.Context, rv, namespace, selector string) (*eventReader[T], error) {
 	req := r.rc.Get().Resource(r.k.resource).
 		Param("watch", "true").
 		Param("allowWatchBookmarks", "true").
@@ -129,11 +131,11 @@ func (r *resource[T]) openWatch(ctx context.Context, rv, namespace, selector str
 	if r.s.watchTimeout > 0 {
 		req = req.Param("timeoutSeconds", strconv.FormatInt(r.s.watchTimeout, 10))
 	}
-	stream, err := req.Watch(ctx)
+	body, err := req.Stream(ctx)
 	if err != nil {
 		return nil, r.failWatch(namespace, err)
 	}
-	return stream, nil
+	return newEventReader[T](body), nil
 }
 
 // failWatch is failList for watches.
@@ -152,7 +154,7 @@ func (w *watcher[T]) Stop() {
 
 // run forwards the API watch's events until the watch ends, resuming it
 // from the last version seen each time the API server ends it.
-func (w *watcher[T]) run(stream watch.Interface) {
+func (w *watcher[T]) run(stream *eventReader[T]) {
 	defer func() {
 		close(w.out)
 		close(w.exited)
@@ -161,7 +163,7 @@ func (w *watcher[T]) run(stream watch.Interface) {
 	pause := time.Duration(0)
 	for {
 		progressed, err := w.pump(stream)
-		stream.Stop()
+		stream.close()
 		if w.ctx.Err() != nil {
 			return
 		}
@@ -189,41 +191,32 @@ func (w *watcher[T]) run(stream watch.Interface) {
 
 // pump forwards one API watch's events until it ends. It reports whether
 // the watch delivered anything, and the error that ends the whole watch
-// (nil when the API server just closed the stream, or the watch was
-// stopped).
-func (w *watcher[T]) pump(stream watch.Interface) (progressed bool, err error) {
+// (nil when the API server just closed the stream, the connection broke,
+// or the watch was stopped).
+func (w *watcher[T]) pump(stream *eventReader[T]) (progressed bool, err error) {
 	for {
-		var (
-			ev watch.Event
-			ok bool
-		)
-		select {
-		case ev, ok = <-stream.ResultChan():
-		case <-w.ctx.Done():
+		typ, obj, err := stream.read(w.r.k.new)
+		var status apierrors.APIStatus
+		switch {
+		case w.ctx.Err() != nil, errors.Is(err, errStreamEnded):
 			return progressed, nil
-		}
-		if !ok {
-			return progressed, nil
-		}
-		switch ev.Type {
-		case watch.Bookmark:
-			if obj, isT := ev.Object.(T); isT {
-				w.rv = obj.GetResourceVersion()
-				progressed = true
-			}
-		case watch.Error:
-			err := apierrors.FromObject(ev.Object)
+		case errors.As(err, &status):
 			return progressed, w.r.failWatch(w.namespace, err)
-		case watch.Added, watch.Modified, watch.Deleted:
-			obj, isT := ev.Object.(T)
-			if !isT {
-				return progressed, fmt.Errorf("watch %ss: unexpected %T in a %s event: %w", w.r.k.noun, ev.Object, ev.Type, errdefs.ErrInternal)
-			}
+		case err != nil:
+			return progressed, fmt.Errorf("watch %ss: %w", w.r.k.noun, err)
+		}
+		switch typ {
+		case watch.Bookmark:
 			w.rv = obj.GetResourceVersion()
 			progressed = true
-			if !w.send(store.Event[T]{Type: store.EventType(ev.Type), Object: w.r.clean(obj)}) {
+		case watch.Added, watch.Modified, watch.Deleted:
+			w.rv = obj.GetResourceVersion()
+			progressed = true
+			if !w.send(store.Event[T]{Type: store.EventType(typ), Object: w.r.clean(obj)}) {
 				return progressed, nil
 			}
+		default:
+			return progressed, fmt.Errorf("watch %ss: unexpected event type %q: %w", w.r.k.noun, typ, errdefs.ErrInternal)
 		}
 	}
 }
