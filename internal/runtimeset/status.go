@@ -24,9 +24,6 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 )
 
-// IndexRunRuntime is the manager cache's index of Runs by spec.runtime.
-const IndexRunRuntime = "spec.runtime"
-
 // Status is a Runtime's status computed from its Pods and the Runs of its
 // namespace: ready Pods (Ready condition true, not being deleted), and the
 // free slots of those Pods — spec.runs each, less the Runs assigned to it
@@ -86,13 +83,12 @@ type statusWriter struct {
 	written map[types.NamespacedName]time.Time
 }
 
+// setupStatus adds the "runtime-status" controller. The manager's cache
+// starts its informer of Runs when the controller starts, on the leader
+// only: a field index of Runs would start it at once on every replica, and
+// the standby would decode every Run event for nothing, so Reconcile
+// lists the namespace's Runs and Status picks the Runtime's.
 func setupStatus(mgr ctrl.Manager, opts Options) error {
-	err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Run{}, IndexRunRuntime, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.Run).Spec.Runtime}
-	})
-	if err != nil {
-		return fmt.Errorf("index runs by runtime: %w", err)
-	}
 	w := &statusWriter{client: mgr.GetClient(), opts: opts, written: map[types.NamespacedName]time.Time{}}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("runtime-status").
@@ -163,7 +159,7 @@ func (w *statusWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		return ctrl.Result{}, fmt.Errorf("runtime %s: list pods: %w", req, err)
 	}
 	var runs v1alpha1.RunList
-	if err := w.client.List(ctx, &runs, client.InNamespace(rt.Namespace), client.MatchingFields{IndexRunRuntime: rt.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := w.client.List(ctx, &runs, client.InNamespace(rt.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("runtime %s: list runs: %w", req, err)
 	}
 	st := Status(&rt, pods.Items, runs.Items)
