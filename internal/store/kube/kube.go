@@ -46,6 +46,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,6 +78,12 @@ const (
 	DefaultBurst = 1000
 )
 
+// DefaultFieldManager is the field manager of every Stoke writer: the
+// scheduler's and runtimed's status writes then share one managedFields
+// entry, which the API server rewrites in place, instead of one entry
+// per component, stored, sent to every watcher and merged on every write.
+const DefaultFieldManager = "stoke"
+
 // Options configures New. The zero value uses DefaultQPS and DefaultBurst.
 type Options struct {
 	// QPS and Burst are the client-side rate limit of the store's requests
@@ -84,9 +91,12 @@ type Options struct {
 	// DefaultBurst; a negative QPS disables the limit.
 	QPS   float32
 	Burst int
-	// UserAgent names the store's requests in the API server's logs,
-	// metrics and managedFields; empty means client-go's default.
+	// UserAgent names the store's requests in the API server's logs and
+	// metrics; empty means client-go's default.
 	UserAgent string
+	// FieldManager names the store's writes in the objects'
+	// managedFields; empty means DefaultFieldManager.
+	FieldManager string
 	// WatchTimeout asks the API server to end each watch request after
 	// this long (timeoutSeconds, whole seconds); the store resumes the
 	// watch from the last version it saw, so its consumer sees no break.
@@ -103,11 +113,12 @@ type Options struct {
 // Store is a store.Store over the Kubernetes API. It is safe for
 // concurrent use.
 type Store struct {
-	runs     *resource[*v1alpha1.Run]
-	runtimes *resource[*v1alpha1.Runtime]
-	httpc    *http.Client
-	log      *slog.Logger
-	clock    clock.Clock
+	runs         *resource[*v1alpha1.Run]
+	runtimes     *resource[*v1alpha1.Runtime]
+	httpc        *http.Client
+	log          *slog.Logger
+	clock        clock.Clock
+	fieldManager string
 	// watchTimeout is Options.WatchTimeout in whole seconds, 0 for none.
 	watchTimeout int64
 
@@ -167,7 +178,8 @@ func Open(cfg *rest.Config, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("kube store: rest client: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{httpc: httpc, log: logging.OrDiscard(opts.Logger), clock: opts.Clock, ctx: ctx, cancel: cancel}
+	s := &Store{httpc: httpc, log: logging.OrDiscard(opts.Logger), clock: opts.Clock, ctx: ctx, cancel: cancel,
+		fieldManager: cmp.Or(opts.FieldManager, DefaultFieldManager)}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}

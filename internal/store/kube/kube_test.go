@@ -1,7 +1,9 @@
 package kube_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -73,6 +75,7 @@ func TestAPIServer(t *testing.T) {
 	})
 	t.Run("WatchResumes", func(t *testing.T) { testWatchResumes(t, c) })
 	t.Run("TooLarge", func(t *testing.T) { testTooLarge(t, c) })
+	t.Run("OneFieldManager", func(t *testing.T) { testOneFieldManager(t, c) })
 	// Last: it deletes the Runtime CRD.
 	t.Run("NotServed", func(t *testing.T) { testNotServed(t, c) })
 }
@@ -195,6 +198,58 @@ func testTooLarge(t *testing.T, c *kubetest.Cluster) {
 	if !errors.Is(err, errdefs.ErrTooLarge) || !strings.Contains(err.Error(), "run default/huge") {
 		t.Fatalf("create of a 4 MiB Run: %v, want ErrTooLarge naming run default/huge", err)
 	}
+}
+
+// testOneFieldManager checks that the scheduler's and runtimed's writes,
+// made through stores with their own user agents, leave one managedFields
+// entry for the object and one for its status, both the store's field
+// manager's; and says what one manager per component would cost.
+func testOneFieldManager(t *testing.T, c *kubetest.Cluster) {
+	shared, sharedSize := writeWithManagers(t, c, "", "")
+	if len(shared) != 2 || shared[0].Manager != kube.DefaultFieldManager || shared[1].Manager != kube.DefaultFieldManager || shared[0].Subresource == shared[1].Subresource {
+		t.Fatalf("managedFields %+v, want one entry of %q for the object and one for its status", shared, kube.DefaultFieldManager)
+	}
+	apart, apartSize := writeWithManagers(t, c, "stoke-controller", "stoke-runtimed")
+	if len(apart) != 3 {
+		t.Fatalf("managedFields with a manager per component: %+v, want 3 entries", apart)
+	}
+	t.Logf("a Succeeded Run with its managedFields: %d bytes of JSON with one field manager, %d with one per component", sharedSize, apartSize)
+}
+
+type managedEntry struct{ Manager, Operation, Subresource string }
+
+// writeWithManagers makes a task Run's writes as the controller (create,
+// Scheduled) and runtimed (Running, Succeeded) make them, through stores
+// with their own user agents and the field managers given, and returns
+// the Run's managedFields and the size of its JSON.
+func writeWithManagers(t *testing.T, c *kubetest.Cluster, controllerFM, runtimedFM string) ([]managedEntry, int) {
+	ctx := context.Background()
+	controller := open(t, c.Config, kube.Options{UserAgent: "stoke-controller", FieldManager: controllerFM})
+	runtimed := open(t, c.Config, kube.Options{UserAgent: "stoke-runtimed/pod-1", FieldManager: runtimedFM})
+	r, err := controller.Runs().Create(ctx, storetest.BenchRun("managers-"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []*kube.Store{controller, runtimed, runtimed} {
+		r.Status.Phase = []v1alpha1.Phase{v1alpha1.PhaseScheduled, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded}[i]
+		if r, err = s.Runs().UpdateStatus(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var raw struct {
+		Metadata struct {
+			ManagedFields []managedEntry `json:"managedFields"`
+		} `json:"metadata"`
+	}
+	body := c.Kubectl(t, "get", "run", "-n", r.Namespace, r.Name, "-o", "json", "--show-managed-fields")
+	if err := json.Unmarshal([]byte(body), &raw); err != nil {
+		t.Fatal(err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	return raw.Metadata.ManagedFields, compact.Len()
 }
 
 // signalHandler is a slog.Handler that signals each record with one

@@ -221,7 +221,8 @@ func (r *resource[T]) Create(ctx context.Context, in T) (T, error) {
 	}
 	obj.SetManagedFields(nil)
 	out := r.k.new()
-	if err := into(r.rc.Post().Namespace(namespace).Resource(r.k.resource).Body(obj).Do(ctx), out); err != nil {
+	req := r.rc.Post().Namespace(namespace).Resource(r.k.resource).Param("fieldManager", r.s.fieldManager)
+	if err := into(req.Body(obj).Do(ctx), out); err != nil {
 		if name == "" {
 			name = obj.GetGenerateName() + "*"
 		}
@@ -285,7 +286,7 @@ func (r *resource[T]) put(ctx context.Context, in T, verb, subresource string) (
 		obj = in.DeepCopyObject().(T)
 		obj.SetNamespace(namespace)
 	}
-	req := r.rc.Put().Namespace(namespace).Resource(r.k.resource).Name(name)
+	req := r.rc.Put().Namespace(namespace).Resource(r.k.resource).Name(name).Param("fieldManager", r.s.fieldManager)
 	if subresource != "" {
 		req = req.SubResource(subresource)
 	}
