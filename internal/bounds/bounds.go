@@ -21,6 +21,10 @@ const (
 	// OutputsTotal bounds all keys and values of one outputs map together.
 	OutputsTotal = 64 << 10
 
+	// DirPool is how many emptied working or scratch directories one
+	// runtime.DirPool keeps for reuse.
+	DirPool = 64
+
 	// ApplyCreates is how many Run creates `stoke apply` keeps in flight
 	// at once (and how many idle connections a client keeps to its server).
 	ApplyCreates = 16

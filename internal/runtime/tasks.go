@@ -86,8 +86,9 @@ type TasksConfig struct {
 // scratch directory.
 type Tasks struct {
 	pb.UnimplementedRuntimeServer
-	cfg TasksConfig
-	log *slog.Logger
+	cfg     TasksConfig
+	log     *slog.Logger
+	scratch *DirPool // the executions' scratch directories
 
 	mu       sync.Mutex
 	execs    map[string]*execution
@@ -119,8 +120,13 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 	if err := os.MkdirAll(cfg.ScratchRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("scratch root: %w", err)
 	}
+	scratch, err := NewDirPool(filepath.Join(cfg.ScratchRoot, scratchPool), scratchTmp)
+	if err != nil {
+		return nil, fmt.Errorf("scratch root: %w", err)
+	}
 	return &Tasks{
 		cfg:      cfg,
+		scratch:  scratch,
 		log:      cfg.Logger,
 		execs:    map[string]*execution{},
 		terminal: list.New(),
@@ -179,7 +185,7 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 			e.log.Warn("removing the execution's cgroup", "error", err)
 		}
 	}
-	if err := removeScratch(e.scratch); err != nil {
+	if err := t.removeScratch(e.scratch); err != nil {
 		e.log.Warn("removing scratch directory", "error", err)
 	} else {
 		e.scratchRemoved = true
@@ -216,14 +222,17 @@ const (
 	scratchOutputs = "outputs" // its $STOKE_OUTPUTS file
 )
 
+// scratchPool is the DirPool of emptied scratch directories, in the
+// scratch root (no execution's directory starts with a dot).
+const scratchPool = ".pool"
+
 // removeScratch removes an execution's scratch directory. It usually holds
-// only its empty tmp and perhaps the outputs file, so those go first by
-// name and the directory with one rmdir; anything else falls back to the
-// walk.
-func removeScratch(scratch string) error {
-	_ = syscall.Rmdir(filepath.Join(scratch, scratchTmp))
+// only its empty tmp and perhaps the outputs file: the file goes by name,
+// and the directory with its empty tmp back to the pool for the next
+// execution; anything else falls back to the walk.
+func (t *Tasks) removeScratch(scratch string) error {
 	_ = syscall.Unlink(filepath.Join(scratch, scratchOutputs))
-	return RemoveDir(scratch)
+	return t.scratch.Remove(scratch)
 }
 
 func (e *execution) isTerminal() bool {
@@ -294,4 +303,7 @@ func (t *Tasks) Close(grace time.Duration) {
 	}
 	t.mu.Unlock()
 	t.wg.Wait()
+	if err := t.scratch.Close(); err != nil {
+		t.log.Warn("removing the pool of scratch directories", "error", err)
+	}
 }

@@ -66,11 +66,7 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	// so that id needs no file-name rules.
 	scratch := filepath.Join(t.cfg.ScratchRoot, newID("task_"))
 	tmp := filepath.Join(scratch, scratchTmp)
-	if err := MakeDir(scratch); err != nil {
-		return nil, fmt.Errorf("execution %q: scratch directory: %w", id, err)
-	}
-	if err := MakeDir(tmp); err != nil {
-		_ = RemoveDir(scratch)
+	if err := t.scratch.Make(scratch); err != nil {
 		return nil, fmt.Errorf("execution %q: scratch directory: %w", id, err)
 	}
 	l := launch{argv: argv, dir: workingDir, outputs: filepath.Join(scratch, scratchOutputs)}
@@ -84,13 +80,13 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		_ = removeScratch(scratch)
+		_ = t.removeScratch(scratch)
 		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "execution %q: runtime server is shutting down", id)
 	}
 	if _, exists := t.execs[id]; exists {
 		// A concurrent Execute with the same id won the race.
 		t.mu.Unlock()
-		_ = removeScratch(scratch)
+		_ = t.removeScratch(scratch)
 		return &pb.ExecuteResponse{Id: id}, nil
 	}
 	e := &execution{
@@ -292,7 +288,7 @@ func (t *Tasks) Forget(_ context.Context, req *pb.ForgetRequest) (*pb.ForgetResp
 	if e.scratchRemoved {
 		return &pb.ForgetResponse{}, nil
 	}
-	if err := removeScratch(e.scratch); err != nil {
+	if err := t.removeScratch(e.scratch); err != nil {
 		return nil, fmt.Errorf("execution %q: removing scratch directory: %w", id, err)
 	}
 	return &pb.ForgetResponse{}, nil

@@ -602,10 +602,23 @@ func TestForget(t *testing.T) {
 		t.Errorf("re-run after Forget: %s %q", st.State, st.Stdout)
 	}
 	// A finished execution has no scratch directory left, a file in its
-	// TMPDIR and its outputs file included, before it is forgotten.
+	// TMPDIR and its outputs file included, before it is forgotten: the
+	// scratch root holds only the pool of emptied directories, each
+	// holding only its empty tmp.
 	f.run(t, &pb.ExecuteRequest{Id: "g", Args: []string{"sh", "-c", `mkdir "$TMPDIR/d"; touch "$TMPDIR/d/x" "$STOKE_OUTPUTS"`}})
-	if left, err := os.ReadDir(f.scratch); err != nil || len(left) != 0 {
-		t.Errorf("scratch root after the executions finished: %v, %v; want empty", left, err)
+	if left, err := os.ReadDir(f.scratch); err != nil || len(left) != 1 || left[0].Name() != ".pool" {
+		t.Errorf("scratch root after the executions finished: %v, %v; want only .pool", left, err)
+	}
+	pooled, err := filepath.Glob(filepath.Join(f.scratch, ".pool", "*", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pooled {
+		if filepath.Base(p) != "tmp" {
+			t.Errorf("a pooled scratch directory holds %s", p)
+		} else if in, err := os.ReadDir(p); err != nil || len(in) > 0 {
+			t.Errorf("a pooled tmp holds %v, %v", in, err)
+		}
 	}
 	if _, err := f.tasks.Forget(ctx, &pb.ForgetRequest{Id: "g"}); err != nil {
 		t.Errorf("Forget: %v", err)

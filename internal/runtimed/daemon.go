@@ -46,6 +46,10 @@ type Config struct {
 	// StatusPoll is how often a function's FunctionStatus is read for
 	// failures and idle time; at most one second.
 	StatusPoll time.Duration
+	// WorkDirs, when set, makes and removes the Runs' working directories
+	// (in Pod.WorkspaceRoot; emptied ones are kept for the next Runs); nil
+	// makes and removes each.
+	WorkDirs *runtime.DirPool
 	// Endpoint returns a Ready function's invoke URL for status.endpoint.
 	Endpoint func(run *v1alpha1.Run) string
 	// Defaults from the Runtime: task and function timeouts when a Run has
@@ -284,7 +288,7 @@ func (w *worker) run(ctx context.Context) {
 	run := claimed
 	dir := w.d.workDir(w.uid)
 	defer w.removeDir(ctx, dir)
-	if err := materialise(dir, run.Spec.Source); err != nil {
+	if err := materialise(w.d.cfg.WorkDirs, dir, run.Spec.Source); err != nil {
 		w.fail(ctx, retry.InvalidSpec, fmt.Sprintf("materialising source: %v", err))
 		return
 	}
@@ -303,7 +307,7 @@ func (w *worker) removeDir(ctx context.Context, dir string) {
 	if ctx.Err() != nil {
 		return
 	}
-	if err := runtime.RemoveDir(dir); err != nil {
+	if err := w.d.cfg.WorkDirs.Remove(dir); err != nil {
 		w.log.Warn("removing working directory", "error", err)
 	}
 }

@@ -27,15 +27,16 @@ import (
 // compressed bomb cannot fill the disk.
 const maxExtracted = 64 * bounds.Source
 
-// materialise writes the Run's source into dir, which it creates empty: a
-// retried attempt that finds the last one's directory starts clean.
-func materialise(dir string, src *v1alpha1.Source) error {
-	err := runtime.MakeDir(dir)
+// materialise writes the Run's source into dir, which it creates empty
+// (from dirs): a retried attempt that finds the last one's directory
+// starts clean.
+func materialise(dirs *runtime.DirPool, dir string, src *v1alpha1.Source) error {
+	err := dirs.Make(dir)
 	if errors.Is(err, fs.ErrExist) {
 		if err = os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("clean working directory: %w", err)
 		}
-		err = runtime.MakeDir(dir)
+		err = dirs.Make(dir)
 	}
 	if err != nil {
 		return fmt.Errorf("working directory: %w", err)

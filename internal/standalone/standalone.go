@@ -37,6 +37,7 @@ import (
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/reaper"
 	"stoke.dev/stoke/internal/runlog"
+	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/store"
@@ -99,6 +100,7 @@ type Standalone struct {
 	core     *controlplane.Core
 	logs     *runlog.Store
 	runsRoot string
+	workDirs *runtime.DirPool // the Runs' working directories, for every runtimed
 
 	mu      sync.Mutex
 	daemons map[string]*podDaemon // by pod UID
@@ -133,6 +135,13 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	inf := controlplane.NewInformers(st, cfg.Logger)
 	s.runInf, s.rtInf = inf.Runs, inf.Runtimes
 	s.logs, err = runlog.New(filepath.Join(cfg.DataDir, "logs"), cfg.Logger)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	// Emptied working directories are kept for the next Runs (in runsRoot,
+	// which every pod's workspace root is).
+	s.workDirs, err = runtime.NewDirPool(filepath.Join(s.runsRoot, ".pool"))
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -232,6 +241,9 @@ func (s *Standalone) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	for _, pd := range daemons {
 		pd.stop()
+	}
+	if cerr := s.workDirs.Close(); cerr != nil {
+		s.log.Warn("removing the pool of working directories", "error", cerr)
 	}
 	return err
 }
@@ -333,7 +345,7 @@ func (s *Standalone) startDaemon(parent context.Context, p podsource.Pod) (*podD
 		return nil, fmt.Errorf("pod %s: dial: %w", p.Name, err)
 	}
 	cfg := runtimed.Config{Pod: p, Runs: s.store.Runs(), Conn: conn, Logger: s.log, // runtimed names its pod itself
-		StatusPoll: s.cfg.StatusPoll, Endpoint: s.endpoint}
+		StatusPoll: s.cfg.StatusPoll, Endpoint: s.endpoint, WorkDirs: s.workDirs}
 	if rt, ok := s.rtInf.Get(p.Namespace, p.Runtime); ok {
 		cfg.DefaultTaskTimeout, cfg.DefaultFunctionTimeout = runtimed.RuntimeDefaults(rt)
 	}
