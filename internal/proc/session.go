@@ -198,6 +198,10 @@ type stat struct {
 	ppid  int
 	sid   int
 	start uint64 // clock ticks after boot
+	// envStart and envEnd bound the environment strings in the process's
+	// memory (fields 50 and 51, since Linux 3.5; 0 where not shown). An
+	// exec sets them anew, and they are 0 while it has not yet.
+	envStart, envEnd uint64
 }
 
 // live reports whether the process runs (or can run): not a zombie.
@@ -237,5 +241,15 @@ func parseStat(b []byte) (stat, error) {
 	if err := errors.Join(err0, err1, err2); err != nil {
 		return stat{}, fmt.Errorf("parse /proc stat: %w", err)
 	}
-	return stat{state: f[0][0], ppid: ppid, sid: sid, start: start}, nil
+	st := stat{state: f[0][0], ppid: ppid, sid: sid, start: start}
+	const envStartField, envEndField = 50 - 3, 51 - 3
+	if len(f) > envEndField {
+		es, err3 := strconv.ParseUint(string(f[envStartField]), 10, 64)
+		ee, err4 := strconv.ParseUint(string(f[envEndField]), 10, 64)
+		if err := errors.Join(err3, err4); err != nil {
+			return stat{}, fmt.Errorf("parse /proc stat: %w", err)
+		}
+		st.envStart, st.envEnd = es, ee
+	}
+	return st, nil
 }

@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,11 +22,21 @@ import (
 const ScopeEnv = "STOKE_SCOPE"
 
 // scanEvery is how often a Subreaper looks for new orphans when nothing
-// told it to: adopting an orphan sends no signal, and where the end of a
-// scope does not follow the exit that orphaned its processes (a Bash
-// child's exit is its warm shell's to see), this bounds how long they
-// live on. Each look reads one small /proc file.
+// told it to: adopting an orphan sends no signal, nor does an orphan's
+// exec into another scope, and where the end of a scope does not follow
+// the exit that orphaned its processes (a Bash child's exit is its warm
+// shell's to see), this bounds how long they live on. Each look reads one
+// small /proc file, and two for each orphan adopted.
 const scanEvery = 200 * time.Millisecond
+
+// unsureEvery is how soon an orphan whose environment could not be read
+// whole (it was in the middle of an exec) is looked at again, and
+// unsureBound how long that may go on before it is taken to have no scope:
+// an exec takes far less, even on a loaded machine.
+const (
+	unsureEvery = 5 * time.Millisecond
+	unsureBound = 2 * time.Second
+)
 
 // Children this process started with Start, so that a Subreaper never
 // touches them: os/exec waits for each by pid and must find it unreaped.
@@ -61,9 +69,19 @@ func untrack(pid int) {
 // child instead of init's. The Subreaper finds those orphans, reaps them
 // when they exit, and kills them when the scope they came from ends: it
 // reads ScopeEnv from the orphan's environment (/proc/PID/environ, which
-// only this user can read). An orphan of a live scope lives until the
-// scope ends; one of an ended scope, or with no scope known here (it
-// cleared its environment), is killed at once.
+// only this user can read), as the orphan's last exec set it. An orphan of
+// a live scope lives until the scope ends; one of an ended scope, or with
+// no scope known here (it cleared its environment), is killed at once.
+//
+// An orphan's scope is read again at every look, so one that execs into
+// an ended scope after it was adopted is killed then. An environment that
+// reads empty while the process's memory says it is not (an exec in
+// progress: the old memory already gone, or the new one's environment not
+// yet set up) decides nothing: the orphan is looked at again moments
+// later. A process that forks without exec carries the environment its
+// program was started with: a Python function's call that daemonises
+// without exec leaves a process of the registration's scope, killed when
+// the function ends rather than when the call does.
 //
 // Every child of a process with a Subreaper must be started with Start:
 // a child started otherwise would be taken for an orphan. Only one
@@ -76,7 +94,16 @@ type Subreaper struct {
 
 	mu      sync.Mutex
 	scopes  map[string]map[int]bool // live scope → its adopted orphans
-	orphans map[int]string          // adopted orphan → its live scope
+	orphans map[int]*orphan         // orphan seen alive and not yet reaped
+	environ []byte                  // scan's buffer for an orphan's environment
+}
+
+// orphan is what a Subreaper knows of one orphan.
+type orphan struct {
+	scope string // the live scope it is attached to; "" none
+	// unsure is when its environment first could not be read whole, in
+	// the run of looks that has not read it since; zero otherwise.
+	unsure time.Time
 }
 
 // NewSubreaper makes this process a child subreaper. Run must run for
@@ -89,26 +116,29 @@ func NewSubreaper(log *slog.Logger) (*Subreaper, error) {
 		return nil, fmt.Errorf("become a child subreaper: %w", err)
 	}
 	return &Subreaper{log: log, self: os.Getpid(), poke: make(chan struct{}, 1),
-		scopes: map[string]map[int]bool{}, orphans: map[int]string{}}, nil
+		scopes: map[string]map[int]bool{}, orphans: map[int]*orphan{}}, nil
 }
 
 // Begin opens a scope; a process started with ScopeEnv=name in its
-// environment belongs to it. name must be unique for this process's life
-// and hold no '=' or NUL.
+// environment belongs to it. name must be unique for this process's life,
+// not empty, and hold no '=' or NUL.
 func (r *Subreaper) Begin(name string) {
+	if name == "" {
+		return
+	}
 	r.mu.Lock()
 	r.scopes[name] = map[int]bool{}
 	r.mu.Unlock()
 }
 
-// End closes scope name: the orphans adopted from it are killed now, and
-// any adopted later are killed when found.
+// End closes scope name: the orphans attached to it are killed now, and
+// any found later with its name are killed when found.
 func (r *Subreaper) End(name string) {
 	r.mu.Lock()
 	pids := r.scopes[name]
 	delete(r.scopes, name)
 	for pid := range pids {
-		delete(r.orphans, pid)
+		r.orphans[pid].scope = ""
 		// Still this process's child (reaped only by scan, under mu), so
 		// the pid names it.
 		_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -136,22 +166,29 @@ func (r *Subreaper) Run(ctx context.Context) error {
 	defer signal.Stop(sigc)
 	t := time.NewTicker(scanEvery)
 	defer t.Stop()
+	again := time.NewTimer(unsureEvery)
+	defer again.Stop()
 	for {
-		r.scan(false)
+		var soon <-chan time.Time
+		if _, unsure := r.scan(false); unsure {
+			again.Reset(unsureEvery)
+			soon = again.C
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-sigc:
 		case <-r.poke:
 		case <-t.C:
+		case <-soon:
 		}
 	}
 }
 
 // Sweep ends every scope and kills every orphan, again and again as the
-// killed ones' children are adopted in turn, until none is left or bound
-// passes (an error then). A Runtime Server calls it when it stops, after
-// the processes it started itself are gone.
+// killed ones' children are adopted in turn, until a look finds none left
+// or bound passes (an error then). A Runtime Server calls it when it
+// stops, after the processes it started itself are gone.
 func (r *Subreaper) Sweep(bound time.Duration) error {
 	r.mu.Lock()
 	clear(r.scopes)
@@ -160,7 +197,7 @@ func (r *Subreaper) Sweep(bound time.Duration) error {
 	deadline := time.Now().Add(bound)
 	delay := time.Millisecond
 	for {
-		if left := r.scan(true); left == 0 {
+		if found, _ := r.scan(true); found == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -174,10 +211,11 @@ func (r *Subreaper) Sweep(bound time.Duration) error {
 // scan sorts this process's children: tracked ones are left alone; an
 // orphan that has exited is reaped; a live one is attached to its scope
 // if that is live, otherwise (or with all) killed. It returns how many
-// orphans it found.
-func (r *Subreaper) scan(all bool) int {
+// orphans it found, and whether the scope of one could not be read whole
+// (then it should look again soon).
+func (r *Subreaper) scan(all bool) (found int, unsure bool) {
 	startMu.Lock()
-	kids, err := children(r.self)
+	kids, err := readPids("/proc/" + strconv.Itoa(r.self) + "/task/" + strconv.Itoa(r.self) + "/children")
 	trackedMu.Lock()
 	orphans := kids[:0]
 	for _, pid := range kids {
@@ -189,161 +227,127 @@ func (r *Subreaper) scan(all bool) int {
 	startMu.Unlock()
 	if err != nil {
 		r.log.Warn("cannot list this process's children", "err", err)
-		return 0
+		return 0, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := time.Now()
 	for _, pid := range orphans {
 		st, err := readStat(pid)
 		if err != nil || !st.live() {
 			// Exited: reap it. Only a pid found orphaned is waited for.
 			var ws unix.WaitStatus
 			if _, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err == nil || errors.Is(err, unix.ECHILD) {
-				if scope, ok := r.orphans[pid]; ok {
-					delete(r.orphans, pid)
-					delete(r.scopes[scope], pid)
-				}
+				r.forget(pid)
 			}
 			continue
 		}
-		if _, ok := r.orphans[pid]; ok && !all {
-			continue // attached to a live scope already
-		}
-		scope := scopeOf(pid)
-		if pids, live := r.scopes[scope]; live && !all {
-			pids[pid] = true
-			r.orphans[pid] = scope
-			r.log.Debug("adopted an orphan", "pid", pid, "scope", scope)
+		if all {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			continue
 		}
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		if !all {
-			r.log.Info("killed an orphan whose scope has ended", "pid", pid, "scope", scope)
+		o := r.orphans[pid]
+		if o == nil {
+			o = &orphan{}
+			r.orphans[pid] = o
 		}
+		scope, whole := r.readScope(pid, st)
+		switch {
+		case whole:
+			o.unsure = time.Time{}
+		case o.unsure.IsZero():
+			o.unsure = now
+			unsure = true
+			continue
+		case now.Sub(o.unsure) < unsureBound:
+			unsure = true
+			continue
+		default:
+			scope = "" // never readable: no scope known here
+		}
+		if pids, live := r.scopes[scope]; live {
+			if o.scope != scope {
+				delete(r.scopes[o.scope], pid)
+				pids[pid] = true
+				o.scope = scope
+				r.log.Debug("adopted an orphan", "pid", pid, "scope", scope)
+			}
+			continue
+		}
+		delete(r.scopes[o.scope], pid)
+		o.scope = ""
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		r.log.Info("killed an orphan whose scope has ended", "pid", pid, "scope", scope)
 	}
-	return len(orphans)
+	return len(orphans), unsure
 }
 
-// children lists the children of this process. Orphans are always adopted
-// by the main thread (the kernel picks the first live thread of the
-// subreaper, and Go never ends the main thread), so only its list is read;
-// children that other threads forked are Start's, which scan skips anyway.
-func children(self int) ([]int, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(self) + "/task/" + strconv.Itoa(self) + "/children")
+// forget drops what is known of orphan pid, which has been reaped.
+func (r *Subreaper) forget(pid int) {
+	if o, ok := r.orphans[pid]; ok {
+		delete(r.scopes[o.scope], pid)
+		delete(r.orphans, pid)
+	}
+}
+
+// maxEnviron bounds the environment readEnviron reads: far above what
+// execve accepts under a default stack limit (a quarter of 8 MiB).
+const maxEnviron = 16 << 20
+
+// readEnviron reads pid's environment in one read(2), which the kernel
+// serves from one memory image: read in several, as os.ReadFile does, an
+// environment can end early, cut where an exec replaced that image between
+// two reads. A buffer the read fills is too small, and a bigger one is
+// tried.
+// *buf is the buffer to use, grown as needed.
+func readEnviron(pid int, buf *[]byte) ([]byte, error) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/environ", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
+	defer unix.Close(fd)
+	if len(*buf) == 0 {
+		*buf = make([]byte, 64<<10)
 	}
-	return pids, nil
+	for {
+		n, err := unix.Pread(fd, *buf, 0)
+		if err != nil {
+			return nil, err
+		}
+		if n < len(*buf) {
+			return (*buf)[:n], nil
+		}
+		if len(*buf) >= maxEnviron {
+			return nil, fmt.Errorf("environment of %d: over %d bytes", pid, maxEnviron)
+		}
+		*buf = make([]byte, 4*len(*buf))
+	}
 }
 
-// scopeOf reads ScopeEnv from pid's environment as it was when pid last
-// called exec; "" if it has none.
-func scopeOf(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+// readScope reads ScopeEnv from the environment of pid, whose stat st has
+// just been read, as pid's last exec set it; "" if it has none. whole is
+// false when the environment could not be read whole: pid is exiting, or
+// in the middle of an exec, whose old memory may be gone before the new
+// one's environment is set up, so that it reads empty for a moment. An
+// environment that really is empty has the same non-zero bounds in the
+// process's memory before and after it is read.
+func (r *Subreaper) readScope(pid int, st stat) (scope string, whole bool) {
+	b, err := readEnviron(pid, &r.environ)
 	if err != nil {
-		return ""
+		return "", false
+	}
+	if len(b) == 0 {
+		after, err := readStat(pid)
+		if err != nil || st.envEnd == 0 || after.envStart != st.envStart || after.envEnd != st.envEnd {
+			return "", false
+		}
+		return "", true
 	}
 	prefix := []byte(ScopeEnv + "=")
 	for kv := range bytes.SplitSeq(b, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, prefix); ok {
-			return string(v)
+			return string(v), true
 		}
 	}
-	return ""
-}
-
-// KillChildrenInScope kills the children of pid (any of its threads')
-// that belong to scope: for a long-lived process that runs handlers in
-// itself (a Python worker), whose children are not orphans while it
-// lives. Each is signalled through a pidfd, after its parent is checked
-// again with the pidfd open, so a pid reused meanwhile is never hit. It
-// returns how many it killed.
-func KillChildrenInScope(pid int, scope string) int {
-	// Called after every Python invocation: raw system calls into one
-	// buffer, as os.Open would also stat each file and try to register it
-	// with the poller, which costs more here than the reads.
-	var stack [4096]byte
-	base := "/proc/" + strconv.Itoa(pid) + "/task/"
-	tids, err := readProc(base, stack[:0], true)
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for t := range bytes.FieldsSeq(tids) {
-		b, err := readProc(base+string(t)+"/children", nil, false)
-		if err != nil {
-			continue
-		}
-		for f := range bytes.FieldsSeq(b) {
-			child, err := strconv.Atoi(string(f))
-			if err != nil || scopeOf(child) != scope {
-				continue
-			}
-			if killChild(child, pid) {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// readProc reads the /proc file at path into buf, or, with dir, the names
-// in the directory at path, each followed by a space.
-func readProc(path string, buf []byte, dir bool) ([]byte, error) {
-	flags := unix.O_RDONLY | unix.O_CLOEXEC
-	if dir {
-		flags |= unix.O_DIRECTORY
-	}
-	fd, err := unix.Open(path, flags, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	var ents [2048]byte
-	for {
-		if !dir && len(buf) == cap(buf) {
-			buf = slices.Grow(buf, max(512, cap(buf)))
-		}
-		var k int
-		if dir {
-			k, err = unix.ReadDirent(fd, ents[:])
-		} else {
-			k, err = unix.Read(fd, buf[len(buf):cap(buf)])
-		}
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, err
-		case k == 0:
-			return buf, nil
-		case dir:
-			var names []string
-			_, _, names = unix.ParseDirent(ents[:k], -1, names)
-			for _, name := range names {
-				buf = append(append(buf, name...), ' ')
-			}
-		default:
-			buf = buf[:len(buf)+k]
-		}
-	}
-}
-
-// killChild sends SIGKILL to child if it is (still) a child of parent.
-func killChild(child, parent int) bool {
-	fd, err := unix.PidfdOpen(child, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	if st, err := readStat(child); err != nil || st.ppid != parent {
-		return false
-	}
-	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil
+	return "", true
 }

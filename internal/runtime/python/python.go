@@ -38,6 +38,10 @@
 //
 // A request's scope is the invocation's proc.ScopeEnv, which the worker
 // sets in its environment before the handler runs (empty: left as it is).
+// With a scope, every child of the worker that was not there before the
+// call is killed when it returns (proc.KillChildrenExcept): a child is
+// known by its pid and start time, not by its environment, which a child
+// that forked without exec has from the worker.
 //
 // A worker that exits, or a request whose context ends, ends the instance:
 // the adapter kills the worker's process group and closes Done, and the core

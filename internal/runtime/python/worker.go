@@ -112,6 +112,11 @@ type instance struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
+	// kids are the worker's children that ran before the current call
+	// (proc.KillChildrenExcept): set when the handler is loaded and after
+	// each call; the core never invokes concurrently.
+	kids []proc.Child
+
 	// Scratch headers, reused: the core never invokes concurrently.
 	reqHdr  [reqHeaderSize]byte
 	respHdr [respHeaderSize]byte
@@ -205,6 +210,7 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	switch kind {
 	case kindReady:
 		log.Debug("python worker ready", "pid", p.Pid(), "python", string(payload))
+		i.kids = proc.Children(p.Pid()) // started while the handler was imported
 		return i, nil
 	case kindInitError:
 		_ = i.Close()
@@ -279,10 +285,11 @@ func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.
 	kind, payload, err := i.roundTrip(inv)
 	if inv.Scope != "" {
 		// The handler runs in the worker, so what it started and left
-		// running is the worker's child, not an orphan: killed here. What
-		// those leave behind is orphaned to the Runtime Server, which
-		// kills it as the invocation's scope has ended.
-		proc.KillChildrenInScope(i.p.Pid(), inv.Scope)
+		// running is the worker's child, not an orphan: every child that
+		// was not there before the call is killed here. What those leave
+		// behind is orphaned to the Runtime Server, which kills it as the
+		// invocation's scope has ended.
+		i.kids = proc.KillChildrenExcept(i.p.Pid(), i.kids)
 	}
 	if !stop() {
 		// The context ended: whatever arrived is moot and the pipes'
