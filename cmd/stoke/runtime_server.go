@@ -73,7 +73,7 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "directory every working_dir must resolve inside (required)")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory for private per-registration files (default: a temporary directory)")
 	f.StringVar(&cfg.RunLogDir, "run-log-dir", "", "directory of the Runs' output logs, RUN_UID.log (default: run-logs in --state-dir)")
-	f.StringVar(&cfg.IPCDir, "ipc-dir", "", "directory for the request files and FIFOs of warm Bash functions, best on tmpfs (default: a private directory on /dev/shm, else in --state-dir)")
+	f.StringVar(&cfg.IPCDir, "ipc-dir", "", "directory for the request files and FIFOs of warm Bash functions, best on tmpfs, removed at exit if empty (default: a private directory on /dev/shm, else in --state-dir)")
 	f.StringVar(&cfg.Python, "python", "python3", "python interpreter; resolved once to its real executable")
 	f.StringVar(&cfg.Bash, "bash", "", "bash executable (default: bash on PATH)")
 	f.DurationVar(&cfg.DefaultInvokeTimeout, "default-invoke-timeout", bounds.DefaultInvokeTimeout, "invocation timeout when a request gives none")

@@ -43,7 +43,8 @@ type Config struct {
 	RunLogDir string
 	// IPCDir holds the request files and FIFOs of warm Bash functions;
 	// empty means a fresh private directory on /dev/shm when that is a
-	// writable tmpfs (else inside StateDir), removed on exit.
+	// writable tmpfs (else inside StateDir), removed on exit. One given is
+	// removed on exit if it is empty by then.
 	IPCDir string
 	// Python is the interpreter for the python runtime, resolved once to
 	// its real executable so that version-manager shims stay off the hot
@@ -204,6 +205,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("ipc dir: %w", err)
 		}
 		defer os.RemoveAll(ipcDir)
+	} else {
+		// A pod's, made and recorded by its pool, which removes it when the
+		// pod ends; but the pool of a stoke up killed with SIGKILL never
+		// does, while this server drains on its parent-death signal and
+		// releases every registration, whose directories go with it. Only
+		// an empty directory is removed: it may be one a user named.
+		defer os.Remove(ipcDir)
 	}
 	runLogDir := cfg.RunLogDir
 	if runLogDir == "" {
