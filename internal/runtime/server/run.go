@@ -120,6 +120,15 @@ func NewAdapter(ctx context.Context, name, pythonPath, bashPath string) (runtime
 func Run(ctx context.Context, cfg Config) error {
 	log := logging.OrDiscard(cfg.Logger)
 	log = log.With("runtime", cfg.Runtime)
+	if cfg.IPCDir != "" {
+		// A pod's, made and recorded by its pool, which removes it when the
+		// pod ends; but the pool of a stoke up killed with SIGKILL never
+		// does, while this server stops on its parent-death signal (even
+		// before it serves) and releases every registration, whose
+		// directories go with it. Only an empty directory is removed: it
+		// may be one a user named.
+		defer os.Remove(cfg.IPCDir)
+	}
 	// A Runtime Server whose supervisor dies gets SIGTERM (its
 	// parent-death signal) and drains, logging as it goes to a pipe that
 	// nobody reads any more. Go ends a program that writes to a broken
@@ -205,13 +214,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("ipc dir: %w", err)
 		}
 		defer os.RemoveAll(ipcDir)
-	} else {
-		// A pod's, made and recorded by its pool, which removes it when the
-		// pod ends; but the pool of a stoke up killed with SIGKILL never
-		// does, while this server drains on its parent-death signal and
-		// releases every registration, whose directories go with it. Only
-		// an empty directory is removed: it may be one a user named.
-		defer os.Remove(ipcDir)
 	}
 	runLogDir := cfg.RunLogDir
 	if runLogDir == "" {
