@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,12 +72,32 @@ func TestIPCDirectoryDefaultsToShm(t *testing.T) {
 	}
 }
 
-// --ipc-dir names the directory; the server leaves it in place.
+// --ipc-dir names the directory. The server removes it at exit if it is
+// empty then, as a pod's is once its registrations are gone (the pool of a
+// stoke up killed with SIGKILL cannot), and leaves one that holds anything
+// else.
 func TestIPCDirectoryFlag(t *testing.T) {
-	dir := t.TempDir()
-	s := runtimetest.StartServer(t, ipcHarness, func(c *server.Config) { c.IPCDir = dir })
-	path, _ := outputsPath(t, s, "ipc-flag")
-	if got := filepath.Dir(filepath.Dir(filepath.Dir(path))); got != dir {
-		t.Errorf("$STOKE_OUTPUTS is %s, not in %s", path, dir)
+	for _, other := range []bool{false, true} {
+		t.Run(fmt.Sprintf("holding another file %v", other), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ipc")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if other {
+				if err := os.WriteFile(filepath.Join(dir, "mine"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Cleanup(func() { // runs after the server's own cleanup has stopped it
+				if _, err := os.Lstat(dir); os.IsNotExist(err) == other {
+					t.Errorf("IPC directory %s after the server exited: %v, want it removed only if empty", dir, err)
+				}
+			})
+			s := runtimetest.StartServer(t, ipcHarness, func(c *server.Config) { c.IPCDir = dir })
+			path, _ := outputsPath(t, s, "ipc-flag")
+			if got := filepath.Dir(filepath.Dir(filepath.Dir(path))); got != dir {
+				t.Errorf("$STOKE_OUTPUTS is %s, not in %s", path, dir)
+			}
+		})
 	}
 }
