@@ -3,7 +3,6 @@ package python
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -18,7 +17,7 @@ import (
 // call's, and ones in the middle of a chain of execs, each in a session of
 // its own; what the module started when it was imported lives on.
 func TestInvokeKillsWhatTheCallStarted(t *testing.T) {
-	inst, rec := loadHandler(t, map[string]string{"m.py": `import os, subprocess, time
+	inst, _ := loadHandler(t, map[string]string{"m.py": `import os, subprocess, time
 
 keeper = subprocess.Popen(["sleep", "1000"])
 CHAIN = 'i=$1; [ "$i" -gt 0 ] && exec sh -c "$CHAIN" chain $((i-1)); exec sleep 1000'
@@ -45,7 +44,7 @@ def handle(event):
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		deadline, _ := ctx.Deadline()
 		res, err := inst.Invoke(ctx, runtime.Invocation{ID: id, RunUID: "run-test", Input: []byte(`{}`), Deadline: deadline,
-			Logger: slog.New(rec.handler()), Scope: "reg.scope." + strconv.Itoa(call)})
+			Scope: "reg.scope." + strconv.Itoa(call)})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
