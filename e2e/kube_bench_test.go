@@ -84,7 +84,7 @@ func BenchmarkKube(b *testing.B) {
 			stokeCPU.add(e.cpu(b).minus(procsBefore))
 			profiled()
 			writes.add(e.apiWrites(b).minus(before))
-			b.Logf("%s: %s", label, phaseGaps(runs))
+			b.Logf("%s: %s; %s", label, phaseGaps(runs), waiting(runs))
 			runs.close()
 			e.deleteLabelled(b, label)
 		}
@@ -507,4 +507,30 @@ func phaseGaps(runs *objects[*v1alpha1.Run]) string {
 			gaps[len(gaps)/2].Round(time.Millisecond), gaps[min(len(gaps)-1, len(gaps)*99/100)].Round(time.Millisecond), len(gaps)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// waiting says how many Runs the watch saw marked Unschedulable (one status
+// write each) and the longest time between two assignments, as the watch
+// saw them: the longest the pool went without handing out a slot.
+func waiting(runs *objects[*v1alpha1.Run]) string {
+	runs.mu.Lock()
+	defer runs.mu.Unlock()
+	marked := map[string]bool{}
+	scheduled := map[string]bool{}
+	var last time.Time
+	var longest time.Duration
+	for _, h := range runs.history {
+		c := meta.FindStatusCondition(h.obj.Status.Conditions, scheduler.ConditionScheduled)
+		if c != nil && c.Status == metav1.ConditionFalse && c.Reason == scheduler.ReasonUnschedulable {
+			marked[h.obj.Name] = true
+		}
+		if h.obj.Status.Phase == v1alpha1.PhaseScheduled && !scheduled[h.obj.Name] {
+			scheduled[h.obj.Name] = true
+			if !last.IsZero() {
+				longest = max(longest, h.at.Sub(last))
+			}
+			last = h.at
+		}
+	}
+	return fmt.Sprintf("%d Runs marked Unschedulable; longest time between two assignments %v", len(marked), longest.Round(time.Millisecond))
 }
