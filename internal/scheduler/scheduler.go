@@ -46,7 +46,10 @@
 // that write would be one more API write per Run, for nothing. The Runs of
 // a burst that a pod takes a moment later get none either. A pool that gets
 // stuck later still gets its waiting Runs marked: a timer per pool checks
-// it UnschedulableAfter after the last slot it handed.
+// it UnschedulableAfter after the last slot it handed. The marking takes at
+// most half the write workers, so assignments never queue behind it, and
+// it stops as soon as the pool hands out a slot again (a pause of a loaded
+// machine marks a few Runs, not the whole queue).
 //
 // A conflicting write is never retried blindly: the Run is decided again
 // from the informer once it shows the newer version.
@@ -165,6 +168,11 @@ type Scheduler struct {
 	used   map[string]int // slots taken per pod UID, reservations included
 	dirty  map[informer.Key]struct{}
 	timers informer.Timers // Run keys
+	// unschedWriting is the number of Unschedulable writes in flight; at
+	// most maxUnschedWriting, so that marking a long queue neither fills
+	// the workers ahead of the assignments nor goes on once the pool hands
+	// out a slot again.
+	unschedWriting int
 	// poolTimers are pool keys (namespace and Runtime name), in a heap of
 	// their own since a Runtime and a Run may share a name.
 	poolTimers informer.Timers
@@ -661,17 +669,18 @@ func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
 		p.handedAt = now
 		s.write(ctx, rs, run, job{kind: jobAssign, pod: ps.pod})
 	}
-	due := p.due
-	p.due = nil
-	if at := s.stuckAt(p); now.Before(at) && len(due) > 0 {
-		// This pass handed out a slot: the pool is draining after all.
-		for _, rs := range due {
+	if at := s.stuckAt(p); now.Before(at) && len(p.due) > 0 {
+		// A slot was handed out meanwhile: the pool is draining after all.
+		for _, rs := range p.due {
 			rs.unschedQ = false
 		}
+		p.due = nil
 		s.afterPool(p, at)
 		return
 	}
-	for _, rs := range due {
+	for len(p.due) > 0 && s.unschedWriting < s.maxUnschedWriting() {
+		rs := p.due[0]
+		p.due = p.due[1:]
 		rs.unschedQ = false
 		if rs.index < 0 || rs.busy || s.runs[rs.key] != rs {
 			continue
@@ -681,8 +690,14 @@ func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
 			continue
 		}
 		s.unwait(rs)
+		s.unschedWriting++
 		s.write(ctx, rs, run, job{kind: jobUnschedulable, message: s.unschedulableMessage(p)})
 	}
+}
+
+// maxUnschedWriting leaves half the workers to assignments.
+func (s *Scheduler) maxUnschedWriting() int {
+	return max(1, s.cfg.Workers/2)
 }
 
 // pick returns the least-loaded ready pod of p with a free slot, or nil.
@@ -770,6 +785,14 @@ func (s *Scheduler) write(ctx context.Context, rs *runState, run *v1alpha1.Run, 
 // handleResult takes a finished write back into the state.
 func (s *Scheduler) handleResult(ctx context.Context, r result) {
 	rs := r.rs
+	if r.kind == jobUnschedulable {
+		s.unschedWriting--
+		for k, p := range s.pools { // the marking goes on where it waited
+			if len(p.due) > 0 {
+				s.dirty[k] = struct{}{}
+			}
+		}
+	}
 	if s.runs[rs.key] != rs {
 		return // ended or replaced meanwhile
 	}

@@ -730,14 +730,22 @@ func TestStuckPoolWritesUnschedulable(t *testing.T) {
 	e := newEnv(t, envOptions{clock: fc, runtimes: []string{"bash"}, ready: []podsource.Pod{pod("bash", "a", 1)}, unschedulableAfter: 3 * time.Second})
 	e.create("r1", "bash")
 	e.track.waitFor("r1 scheduled", phaseIs("r1", v1alpha1.PhaseScheduled))
-	e.create("r2", "bash")
-	e.create("r3", "bash")
+	// More than the Unschedulable writes the scheduler makes at once.
+	queued := []string{"r2", "r3", "x1", "x2", "x3", "x4", "x5", "x6"}
+	for _, name := range queued {
+		e.create(name, "bash")
+	}
 	e.create("barrier", "bash", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true })
 	e.track.waitFor("barrier cancelled", phaseIs("barrier", v1alpha1.PhaseCancelled))
 	awaitTimer(t, fc)
 	fc.Step(3 * time.Second) // t0+3s: r1 holds the slot since t0
-	e.track.waitFor("r2 and r3 unschedulable", func(st map[string]*v1alpha1.Run) bool {
-		return unschedulable(st["r2"]) && unschedulable(st["r3"])
+	e.track.waitFor("every queued Run unschedulable", func(st map[string]*v1alpha1.Run) bool {
+		for _, name := range queued {
+			if !unschedulable(st[name]) {
+				return false
+			}
+		}
+		return true
 	})
 	c := meta.FindStatusCondition(e.track.get("r2").Status.Conditions, scheduler.ConditionScheduled)
 	if want := "all 1 ready pods of runtime bash are full and none has freed a slot for 3s"; c.Message != want {
