@@ -29,6 +29,11 @@ const (
 	// at once (and how many idle connections a client keeps to its server).
 	ApplyCreates = 16
 
+	// KubeListPage is the most objects the Kubernetes store asks the API
+	// server for in one List request (limit); a longer List follows the
+	// continue tokens, so that no response holds a whole namespace.
+	KubeListPage = 500
+
 	// MetricsScrape bounds the metric families one process hands out on
 	// the metrics.v1 gRPC service (a Runtime Server's are a few KiB).
 	MetricsScrape = 1 << 20

@@ -82,6 +82,9 @@ type Cluster struct {
 	BinDir string
 
 	etcd, apiserver, controllerManager, scheduler *component
+	// etcdClient is how the API server reaches etcd: its URL, CA and the
+	// client certificate and key.
+	etcdClient struct{ url, ca, cert, key string }
 }
 
 // start starts a cluster in dir, an empty private directory. On error,
@@ -192,6 +195,8 @@ func (c *Cluster) configure(opts Options) error {
 	peerURL := "https://127.0.0.1:" + strconv.Itoa(ports[1])
 	apiURL := "https://127.0.0.1:" + strconv.Itoa(ports[2])
 
+	c.etcdClient.url, c.etcdClient.ca = etcdURL, etcdCAFile
+	c.etcdClient.cert, c.etcdClient.key = files["apiserver-etcd-client"][0], files["apiserver-etcd-client"][1]
 	c.etcd = &component{
 		name: "etcd", path: filepath.Join(c.BinDir, "etcd"), logPath: filepath.Join(c.Dir, "etcd.log"),
 		args: []string{

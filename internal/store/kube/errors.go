@@ -7,9 +7,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"stoke.dev/stoke/internal/errdefs"
 )
@@ -111,9 +109,4 @@ func notServed(err error) bool {
 		}
 	}
 	return false
-}
-
-// metaOf returns a list's metadata.
-func metaOf(list runtime.Object) (interface{ GetResourceVersion() string }, error) {
-	return meta.ListAccessor(list)
 }

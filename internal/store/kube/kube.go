@@ -19,11 +19,16 @@
 //   - List's phase filter is a field selector on status.phase (a
 //     selectableField of the Run CRD). Field selectors have no "in": one
 //     phase is "status.phase=P", several are the "!=" terms of every known
-//     phase not asked for, so that the list stays one request at one
+//     phase not asked for, so that the list stays one listing at one
 //     resourceVersion, served by the API server's cache; a phase the store
 //     does not know is filtered out on this side.
 //   - The assigned-pod filter is the field selector status.assignedPodUID,
 //     for List and Watch alike.
+//   - List reads in pages of at most bounds.KubeListPage objects (limit
+//     and continue), all at the first page's resourceVersion, which it
+//     returns. A continue token the API server no longer honours (410:
+//     etcd compacted past the list's version) ends the List with an
+//     error wrapping errdefs.ErrExpired; the caller lists again.
 //   - A watch "from now" ("" or "0") first lists one object to learn the
 //     current resourceVersion and watches from there: a Kubernetes watch
 //     from "" would start with a synthetic ADDED event for every object.
@@ -62,6 +67,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/store"
@@ -103,6 +109,9 @@ type Options struct {
 	// Zero leaves it to the API server (its --min-request-timeout, 30 to
 	// 60 minutes).
 	WatchTimeout time.Duration
+	// ListPage is how many objects one List request asks for (limit);
+	// zero or more than bounds.KubeListPage means bounds.KubeListPage.
+	ListPage int
 	// Logger receives the watches' reconnections; nil discards them.
 	Logger *slog.Logger
 	// Clock times the pause before resuming a watch that the API server
@@ -121,6 +130,8 @@ type Store struct {
 	fieldManager string
 	// watchTimeout is Options.WatchTimeout in whole seconds, 0 for none.
 	watchTimeout int64
+	// listPage is a List request's limit.
+	listPage int64
 
 	// ctx ends every watch when the store closes.
 	ctx       context.Context
@@ -182,6 +193,10 @@ func Open(cfg *rest.Config, opts Options) (*Store, error) {
 		fieldManager: cmp.Or(opts.FieldManager, DefaultFieldManager)}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
+	}
+	s.listPage = bounds.KubeListPage
+	if opts.ListPage > 0 && opts.ListPage < bounds.KubeListPage {
+		s.listPage = int64(opts.ListPage)
 	}
 	if opts.WatchTimeout > 0 {
 		s.watchTimeout = max(int64(opts.WatchTimeout/time.Second), 1)

@@ -76,6 +76,8 @@ func TestAPIServer(t *testing.T) {
 	t.Run("WatchResumes", func(t *testing.T) { testWatchResumes(t, c) })
 	t.Run("TooLarge", func(t *testing.T) { testTooLarge(t, c) })
 	t.Run("OneFieldManager", func(t *testing.T) { testOneFieldManager(t, c) })
+	t.Run("ListPages", func(t *testing.T) { testListPages(t, c) })
+	t.Run("ListContinueExpired", func(t *testing.T) { testListContinueExpired(t, c) })
 	// Last: it deletes the Runtime CRD.
 	t.Run("NotServed", func(t *testing.T) { testNotServed(t, c) })
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -138,32 +140,46 @@ func (r *resource[T]) List(ctx context.Context, opts store.ListOptions) ([]T, st
 	if err != nil {
 		return nil, "", err
 	}
-	req := r.rc.Get().Resource(r.k.resource)
-	if opts.Namespace != "" {
-		req = req.Namespace(opts.Namespace)
-	}
-	if opts.LabelSelector != nil && !opts.LabelSelector.Empty() {
-		req = req.Param("labelSelector", opts.LabelSelector.String())
-	}
-	if sel != "" {
-		req = req.Param("fieldSelector", sel)
-	}
-	list := r.k.newList()
-	if err := into(req.Do(ctx), list); err != nil {
-		return nil, "", r.failList(opts.Namespace, err)
-	}
-	items := r.k.items(list)
-	out := items[:0]
-	for _, it := range items {
-		if filter == nil || filter(it) {
-			out = append(out, r.clean(it))
+	var (
+		out     []T
+		version string
+		next    string
+	)
+	for first := true; ; first = false {
+		req := r.rc.Get().Resource(r.k.resource).Param("limit", strconv.FormatInt(r.s.listPage, 10))
+		if opts.Namespace != "" {
+			req = req.Namespace(opts.Namespace)
+		}
+		if opts.LabelSelector != nil && !opts.LabelSelector.Empty() {
+			req = req.Param("labelSelector", opts.LabelSelector.String())
+		}
+		if sel != "" {
+			req = req.Param("fieldSelector", sel)
+		}
+		if next != "" {
+			req = req.Param("continue", next)
+		}
+		list := r.k.newList()
+		if err := into(req.Do(ctx), list); err != nil {
+			return nil, "", r.failList(opts.Namespace, err)
+		}
+		for _, it := range r.k.items(list) {
+			if filter == nil || filter(it) {
+				out = append(out, r.clean(it))
+			}
+		}
+		lm, err := meta.ListAccessor(list)
+		if err != nil {
+			return nil, "", fmt.Errorf("list %ss: %w", r.k.noun, err)
+		}
+		if first {
+			// Every page is of the first one's version.
+			version = lm.GetResourceVersion()
+		}
+		if next = lm.GetContinue(); next == "" {
+			return out, version, nil
 		}
 	}
-	lm, err := metaOf(list)
-	if err != nil {
-		return nil, "", fmt.Errorf("list %ss: %w", r.k.noun, err)
-	}
-	return out, lm.GetResourceVersion(), nil
 }
 
 // fieldSelector turns the phase and assigned-pod filters into a field
