@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,20 +250,31 @@ func (i *Informer[T]) setRVLocked(rv string) {
 // WaitForResourceVersion returns once the cache reflects version rv or a
 // later one, or when ctx ends (with its error). Readers of the store use it
 // to not get ahead of code that acts on the cache: a client shown a Run at
-// rv finds the cache at least there. A version that is not a number (not a
-// store's) is not waited for.
+// rv finds the cache at least there.
+//
+// "Later" needs an order of versions, which the store contract does not
+// promise (Kubernetes calls resourceVersions opaque). So it waits only over
+// a store that implements store.VersionOrder — SQLite's, the one store
+// standalone mode, its only caller, runs on — and otherwise returns at
+// once an error wrapping errdefs.ErrUnimplemented rather than guess. A
+// version the store cannot order (not its own) is not waited for.
 func (i *Informer[T]) WaitForResourceVersion(ctx context.Context, rv string) error {
-	want, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil {
+	order, ok := i.res.(store.VersionOrder)
+	if !ok {
+		return fmt.Errorf("informer: wait for resourceVersion %s: the store's versions are opaque: %w", rv, errdefs.ErrUnimplemented)
+	}
+	if _, err := order.CompareResourceVersions(rv, rv); err != nil {
 		return nil
 	}
 	for {
 		i.mu.RLock()
-		have, _ := strconv.ParseUint(i.rv, 10, 64)
+		have := i.rv
 		advanced := i.advanced
 		i.mu.RUnlock()
-		if have >= want {
-			return nil
+		if have != "" {
+			if c, err := order.CompareResourceVersions(have, rv); err != nil || c >= 0 {
+				return nil
+			}
 		}
 		select {
 		case <-advanced:

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
@@ -479,6 +480,13 @@ func TestWaitForResourceVersion(t *testing.T) {
 		t.Errorf("waiting for a version not reached: %v, want the context's error", err)
 	}
 	if err := inf.WaitForResourceVersion(wctx, "not-a-number"); err != nil {
-		t.Errorf("an opaque version: %v, want no wait", err)
+		t.Errorf("a version not the store's: %v, want no wait", err)
+	}
+
+	// Over a store whose versions are opaque (store.VersionOrder hidden,
+	// as the Kubernetes store has none) it refuses to guess an order.
+	opaque := informer.New[*v1alpha1.Run](struct{ store.Resource[*v1alpha1.Run] }{runs}, informer.Options{})
+	if err := opaque.WaitForResourceVersion(ctx, "1"); !errors.Is(err, errdefs.ErrUnimplemented) {
+		t.Errorf("waiting over a store with opaque versions: %v, want ErrUnimplemented", err)
 	}
 }

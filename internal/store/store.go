@@ -16,7 +16,9 @@
 //     compare it for equality and hand it back to Update, Delete and Watch,
 //     never for order (the order of writes is the order Watch delivers
 //     them). The SQLite store happens to use one growing decimal counter
-//     for both kinds, its own tests check that; the suite does not.
+//     for both kinds, its own tests check that; the suite does not. It
+//     says so by implementing VersionOrder, which only code that runs on
+//     SQLite alone may rely on (the informer's WaitForResourceVersion).
 //   - Writes are optimistic: Update and UpdateStatus carry the
 //     resourceVersion they read, and a stale one fails with
 //     errdefs.ErrConflict. The caller re-reads and retries.
@@ -73,6 +75,18 @@ type Reader[T Object] interface {
 	// "" or "0" (which Watch reads as "from now"), even for an empty
 	// store, so that list-then-watch never skips the writes in between.
 	List(ctx context.Context, opts ListOptions) (items []T, resourceVersion string, err error)
+}
+
+// VersionOrder is implemented by a Resource whose resourceVersions are
+// ordered, which the contract above does not promise: the SQLite store's
+// are one growing decimal counter. The Kubernetes store does not implement
+// it: Kubernetes calls resourceVersions opaque (they happen to be etcd
+// revisions, which no API promises).
+type VersionOrder interface {
+	// CompareResourceVersions returns -1, 0 or +1 as version a is older
+	// than, the same as or newer than b, or an error wrapping
+	// errdefs.ErrInvalidArgument when either is not a version of the store.
+	CompareResourceVersions(a, b string) (int, error)
 }
 
 // Writer creates, updates and deletes objects of one kind.

@@ -138,6 +138,18 @@ func emptyKind[T store.Object](ctx context.Context, t *testing.T, r store.Resour
 	}
 }
 
+// The Kubernetes store's resourceVersions are opaque: it offers no order
+// (store.VersionOrder), so nothing compares them as numbers.
+func TestVersionsAreOpaque(t *testing.T) {
+	s := open(t, &rest.Config{Host: "https://127.0.0.1:1"}, kube.Options{})
+	if _, ok := s.Runs().(store.VersionOrder); ok {
+		t.Error("the Kubernetes store's Runs offer an order of resourceVersions")
+	}
+	if _, ok := s.Runtimes().(store.VersionOrder); ok {
+		t.Error("the Kubernetes store's Runtimes offer an order of resourceVersions")
+	}
+}
+
 // TestUnreachable checks that a store whose API server does not answer
 // fails with ErrUnavailable, naming the object.
 func TestUnreachable(t *testing.T) {

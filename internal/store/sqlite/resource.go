@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -21,7 +22,7 @@ import (
 	"stoke.dev/stoke/internal/store"
 )
 
-// resource implements store.Resource for one kind.
+// resource implements store.Resource and store.VersionOrder for one kind.
 type resource[T store.Object] struct {
 	c *core
 	k *kind[T]
@@ -168,6 +169,17 @@ func (r *resource[T]) forget(key objectKey) {
 func (r *resource[T]) resetCache() {
 	clear(r.cache)
 	r.cacheBytes = 0
+}
+
+// CompareResourceVersions implements store.VersionOrder: both kinds share
+// one growing decimal counter.
+func (r *resource[T]) CompareResourceVersions(a, b string) (int, error) {
+	x, errA := strconv.ParseInt(a, 10, 64)
+	y, errB := strconv.ParseInt(b, 10, 64)
+	if err := errors.Join(errA, errB); err != nil {
+		return 0, fmt.Errorf("compare resourceVersions %q and %q: not the store's: %w", a, b, errdefs.ErrInvalidArgument)
+	}
+	return cmp.Compare(x, y), nil
 }
 
 // Get implements store.Reader. It reads the database, not the write cache,

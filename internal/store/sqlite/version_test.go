@@ -2,10 +2,12 @@ package sqlite_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -74,5 +76,29 @@ func TestResourceVersionsGrow(t *testing.T) {
 	}
 	if rvOf(t, listRV) < last {
 		t.Fatalf("list resourceVersion %s is older than the last write %d", listRV, last)
+	}
+}
+
+// TestVersionOrder checks store.VersionOrder, which the informer's
+// WaitForResourceVersion relies on: the counter's order, for both kinds,
+// and an error for a version that is not the store's.
+func TestVersionOrder(t *testing.T) {
+	s := open(t, t.TempDir())
+	for _, res := range []any{s.Runs(), s.Runtimes()} {
+		order, ok := res.(store.VersionOrder)
+		if !ok {
+			t.Fatalf("%T offers no store.VersionOrder", res)
+		}
+		for _, c := range []struct {
+			a, b string
+			want int
+		}{{"9", "10", -1}, {"10", "10", 0}, {"11", "10", 1}} {
+			if got, err := order.CompareResourceVersions(c.a, c.b); err != nil || got != c.want {
+				t.Errorf("compare %s and %s: %d, %v; want %d", c.a, c.b, got, err, c.want)
+			}
+		}
+		if _, err := order.CompareResourceVersions("10", "opaque"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("compare with a version not the store's: %v, want ErrInvalidArgument", err)
+		}
 	}
 }
