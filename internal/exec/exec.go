@@ -95,6 +95,15 @@ type Streams struct {
 	Stderr io.Writer
 }
 
+// BuffersWriter is implemented by a Streams writer that takes one write in
+// pieces, as writev does: a frame that arrives in pieces (grpc-go's receive
+// buffers) is passed on whole without being copied together first. The
+// pieces are valid only during the call.
+type BuffersWriter interface {
+	io.Writer
+	WriteBuffers(pieces [][]byte) (int, error)
+}
+
 // Executor starts exec sessions. Its errors are errdefs categories:
 // InvalidArgument, NotFound (no such Run here), NotRunning or
 // FailedPrecondition (the Run ended, a stale registration),

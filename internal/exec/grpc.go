@@ -57,30 +57,39 @@ func (g *grpcServer) Exec(stream pb.Exec_ExecServer) error {
 	// stdin goes through a synchronous pipe: a frame is received only
 	// once the command took the previous one, so the stream's own flow
 	// control holds back the client.
-	stdinR, stdinW := io.Pipe()
-	defer stdinR.Close()
+	stdin := newFramePipe()
+	defer stdin.closeRead()
 	go func() {
+		f := inFrame{Message: new(pb.ExecRequest)}
 		for {
-			m, err := stream.Recv()
-			if err != nil {
+			if err := stream.RecvMsg(&f); err != nil {
 				if errors.Is(err, io.EOF) {
-					_ = stdinW.Close()
-				} else {
-					_ = stdinW.CloseWithError(err)
+					err = nil
 				}
+				stdin.close(err)
 				return
 			}
-			switch f := m.GetFrame().(type) {
-			case *pb.ExecRequest_Stdin:
-				if req.Stdin { // otherwise nothing reads it
-					_, _ = stdinW.Write(f.Stdin)
+			if f.Field != 0 { // stdin, in the received buffers
+				if req.Stdin && stdin.put(f.pieces) != nil {
+					// The reader may still hold the pieces: they
+					// are left to the garbage collector.
+					f.Data, f.pieces = nil, nil
+					continue
+				}
+				f.free()
+				continue
+			}
+			switch m := f.Message.(*pb.ExecRequest).GetFrame().(type) {
+			case *pb.ExecRequest_Stdin: // through another codec
+				if req.Stdin {
+					_ = stdin.put([][]byte{m.Stdin})
 				}
 			case *pb.ExecRequest_StdinClose:
-				_ = stdinW.Close()
+				stdin.close(nil)
 			case *pb.ExecRequest_Resize:
-				_ = sess.Resize(TermSize{Width: clamp16(f.Resize.GetWidth()), Height: clamp16(f.Resize.GetHeight())})
+				_ = sess.Resize(TermSize{Width: clamp16(m.Resize.GetWidth()), Height: clamp16(m.Resize.GetHeight())})
 			case *pb.ExecRequest_Signal:
-				_ = sess.Signal(syscall.Signal(f.Signal))
+				_ = sess.Signal(syscall.Signal(m.Signal))
 			}
 		}
 	}()
@@ -93,7 +102,7 @@ func (g *grpcServer) Exec(stream pb.Exec_ExecServer) error {
 		}),
 	}
 	if req.Stdin {
-		streams.Stdin = stdinR
+		streams.Stdin = stdin
 	}
 	exit, err := sess.Stream(stream.Context(), streams)
 	if err != nil {
@@ -133,7 +142,7 @@ func (c *grpcClient) Start(ctx context.Context, req Request) (Session, error) {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	stream, err := c.c.Exec(sctx)
+	stream, err := c.c.Exec(sctx, callCodec())
 	if err != nil {
 		cancel()
 		return nil, fromGRPC(err)
@@ -180,9 +189,10 @@ func (s *grpcSession) Stream(ctx context.Context, st Streams) (Exit, error) {
 	if st.Stdin != nil && s.req.Stdin {
 		go s.copyStdin(st.Stdin)
 	}
+	f := inFrame{Message: new(pb.ExecResponse)}
+	var join []byte
 	for {
-		m, err := s.stream.Recv()
-		if err != nil {
+		if err := s.stream.RecvMsg(&f); err != nil {
 			if ctx.Err() != nil {
 				return Exit{}, fmt.Errorf("run %s: exec session: %w", s.req.RunUID, ctx.Err())
 			}
@@ -191,9 +201,25 @@ func (s *grpcSession) Stream(ctx context.Context, st Streams) (Exit, error) {
 			}
 			return Exit{}, fromGRPC(err)
 		}
-		switch f := m.GetFrame().(type) {
+		if f.Field != 0 { // stdout or stderr, in the received buffers
+			name, w := "stdout", st.Stdout
+			if f.Field == stderrField {
+				name = "stderr"
+				if st.Stderr != nil {
+					w = st.Stderr
+				}
+			}
+			_, err := writeFrame(w, f.pieces, &join)
+			f.free()
+			if err != nil {
+				return Exit{}, fmt.Errorf("run %s: exec: writing %s: %w", s.req.RunUID, name, err)
+			}
+			continue
+		}
+		// Frames other than data, and data through another codec.
+		switch m := f.Message.(*pb.ExecResponse).GetFrame().(type) {
 		case *pb.ExecResponse_Stdout:
-			if _, err := st.Stdout.Write(f.Stdout); err != nil {
+			if _, err := st.Stdout.Write(m.Stdout); err != nil {
 				return Exit{}, fmt.Errorf("run %s: exec: writing stdout: %w", s.req.RunUID, err)
 			}
 		case *pb.ExecResponse_Stderr:
@@ -201,13 +227,46 @@ func (s *grpcSession) Stream(ctx context.Context, st Streams) (Exit, error) {
 			if w == nil {
 				w = st.Stdout
 			}
-			if _, err := w.Write(f.Stderr); err != nil {
+			if _, err := w.Write(m.Stderr); err != nil {
 				return Exit{}, fmt.Errorf("run %s: exec: writing stderr: %w", s.req.RunUID, err)
 			}
 		case *pb.ExecResponse_Exit:
-			return Exit{Code: int(f.Exit.GetExitCode()), Signal: int(f.Exit.GetSignal())}, nil
+			return Exit{Code: int(m.Exit.GetExitCode()), Signal: int(m.Exit.GetSignal())}, nil
 		}
 	}
+}
+
+// writeFrame writes a frame that arrived in pieces as one Write: through
+// WriteBuffers when w has it, else joined in *join when it fits a frame
+// (bounds.ExecFrame), else piece by piece.
+func writeFrame(w io.Writer, pieces [][]byte, join *[]byte) (int, error) {
+	if bw, ok := w.(BuffersWriter); ok {
+		return bw.WriteBuffers(pieces)
+	}
+	if len(pieces) == 1 {
+		return w.Write(pieces[0])
+	}
+	total := 0
+	for _, p := range pieces {
+		total += len(p)
+	}
+	if total > bounds.ExecFrame {
+		n := 0
+		for _, p := range pieces {
+			k, err := w.Write(p)
+			n += k
+			if err != nil {
+				return n, err
+			}
+		}
+		return n, nil
+	}
+	b := (*join)[:0]
+	for _, p := range pieces {
+		b = append(b, p...)
+	}
+	*join = b
+	return w.Write(b)
 }
 
 // copyStdin sends stdin frames until EOF, then closes the command's stdin.

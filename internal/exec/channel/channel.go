@@ -67,6 +67,11 @@ type writer struct {
 }
 
 func (w *writer) write(ch byte, p []byte) error {
+	return w.writePieces(ch, p)
+}
+
+// writePieces writes one message of the pieces' bytes on channel ch.
+func (w *writer) writePieces(ch byte, pieces ...[]byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	mw, err := w.conn.NextWriter(websocket.BinaryMessage)
@@ -76,14 +81,18 @@ func (w *writer) write(ch byte, p []byte) error {
 	if _, err := mw.Write([]byte{ch}); err != nil {
 		return err
 	}
-	if _, err := mw.Write(p); err != nil {
-		return err
+	n := 0
+	for _, p := range pieces {
+		if _, err := mw.Write(p); err != nil {
+			return err
+		}
+		n += len(p)
 	}
 	if err := mw.Close(); err != nil {
 		return err
 	}
 	if w.out != nil && (ch == chStdout || ch == chStderr || ch == chStdin) {
-		w.out(len(p))
+		w.out(n)
 	}
 	return nil
 }
@@ -96,14 +105,42 @@ type channelWriter struct {
 }
 
 func (c channelWriter) Write(p []byte) (int, error) {
+	return c.WriteBuffers([][]byte{p})
+}
+
+// WriteBuffers writes the pieces' bytes as messages of at most
+// bounds.ExecWebSocketFrame, pieces that fit sharing a message, so that a
+// frame that arrived in pieces is one message.
+func (c channelWriter) WriteBuffers(pieces [][]byte) (int, error) {
 	n := 0
-	for len(p) > 0 {
-		k := min(len(p), bounds.ExecWebSocketFrame)
-		if err := c.w.write(c.ch, p[:k]); err != nil {
-			return n, err
+	var msg [][]byte
+	size := 0
+	flush := func() error {
+		if size == 0 {
+			return nil
 		}
-		n += k
-		p = p[k:]
+		if err := c.w.writePieces(c.ch, msg...); err != nil {
+			return err
+		}
+		n += size
+		msg, size = msg[:0], 0
+		return nil
+	}
+	for _, p := range pieces {
+		for len(p) > 0 {
+			k := min(len(p), bounds.ExecWebSocketFrame-size)
+			msg = append(msg, p[:k])
+			size += k
+			p = p[k:]
+			if size == bounds.ExecWebSocketFrame {
+				if err := flush(); err != nil {
+					return n, err
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return n, err
 	}
 	return n, nil
 }

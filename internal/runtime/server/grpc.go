@@ -28,6 +28,7 @@ import (
 	metricsv1 "stoke.dev/stoke/api/metrics/v1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/metricsrpc"
 )
 
@@ -105,6 +106,9 @@ func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
 		// again on every call; when all are busy (exec and Wait streams)
 		// a new goroutine takes the call as before.
 		grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
+		// Protobuf as grpc-go's own codec, but the Exec stream's data
+		// frames are not copied out of the receive buffers.
+		exec.ServerCodec(),
 	}, opts...)
 	s := grpc.NewServer(opts...)
 	h := health.NewServer()
