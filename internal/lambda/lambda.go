@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	goruntime "runtime"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
@@ -85,9 +87,12 @@ type Config struct {
 
 // Server is the Lambda adapter with its AWS client.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	c     *awslambda.Client
+	cfg Config
+	log *slog.Logger
+	c   *awslambda.Client // the control plane, with the SDK's retries
+	inv *awslambda.Client // invocations (invokeClient)
+	// warm makes the invocations.
+	warm  *warm
 	inner runtime.Adapter // validates handlers
 	boot  *bootstrapEntry
 	relay *relay
@@ -169,9 +174,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inner: inner, boot: bootstrapFor(cfg.Bootstrap), refs: map[string]int{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inv: invokeClient(c), warm: newWarm(), inner: inner,
+		boot: bootstrapFor(cfg.Bootstrap), refs: map[string]int{}}
 	r, err := newRelay(s, cfg.StateDir)
 	if err != nil {
+		s.warm.close()
 		return nil, err
 	}
 	s.relay = r
@@ -181,7 +188,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // Close stops accepting task relays and waits for the ones in flight.
-func (s *Server) Close() error { return s.relay.close() }
+func (s *Server) Close() error {
+	err := s.relay.close()
+	s.warm.close()
+	return err
+}
 
 // Name is "lambda".
 func (s *Server) Name() string { return "lambda" }
@@ -233,7 +244,7 @@ func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Ins
 func (s *Server) ping(ctx context.Context, name string) (*awslambda.InvokeOutput, error) {
 	delay := 50 * time.Millisecond
 	for {
-		out, err := s.invoke(ctx, name, payload.Request{Kind: payload.KindPing})
+		out, err := s.invoke(ctx, name, pingEvent)
 		var tooMany *types.TooManyRequestsException
 		if !errors.As(err, &tooMany) {
 			return out, err
@@ -347,16 +358,33 @@ func (s *Server) release(name string) {
 	s.log.Info("lambda function deleted", "function", name)
 }
 
-// invoke makes one synchronous invocation and returns its raw answer, or
-// the SDK's error (see awsError).
-func (s *Server) invoke(ctx context.Context, name string, req payload.Request) (*awslambda.InvokeOutput, error) {
-	ev, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	out, err := s.c.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(name), Payload: ev},
-		// No retry after dispatch: an invocation may have run.
-		func(o *awslambda.Options) { o.RetryMaxAttempts = 1 })
+var pingEvent, _ = json.Marshal(payload.Request{Kind: payload.KindPing})
+
+// invokeClient is c configured for synchronous invocations, the way AWS
+// recommends for latency: one client for every call, no retries (a
+// retried invocation may run twice: the error goes to the caller, whose
+// retry policy decides), and idle connections kept for as many calls at
+// once as the Runtime Server makes on warm goroutines, so that a burst
+// does not open (and on AWS, handshake) new ones.
+func invokeClient(c *awslambda.Client) *awslambda.Client {
+	return awslambda.New(c.Options(), func(o *awslambda.Options) {
+		o.Retryer, o.RetryMaxAttempts = aws.NopRetryer{}, 0
+		if b, ok := o.HTTPClient.(*awshttp.BuildableClient); ok {
+			o.HTTPClient = b.WithTransportOptions(func(t *http.Transport) {
+				t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, maxWarm)
+			})
+		}
+	})
+}
+
+// invoke makes one synchronous invocation of event (a payload.Request)
+// and returns its raw answer, or the SDK's error (see awsError).
+func (s *Server) invoke(ctx context.Context, name string, event []byte) (*awslambda.InvokeOutput, error) {
+	var out *awslambda.InvokeOutput
+	var err error
+	s.warm.do(func() {
+		out, err = s.inv.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(name), Payload: event})
+	})
 	return out, err
 }
 
@@ -448,7 +476,11 @@ type instance struct {
 // the instance done, so that the core loads it again (recreating the
 // function) without the Run leaving Ready.
 func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.Result, error) {
-	out, err := i.s.invoke(ctx, i.name, payload.Request{Kind: payload.KindInvoke, InvocationID: inv.ID, Input: inv.Input})
+	var timeout int64
+	if !inv.Deadline.IsZero() {
+		timeout = max(1, time.Until(inv.Deadline).Milliseconds())
+	}
+	out, err := i.s.invoke(ctx, i.name, payload.InvokeEvent(inv.ID, timeout, inv.Input))
 	if err != nil {
 		var nf *types.ResourceNotFoundException
 		if errors.As(err, &nf) {

@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
+
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/lambda/payload"
@@ -166,8 +169,13 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 		return relayResponse{}, err
 	}
 	defer s.release(p.name)
-	out, err := s.invoke(ctx, p.name, payload.Request{Kind: payload.KindTask,
+	ev, err := json.Marshal(payload.Request{Kind: payload.KindTask,
 		Task: &payload.Task{Entrypoint: req.Entrypoint, Args: req.Args, TimeoutSeconds: int64(s.cfg.TaskTimeout / time.Second)}})
+	if err != nil {
+		return relayResponse{}, err
+	}
+	// Not on a warm goroutine: a task may hold one for minutes.
+	out, err := s.inv.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(p.name), Payload: ev})
 	if err != nil {
 		return relayResponse{}, awsError("Invoke", err)
 	}

@@ -86,26 +86,30 @@ func ConfigFromEnv(env []string) Config {
 	}
 }
 
-// handlerEnv is the registration's env: the Run's own variables (named in
-// payload.EnvUserKeys) and Lambda's AWS_* and LAMBDA_* ones, but not the
-// Runtime API address, which belongs to the bootstrap.
-func handlerEnv(env []string) map[string]string {
-	m := map[string]string{}
-	var user []string
+// handlerEnv splits the sandbox's environment into what handlers see:
+// the Run's own variables (named in payload.EnvUserKeys), the
+// registration's env, within the Run's bounds as on a pod; and Lambda's
+// AWS_* and LAMBDA_* ones but the Runtime API address, which belongs to the
+// bootstrap, as the core's base environment, outside those bounds.
+func handlerEnv(env []string) (user, lambda map[string]string) {
+	user, lambda = map[string]string{}, map[string]string{}
+	var keys []string
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, payload.EnvUserKeys+"="); ok && v != "" {
-			user = strings.Split(v, ",")
+			keys = strings.Split(v, ",")
 		}
 	}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		switch {
+		case slices.Contains(keys, k):
+			user[k] = v
 		case k == "AWS_LAMBDA_RUNTIME_API":
-		case slices.Contains(user, k), strings.HasPrefix(k, "AWS_"), strings.HasPrefix(k, "LAMBDA_"):
-			m[k] = v
+		case strings.HasPrefix(k, "AWS_"), strings.HasPrefix(k, "LAMBDA_"):
+			lambda[k] = v
 		}
 	}
-	return m
+	return user, lambda
 }
 
 // Bootstrap is one sandbox's runtime: the core tables and the registered
@@ -114,7 +118,8 @@ type Bootstrap struct {
 	cfg   Config
 	log   *slog.Logger
 	api   *apiClient
-	env   map[string]string
+	env   map[string]string  // the Run's own
+	base  map[string]string  // Lambda's
 	fns   *runtime.Functions // nil for a task function
 	reg   *pb.FunctionRegistration
 	tasks *runtime.Tasks
@@ -139,7 +144,8 @@ func start(ctx context.Context, cfg Config) (*Bootstrap, error) {
 	if cfg.RuntimeAPI == "" {
 		return nil, errors.New("bootstrap: AWS_LAMBDA_RUNTIME_API is not set: run as bootstrap only inside Lambda")
 	}
-	b := &Bootstrap{cfg: cfg, log: cfg.Logger.With("function", cfg.FunctionName), api: newAPIClient(cfg.RuntimeAPI), env: handlerEnv(cfg.Env)}
+	b := &Bootstrap{cfg: cfg, log: cfg.Logger.With("function", cfg.FunctionName), api: newAPIClient(cfg.RuntimeAPI)}
+	b.env, b.base = handlerEnv(cfg.Env)
 	if err := b.init(ctx); err != nil {
 		b.close()
 		e := payload.Error{Type: payload.ErrorInit, Message: err.Error()}
@@ -171,7 +177,7 @@ func (b *Bootstrap) init(ctx context.Context) error {
 	}
 	scratch := filepath.Join(b.cfg.TmpDir, "stoke")
 	b.tasks, err = runtime.NewTasks(runtime.TasksConfig{Adapter: adapter, Workspace: ws,
-		ScratchRoot: filepath.Join(scratch, "tasks"), Logger: b.log, KillGrace: taskKillGrace})
+		ScratchRoot: filepath.Join(scratch, "tasks"), Logger: b.log, KillGrace: taskKillGrace, BaseEnv: b.base})
 	if err != nil {
 		return err
 	}
@@ -179,7 +185,7 @@ func (b *Bootstrap) init(ctx context.Context) error {
 		return nil
 	}
 	b.fns, err = runtime.NewFunctions(runtime.FunctionsConfig{Adapter: adapter, Workspace: ws,
-		ScratchRoot: filepath.Join(scratch, "functions"), Logger: b.log})
+		ScratchRoot: filepath.Join(scratch, "functions"), Logger: b.log, BaseEnv: b.base})
 	if err != nil {
 		return err
 	}
@@ -256,6 +262,11 @@ func (b *Bootstrap) dispatch(ctx context.Context, ev event) (*payload.Response, 
 	if !ev.deadline.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, ev.deadline.Add(-deadlineMargin))
+		defer cancel()
+	}
+	if req.TimeoutMillis > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
 		defer cancel()
 	}
 	switch req.Kind {

@@ -113,6 +113,27 @@ func TestBashFunctionUnderTheRIE(t *testing.T) {
 	}
 }
 
+func TestInvocationTimeoutAndVerbatimOutputUnderTheRIE(t *testing.T) {
+	sb := sandbox(t, stokeBin, map[string]string{"h.py": "import time\n\ndef handle(event):\n    if isinstance(event, int):\n        time.sleep(event)\n    return event\n"},
+		"STOKE_RUNTIME=python", "_HANDLER=h.handle")
+	ctx := context.Background()
+	// The invocation's own timeout ends the handler's call inside the
+	// sandbox, long before the function's (ten minutes here).
+	out, err := sb.Invoke(ctx, payload.InvokeEvent("inv-t", 300, json.RawMessage(`600`)))
+	var perr payload.Error
+	if err == nil || json.Unmarshal(out, &perr) != nil || perr.Type != payload.ErrorTimeout {
+		t.Fatalf("invocation past its timeout = %s, %v; want %s", out, err, payload.ErrorTimeout)
+	}
+	// The sandbox serves the next one, and the output comes back as the
+	// handler wrote it, not HTML-escaped.
+	in := `"<a & b>"`
+	out, err = sb.Invoke(ctx, payload.InvokeEvent("inv-v", 10000, json.RawMessage(in)))
+	var resp payload.Response
+	if err != nil || json.Unmarshal(out, &resp) != nil || string(resp.Output) != in {
+		t.Fatalf("invoke = %s, %v; want the output %s verbatim", out, err, in)
+	}
+}
+
 func TestTaskFunctionUnderTheRIE(t *testing.T) {
 	sb := sandbox(t, stokeBin, map[string]string{"t.sh": "echo out \"$1\"\necho err >&2\necho K=V >> \"$STOKE_OUTPUTS\"\nexit \"$2\"\n"},
 		"STOKE_RUNTIME=bash", "_HANDLER="+payload.TaskHandler)

@@ -94,11 +94,15 @@ func (c *apiClient) initError(ctx context.Context, e payload.Error) error {
 }
 
 func (c *apiClient) post(ctx context.Context, path, errorType string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
+	// Not json.Marshal: it would escape <, > and & in the handler's
+	// output, growing it, perhaps past Lambda's response limit.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("runtime api %s: %w", path, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, &buf)
 	if err != nil {
 		return err
 	}

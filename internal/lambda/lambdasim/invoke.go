@@ -92,7 +92,8 @@ func (s *Simulator) invoke(w http.ResponseWriter, r *http.Request) {
 	}
 
 	mark := sb.logs.mark()
-	res := sb.invoke(r.Context(), requestID, body, timeout)
+	// As on Lambda, a caller that goes away does not end its invocation.
+	res := sb.invoke(context.WithoutCancel(r.Context()), requestID, body, timeout)
 	keep := res.keep
 	s.mu.Lock()
 	if keep && !fn.deleted && !s.closed {

@@ -10,7 +10,7 @@
 // unpacked once per function and shared by its sandboxes (as /var/task). A sandbox serves one
 // invocation at a time, as on Lambda; concurrent invocations get more
 // sandboxes, which stay warm and are reused. The function's timeout kills
-// the sandbox.
+// the sandbox; a caller that goes away does not end its invocation.
 //
 // What it does not model: IAM (the role is only checked to look like an
 // ARN; the signature only to name the configured access key), versions,

@@ -285,12 +285,18 @@ func blockers(t *testing.T) (started, release *os.File) {
 
 func awaitLines(t *testing.T, f *os.File, n int) {
 	t.Helper()
+	// A handler that never runs (its sandbox did not start) fails the
+	// test rather than hanging it.
+	if err := f.SetReadDeadline(time.Now().Add(2 * time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	defer f.SetReadDeadline(time.Time{})
 	buf := make([]byte, 0, 2*n)
 	one := make([]byte, 2*n)
 	for len(buf) < 2*n {
 		k, err := f.Read(one[:2*n-len(buf)])
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("waiting for %d handlers to start: %v", n, err)
 		}
 		buf = append(buf, one[:k]...)
 	}

@@ -12,7 +12,10 @@
 // runs the call.
 package payload
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strconv"
+)
 
 // Kinds of Request.
 const (
@@ -53,10 +56,34 @@ const (
 
 // Request is the event of one invocation.
 type Request struct {
-	Kind         string          `json:"stoke"`
-	InvocationID string          `json:"invocationId,omitempty"`
-	Input        json.RawMessage `json:"input,omitempty"`
-	Task         *Task           `json:"task,omitempty"`
+	Kind         string `json:"stoke"`
+	InvocationID string `json:"invocationId,omitempty"`
+	// TimeoutMillis is the invocation's own timeout (KindInvoke): the
+	// bootstrap ends the handler's call at it, as at Lambda's deadline,
+	// so that an invocation Stoke has given up on does not go on in the
+	// sandbox, holding it.
+	TimeoutMillis int64           `json:"timeoutMillis,omitempty"`
+	Input         json.RawMessage `json:"input,omitempty"`
+	Task          *Task           `json:"task,omitempty"`
+}
+
+// InvokeEvent is the event of a KindInvoke Request. input must be valid
+// JSON (the Runtime Server's core has checked it): it is copied in as it
+// is, where json.Marshal would scan and re-encode it, which for a large
+// input costs more than the rest of the call, and would grow it by
+// escaping <, > and & in its strings.
+func InvokeEvent(invocationID string, timeoutMillis int64, input json.RawMessage) []byte {
+	id, _ := json.Marshal(invocationID) // a string: cannot fail
+	b := make([]byte, 0, len(input)+len(id)+64)
+	b = append(b, `{"stoke":"`+KindInvoke+`","invocationId":`...)
+	b = append(b, id...)
+	if timeoutMillis > 0 {
+		b = append(b, `,"timeoutMillis":`...)
+		b = strconv.AppendInt(b, timeoutMillis, 10)
+	}
+	b = append(b, `,"input":`...)
+	b = append(b, input...)
+	return append(b, '}')
 }
 
 // Task is a one-shot execution of the function's source.
