@@ -2,6 +2,7 @@ package lambda_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/lambda/lambdasim"
+	"stoke.dev/stoke/internal/lambda/payload"
 	"stoke.dev/stoke/internal/runtime/runtimetest"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/testbin"
@@ -56,6 +58,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		// A variable of the server's own environment that no handler may
+		// see (the contract suite checks).
+		os.Setenv(runtimetest.ServerSecretEnv, "must-not-leak")
 		return m.Run()
 	}())
 }
@@ -70,11 +75,29 @@ type env struct {
 
 func start(t testing.TB, runtime string, fixtures map[runtimetest.Fixture]runtimetest.Source, observe ...func(string, time.Duration)) env {
 	t.Helper()
+	sim := simulator(t)
+	srv := newServer(t, sim, runtime, observe...)
+	rs := runtimetest.StartServer(t, runtimetest.Harness{
+		Runtime:  "lambda",
+		Fixtures: func(f runtimetest.Fixture) runtimetest.Source { return fixtures[f] },
+	}, func(c *server.Config) { serve(c, srv) })
+	return env{sim: sim, rs: rs}
+}
+
+// simulator is a fresh simulator for the test.
+func simulator(t testing.TB) *lambdasim.Simulator {
+	t.Helper()
 	sim, err := lambdasim.New(lambdasim.Config{RIE: rieBin, Dir: t.TempDir(), AccessKeyID: accessKey, Concurrency: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sim.Close() })
+	return sim
+}
+
+// newServer is a Lambda Runtime Server for the inner runtime on sim.
+func newServer(t testing.TB, sim *lambdasim.Simulator, runtime string, observe ...func(string, time.Duration)) *lambda.Server {
+	t.Helper()
 	client := awslambda.New(awslambda.Options{
 		Region: lambdasim.Region, BaseEndpoint: aws.String(sim.URL()),
 		Credentials: credentials.NewStaticCredentialsProvider(accessKey, "secret", ""),
@@ -91,15 +114,14 @@ func start(t testing.TB, runtime string, fixtures map[runtimetest.Fixture]runtim
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	rs := runtimetest.StartServer(t, runtimetest.Harness{
-		Runtime:  "lambda",
-		Fixtures: func(f runtimetest.Fixture) runtimetest.Source { return fixtures[f] },
-	}, func(c *server.Config) {
-		c.Adapter = srv
-		c.InitTimeout = 90 * time.Second
-		c.DefaultInvokeTimeout = 60 * time.Second
-	})
-	return env{sim: sim, rs: rs}
+	return srv
+}
+
+// serve makes c serve srv, with room for cold starts on a loaded machine.
+func serve(c *server.Config, srv *lambda.Server) {
+	c.Adapter = srv
+	c.InitTimeout = 90 * time.Second
+	c.DefaultInvokeTimeout = 60 * time.Second
 }
 
 func src(file, handler, text string) runtimetest.Source {
@@ -352,4 +374,50 @@ func BenchmarkRegisterToReady(b *testing.B) {
 		b.ReportMetric(p50(steps[s]), s+"-p50-ms")
 	}
 	b.ReportMetric(p50(steps["package"])/p50(total), "package-share")
+}
+
+// BenchmarkServerInvoke measures a warm invocation through the Lambda
+// Runtime Server (gRPC → core → SDK → simulator → RIE → bootstrap →
+// Python) and, interleaved, the same function invoked directly through the
+// SDK: the difference of the medians is the server's own share, the part
+// of BenchmarkLambdaInvoke (e2e) that is not the gateway's and runtimed's.
+func BenchmarkServerInvoke(b *testing.B) {
+	e := start(b, "python", map[runtimetest.Fixture]runtimetest.Source{
+		runtimetest.Echo: src("handler.py", "handler.handle", "def handle(event):\n    return event\n")})
+	ctx := context.Background()
+	reg := e.rs.Register(b, runtimetest.Echo, "uid-bench")
+	fns := e.sim.Functions()
+	if len(fns) != 1 {
+		b.Fatalf("functions %v", fns)
+	}
+	sdk := awslambda.New(awslambda.Options{Region: lambdasim.Region, BaseEndpoint: aws.String(e.sim.URL()),
+		Credentials: credentials.NewStaticCredentialsProvider(accessKey, "secret", "")})
+	ev, _ := json.Marshal(payload.Request{Kind: payload.KindInvoke, Input: json.RawMessage(`{"hello":"world"}`)})
+	var viaServer, direct []time.Duration
+	b.ResetTimer()
+	for i := range b.N + 10 {
+		start := time.Now()
+		resp, err := e.rs.Invoke(ctx, reg, `{"hello":"world"}`, 0)
+		d1 := time.Since(start)
+		if err != nil || string(resp.GetOutput()) != `{"hello":"world"}` {
+			b.Fatalf("server: %v %v", resp, err)
+		}
+		start = time.Now()
+		out, err := sdk.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(fns[0]), Payload: ev})
+		d2 := time.Since(start)
+		if err != nil || out.FunctionError != nil {
+			b.Fatalf("sdk: %v", err)
+		}
+		if i >= 10 { // warm-up
+			viaServer, direct = append(viaServer, d1), append(direct, d2)
+		}
+	}
+	p50 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds())
+	}
+	s, d := p50(viaServer), p50(direct)
+	b.ReportMetric(s, "server-p50-µs")
+	b.ReportMetric(d, "sdk-direct-p50-µs")
+	b.ReportMetric(s-d, "overhead-p50-µs")
 }

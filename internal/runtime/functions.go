@@ -45,6 +45,10 @@ type FunctionsConfig struct {
 	DefaultInvokeTimeout time.Duration
 	MaxInvokeTimeout     time.Duration
 	InitTimeout          time.Duration
+	// BaseEnv, when set, is added to every handler's environment beneath
+	// the registration's env, and is not counted against its bounds: the
+	// Lambda bootstrap's AWS_* and LAMBDA_* variables.
+	BaseEnv map[string]string
 	// Scopes, when set, tracks each registration's and each invocation's
 	// processes: what an invocation leaves running is killed when it
 	// ends, what a registration started when it is released.
@@ -272,7 +276,7 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 		RunUID:     r.uid,
 		WorkingDir: workingDir,
 		Handler:    req.GetHandler(),
-		Env:        MergeEnv(BaseEnv(workingDir, tmp), req.GetEnv()),
+		Env:        MergeEnv(baseEnvWith(f.cfg.BaseEnv, workingDir, tmp), req.GetEnv()),
 		ScratchDir: ipc,
 		Logger:     log,
 		Output:     out,

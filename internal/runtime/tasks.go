@@ -60,6 +60,10 @@ type TasksConfig struct {
 	MaxTaskDuration time.Duration
 	// KillGrace is the SIGTERM→SIGKILL grace on timeout and Cancel.
 	KillGrace time.Duration
+	// BaseEnv, when set, is added to every execution's environment
+	// beneath the request's env, and is not counted against its bounds
+	// (as FunctionsConfig.BaseEnv).
+	BaseEnv map[string]string
 	// MaxTerminal bounds the finished executions remembered; past it the
 	// oldest finished one is forgotten. Running ones are never forgotten.
 	MaxTerminal int

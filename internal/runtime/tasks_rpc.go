@@ -70,7 +70,7 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 		return nil, fmt.Errorf("execution %q: scratch directory: %w", id, err)
 	}
 	l := launch{argv: argv, dir: workingDir, outputs: filepath.Join(scratch, scratchOutputs)}
-	l.env, l.envPath = taskEnv(BaseEnv(workingDir, tmp), req.GetEnv(), l.outputs)
+	l.env, l.envPath = taskEnv(baseEnvWith(t.cfg.BaseEnv, workingDir, tmp), req.GetEnv(), l.outputs)
 	// The scratch directory's name is unique and random: the scope's.
 	scope := filepath.Base(scratch)
 	if t.cfg.Scopes != nil {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -150,6 +151,13 @@ func BaseEnv(workingDir, tmpDir string) map[string]string {
 		"LANG":   "C.UTF-8",
 		"TMPDIR": tmpDir,
 	}
+}
+
+// baseEnvWith is BaseEnv with extra added.
+func baseEnvWith(extra map[string]string, workingDir, tmpDir string) map[string]string {
+	m := BaseEnv(workingDir, tmpDir)
+	maps.Copy(m, extra)
+	return m
 }
 
 // MergeEnv returns base overlaid with extra as sorted "K=V" strings.

@@ -71,7 +71,8 @@ type Source struct {
 
 // Harness describes one adapter under test.
 type Harness struct {
-	// Runtime is the built-in runtime name passed to server.NewAdapter.
+	// Runtime is the built-in runtime name passed to server.NewAdapter,
+	// or the name of the runtime whose adapter Configure sets.
 	Runtime string
 	// Fixtures returns the source for a fixture.
 	Fixtures func(Fixture) Source
@@ -79,6 +80,19 @@ type Harness struct {
 	// "hello" to stdout, writes RESULT=done to $STOKE_OUTPUTS and exits 0;
 	// and one that sleeps for a minute.
 	TaskOK, TaskSleep Source
+	// Configure, when set, adjusts the server's configuration, e.g. to
+	// serve an adapter of its own (the lambda runtime brings its own).
+	Configure func(testing.TB, *server.Config)
+
+	// Where a server cannot keep a rule of the local Runtime Servers, the
+	// field that names the rule says why, and the suite holds the server
+	// to what it does instead.
+
+	// RunsACopy: handlers run in a copy of working_dir made at
+	// registration (on Lambda, the function's package), so HOME and their
+	// working directory are the copy's, which must hold the
+	// registration's files, rather than working_dir itself.
+	RunsACopy string
 }
 
 // Server is a running Runtime Server under test.
@@ -108,6 +122,9 @@ func StartServer(t testing.TB, h Harness, configure func(*server.Config)) *Serve
 		InitTimeout:          15 * time.Second,
 		ShutdownGrace:        2 * time.Second,
 		Logger:               slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	if h.Configure != nil {
+		h.Configure(t, &cfg)
 	}
 	if configure != nil {
 		configure(&cfg)

@@ -545,7 +545,6 @@ func testEnv(t *testing.T, s *Server) {
 	cases := map[string]string{
 		`"GREETING"`:                `"hi there; $(id)"`,
 		`"` + ServerSecretEnv + `"`: `""`,
-		`"HOME"`:                    `"` + req.GetWorkingDir() + `"`,
 		`"LANG"`:                    `"C.UTF-8"`,
 	}
 	for in, want := range cases {
@@ -554,15 +553,49 @@ func testEnv(t *testing.T, s *Server) {
 			t.Errorf("env %s = %q (%v), want %s", in, out.GetOutput(), err, want)
 		}
 	}
+	// HOME is the directory the code runs in: working_dir, or its copy.
+	out, err := s.Invoke(ctx, reg, `"HOME"`, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var home string
+	if err := json.Unmarshal(out.GetOutput(), &home); err != nil {
+		t.Fatalf("HOME %q: %v", out.GetOutput(), err)
+	}
+	s.wantCodeDir(t, "HOME", home, req.GetWorkingDir(), s.h.Fixtures(Env))
+
 	pwdReg := s.Register(t, Pwd, "pwd")
 	defer unregister(t, s, pwdReg)
-	out, err := s.Invoke(ctx, pwdReg, `1`, 0)
+	out, err = s.Invoke(ctx, pwdReg, `1`, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var dir string
-	if err := json.Unmarshal(out.GetOutput(), &dir); err != nil || !strings.HasPrefix(dir, s.Workspace) {
-		t.Fatalf("pwd %q (%v), want inside %s", out.GetOutput(), err, s.Workspace)
+	if err := json.Unmarshal(out.GetOutput(), &dir); err != nil {
+		t.Fatalf("pwd %q: %v", out.GetOutput(), err)
+	}
+	s.wantCodeDir(t, "the working directory", dir, "", s.h.Fixtures(Pwd))
+}
+
+// wantCodeDir checks that dir, where a handler's code runs, is workingDir
+// (any directory inside the workspace when workingDir is ""), or, for a
+// server that runs a copy, a directory outside it holding src's files.
+func (s *Server) wantCodeDir(t *testing.T, what, dir, workingDir string, src Source) {
+	t.Helper()
+	if s.h.RunsACopy == "" {
+		if workingDir != "" && dir != workingDir || !strings.HasPrefix(dir, s.Workspace) {
+			t.Fatalf("%s is %q, want working_dir %q inside %s", what, dir, workingDir, s.Workspace)
+		}
+		return
+	}
+	t.Logf("%s is a copy of working_dir: %s", what, s.h.RunsACopy)
+	if strings.HasPrefix(dir, s.Workspace) {
+		t.Fatalf("%s is %q, inside the workspace: want the copy the server runs", what, dir)
+	}
+	for name, text := range src.Files {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != text {
+			t.Fatalf("%s %q does not hold the registration's %s: %q %v", what, dir, name, b, err)
+		}
 	}
 }
 

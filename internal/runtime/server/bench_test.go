@@ -26,11 +26,10 @@ import (
 // `make bench`.
 
 func harness(runtime string) runtimetest.Harness {
-	fixtures := bashFixtures
 	if runtime == "python" {
-		fixtures = pythonFixtures
+		return runtimetest.Python(runtime)
 	}
-	return runtimetest.Harness{Runtime: runtime, Fixtures: func(f runtimetest.Fixture) runtimetest.Source { return fixtures[f] }}
+	return runtimetest.Bash(runtime)
 }
 
 // latencies records per-call durations and reports percentiles.

@@ -18,7 +18,7 @@ import (
 // ipcHarness's one handler answers with the path of its $STOKE_OUTPUTS,
 // which lies in the registration's IPC directory.
 var ipcHarness = runtimetest.Harness{Runtime: "bash", Fixtures: func(runtimetest.Fixture) runtimetest.Source {
-	return src("handler.sh", "handler.handle", `handle() { printf '"%s"' "$STOKE_OUTPUTS"; }`)
+	return runtimetest.Source{Files: map[string]string{"handler.sh": `handle() { printf '"%s"' "$STOKE_OUTPUTS"; }`}, Handler: "handler.handle"}
 }}
 
 // outputsPath registers a function on s under uid and returns the
