@@ -119,7 +119,9 @@ func (s *Server) build(dir string, sp spec) (*pkg, error) {
 	slices.Sort(files)
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
-	w, err := zw.CreateRaw(&s.boot.hdr)
+	// A copy: CreateRaw writes to the header, which every build shares.
+	hdr := s.boot.hdr
+	w, err := zw.CreateRaw(&hdr)
 	if err != nil {
 		return nil, err
 	}
