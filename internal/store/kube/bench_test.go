@@ -1,12 +1,7 @@
 package kube_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -156,24 +151,11 @@ func clusterCPUPerOp(b *testing.B, c *kubetest.Cluster) func() {
 	}
 }
 
-// clusterCPU is the user and system time the cluster's processes used so
-// far, from /proc/<pid>/stat (in clock ticks of 10 ms).
+// clusterCPU is the CPU time the cluster's processes used so far.
 func clusterCPU(b *testing.B, c *kubetest.Cluster) time.Duration {
-	var total time.Duration
-	for _, pid := range c.Pids() {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			b.Fatal(err)
-		}
-		// Fields after the command name, which ends with the last ')'.
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
-		for _, i := range []int{11, 12} { // utime, stime (fields 14 and 15)
-			ticks, err := strconv.ParseInt(f[i], 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += time.Duration(ticks) * 10 * time.Millisecond
-		}
+	d, err := c.CPU()
+	if err != nil {
+		b.Fatal(err)
 	}
-	return total
+	return d
 }
