@@ -101,17 +101,12 @@ const (
 	RuntimeRuns = 1024
 
 	// ExecFrame is the most stdin, stdout or stderr bytes one exec frame
-	// carries (gRPC or WebSocket), and so each exec pump's one buffer.
-	// It leaves room for the frame's protobuf tag and length within
-	// 32 KiB, grpc-go's pooled buffer size: one byte more and every
-	// message is marshalled into a zeroed 1 MiB buffer.
-	ExecFrame = 32<<10 - 64
-	// ExecWebSocketFrame is the most stdin, stdout or stderr bytes one
-	// WebSocket exec message carries, and so the size of each end's
-	// WebSocket read and write buffer: larger than ExecFrame, because
-	// there is no gRPC pool to fit, and each message costs a system call
-	// at each end. The gateway passes a message on in ExecFrame pieces.
-	ExecWebSocketFrame = 128 << 10
+	// carries, gRPC or WebSocket, and so each exec pump's one buffer and
+	// each end's WebSocket read and write buffer: each frame costs system
+	// calls and wake-ups at every hop, so it is large (the exec codec
+	// marshals it without grpc-go's zeroed pool, and receives it without
+	// copying it together).
+	ExecFrame = 128 << 10
 	// ExecControlFrame bounds a WebSocket exec message that is not stdin:
 	// a resize or a close.
 	ExecControlFrame = 1 << 10

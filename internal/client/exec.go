@@ -53,8 +53,8 @@ func (e *wsExecutor) Start(ctx context.Context, req exec.Request) (exec.Session,
 		Subprotocols:     []string{channel.Protocol},
 		HandshakeTimeout: handshakeTimeout,
 		Proxy:            http.ProxyFromEnvironment,
-		ReadBufferSize:   bounds.ExecWebSocketFrame + 1,
-		WriteBufferSize:  bounds.ExecWebSocketFrame + 1,
+		ReadBufferSize:   bounds.ExecFrame + 1,
+		WriteBufferSize:  bounds.ExecFrame + 1,
 	}
 	if tr, ok := e.c.hc.Transport.(*http.Transport); ok && tr != nil {
 		d.TLSClientConfig = tr.TLSClientConfig

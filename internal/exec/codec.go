@@ -3,6 +3,7 @@ package exec
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -13,13 +14,17 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/bounds"
 )
 
 // The Exec stream's codec writes and reads the protobuf wire format, as
 // grpc-go's own codec does (it hands it every other message), but a data
 // frame received into an *inFrame keeps grpc's receive buffers instead of
 // being copied out of them twice (into one contiguous buffer, then into a
-// new slice that the garbage collector reclaims).
+// new slice that the garbage collector reclaims), and a data frame sent is
+// marshalled into a pooled buffer that is not zeroed first (grpc-go's
+// pool zeroes every buffer it hands out, 1 MiB for any message over
+// 32 KiB); every byte of it is written over.
 
 // ServerCodec is the server option that serves the Exec stream's data
 // frames without copying them. A server without it still serves the Exec
@@ -37,7 +42,78 @@ var protoCodec = encoding.GetCodecV2(grpcproto.Name)
 
 func (codec) Name() string { return grpcproto.Name }
 
-func (codec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
+func (codec) Marshal(v any) (mem.BufferSlice, error) {
+	if num, data, ok := dataFrame(v); ok {
+		size := protowire.SizeTag(num) + protowire.SizeBytes(len(data))
+		buf := framePool.Get(size)
+		b := protowire.AppendTag((*buf)[:0], num, protowire.BytesType)
+		*buf = protowire.AppendBytes(b, data)
+		return mem.BufferSlice{mem.NewBuffer(buf, framePool)}, nil
+	}
+	return protoCodec.Marshal(v)
+}
+
+// dataFrame returns the field and bytes of a message that is a data frame
+// and nothing else.
+func dataFrame(v any) (protowire.Number, []byte, bool) {
+	var num protowire.Number
+	var data []byte
+	var m proto.Message
+	switch m1 := v.(type) {
+	case *pb.ExecRequest:
+		f, ok := m1.GetFrame().(*pb.ExecRequest_Stdin)
+		if !ok {
+			return 0, nil, false
+		}
+		num, data, m = stdinField, f.Stdin, m1
+	case *pb.ExecResponse:
+		switch f := m1.GetFrame().(type) {
+		case *pb.ExecResponse_Stdout:
+			num, data = stdoutField, f.Stdout
+		case *pb.ExecResponse_Stderr:
+			num, data = stderrField, f.Stderr
+		default:
+			return 0, nil, false
+		}
+		m = m1
+	default:
+		return 0, nil, false
+	}
+	if len(m.ProtoReflect().GetUnknown()) != 0 {
+		return 0, nil, false
+	}
+	return num, data, true
+}
+
+// framePool holds the buffers data frames are marshalled into; a frame
+// fills its buffer, so none is zeroed.
+var framePool mem.BufferPool = &dirtyPool{size: bounds.ExecFrame + 2*binary.MaxVarintLen64}
+
+// dirtyPool pools buffers of one size without zeroing them; a larger
+// buffer is allocated and left to the garbage collector.
+type dirtyPool struct {
+	size int
+	pool sync.Pool
+}
+
+func (p *dirtyPool) Get(n int) *[]byte {
+	if n > p.size {
+		b := make([]byte, n)
+		return &b
+	}
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, p.size)
+	return &b
+}
+
+func (p *dirtyPool) Put(b *[]byte) {
+	if cap(*b) == p.size {
+		p.pool.Put(b)
+	}
+}
 
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if f, ok := v.(*inFrame); ok {

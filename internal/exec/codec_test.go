@@ -165,3 +165,34 @@ func TestFramePipe(t *testing.T) {
 		t.Fatalf("put after closeRead: %v", err)
 	}
 }
+
+// Data frames are marshalled byte for byte as protobuf marshals them, in
+// pooled buffers reused without zeroing (a short frame after a long one
+// carries nothing of it); other messages as grpc-go does.
+func TestCodecMarshal(t *testing.T) {
+	long := bytes.Repeat([]byte{0xaa}, 128<<10)
+	for _, m := range []proto.Message{
+		&pb.ExecResponse{Frame: &pb.ExecResponse_Stdout{Stdout: long}},
+		&pb.ExecResponse{Frame: &pb.ExecResponse_Stderr{Stderr: []byte("short")}},
+		&pb.ExecRequest{Frame: &pb.ExecRequest_Stdin{Stdin: long[:70000]}},
+		&pb.ExecRequest{Frame: &pb.ExecRequest_Stdin{Stdin: []byte{}}},
+		&pb.ExecResponse{Frame: &pb.ExecResponse_Stdout{Stdout: make([]byte, 300<<10)}}, // beyond the pool's buffers
+		&pb.ExecRequest{Frame: &pb.ExecRequest_Signal{Signal: 2}},
+		&pb.ExecResponse{Frame: &pb.ExecResponse_Exit{Exit: &pb.ExecExit{ExitCode: 1}}},
+	} {
+		for range 2 {
+			got, err := (codec{}).Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := proto.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Materialize(), want) {
+				t.Fatalf("%T: %d bytes marshalled, want protobuf's %d", m, got.Len(), len(want))
+			}
+			got.Free()
+		}
+	}
+}

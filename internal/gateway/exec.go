@@ -73,8 +73,8 @@ func (g *Gateway) exec(w http.ResponseWriter, r *http.Request) {
 	defer sess.Close()
 	up := websocket.Upgrader{
 		Subprotocols:    []string{channel.Protocol},
-		ReadBufferSize:  bounds.ExecWebSocketFrame + 1,
-		WriteBufferSize: bounds.ExecWebSocketFrame + 1,
+		ReadBufferSize:  bounds.ExecFrame + 1,
+		WriteBufferSize: bounds.ExecFrame + 1,
 		// Checked above, with a JSON answer.
 		CheckOrigin: func(*http.Request) bool { return true },
 	}

@@ -48,7 +48,7 @@ const (
 
 // readLimit bounds one incoming message: a channel byte and a frame, or a
 // control message.
-const readLimit = 1 + max(bounds.ExecWebSocketFrame, bounds.ExecControlFrame, 2*bounds.Message)
+const readLimit = 1 + max(bounds.ExecFrame, bounds.ExecControlFrame, 2*bounds.Message)
 
 // closeGrace bounds how long a closing handshake waits for the peer.
 const closeGrace = time.Second
@@ -98,7 +98,7 @@ func (w *writer) writePieces(ch byte, pieces ...[]byte) error {
 }
 
 // channelWriter writes to one channel in messages of at most
-// bounds.ExecWebSocketFrame.
+// bounds.ExecFrame.
 type channelWriter struct {
 	w  *writer
 	ch byte
@@ -109,7 +109,7 @@ func (c channelWriter) Write(p []byte) (int, error) {
 }
 
 // WriteBuffers writes the pieces' bytes as messages of at most
-// bounds.ExecWebSocketFrame, pieces that fit sharing a message, so that a
+// bounds.ExecFrame, pieces that fit sharing a message, so that a
 // frame that arrived in pieces is one message.
 func (c channelWriter) WriteBuffers(pieces [][]byte) (int, error) {
 	n := 0
@@ -128,11 +128,11 @@ func (c channelWriter) WriteBuffers(pieces [][]byte) (int, error) {
 	}
 	for _, p := range pieces {
 		for len(p) > 0 {
-			k := min(len(p), bounds.ExecWebSocketFrame-size)
+			k := min(len(p), bounds.ExecFrame-size)
 			msg = append(msg, p[:k])
 			size += k
 			p = p[k:]
-			if size == bounds.ExecWebSocketFrame {
+			if size == bounds.ExecFrame {
 				if err := flush(); err != nil {
 					return n, err
 				}
@@ -367,7 +367,7 @@ type onlyWriter struct{ io.Writer }
 
 func (s *clientSession) copyStdin(r io.Reader) {
 	stdin := channelWriter{s.w, chStdin}
-	buf := make([]byte, bounds.ExecWebSocketFrame)
+	buf := make([]byte, bounds.ExecFrame)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
