@@ -96,6 +96,7 @@ func (s *localSession) start() error {
 			}
 			cmd.Stdin, s.stdin = r, w
 			parentEnds = append(parentEnds, r)
+			growPipe(w)
 		}
 		for _, end := range []**os.File{&s.stdout, &s.stderr} {
 			r, w, err := os.Pipe()
@@ -106,6 +107,7 @@ func (s *localSession) start() error {
 			}
 			*end = r
 			parentEnds = append(parentEnds, w)
+			growPipe(r)
 		}
 		cmd.Stdout, cmd.Stderr = parentEnds[len(parentEnds)-2], parentEnds[len(parentEnds)-1]
 	}
@@ -404,6 +406,21 @@ func mergeEnv(base []string, extra map[string]string, tty bool, scope string) ([
 		}
 	}
 	return env, vals["PATH"]
+}
+
+// growPipe makes a pipe hold a whole frame (bounds.ExecFrame; Linux's
+// default is 64 KiB), so that the command and the pump move a frame per
+// system call and per wake-up. It is best effort: past the user's pipe
+// allowance (fs.pipe-user-pages-soft) the kernel refuses, and the pipe
+// keeps its size.
+func growPipe(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, bounds.ExecFrame)
+	})
 }
 
 // openPTY opens a terminal of the given size. The master is made
