@@ -221,6 +221,25 @@ func (w *worker) update(run *v1alpha1.Run) {
 	w.mu.Lock()
 	w.latest = run
 	w.mu.Unlock()
+	w.signal()
+}
+
+// wrote records what the worker's own write of base stored, unless the
+// informer handed over another version while the write was in flight:
+// that one is the stored version itself or a later one (a delete, a
+// cancel), and overwriting it would lose that change for good, as no
+// further event brings it back. Versions are compared for equality only;
+// Kubernetes keeps them opaque.
+func (w *worker) wrote(base, stored *v1alpha1.Run) {
+	w.mu.Lock()
+	if w.latest.ResourceVersion == base.ResourceVersion {
+		w.latest = stored
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *worker) signal() {
 	select {
 	case w.updates <- struct{}{}:
 	default:
@@ -330,7 +349,7 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool)
 			}
 			u, err := w.d.cfg.Runs.UpdateStatus(ctx, run)
 			if err == nil {
-				w.update(u)
+				w.wrote(base, u)
 				updated = u
 				return nil
 			}

@@ -187,7 +187,7 @@ func (w *worker) addFinalizer(ctx context.Context, run *v1alpha1.Run) *v1alpha1.
 			r.Finalizers = append(r.Finalizers, Finalizer)
 			u, err := w.d.cfg.Runs.Update(ctx, r)
 			if err == nil {
-				w.update(u)
+				w.wrote(run, u)
 				updated = u
 				return nil
 			}

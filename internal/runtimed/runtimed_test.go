@@ -48,6 +48,9 @@ type envOptions struct {
 	runs func(store.Resource[*v1alpha1.Run]) store.Resource[*v1alpha1.Run]
 	// log is runtimed's logger (default: warnings to stderr).
 	log *slog.Logger
+	// fed, when set, is called with each watch event once runtimed has
+	// been handed it.
+	fed func(store.Event[*v1alpha1.Run])
 }
 
 func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
@@ -102,6 +105,9 @@ func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
 				d.OnRun(ev.Object)
 			case store.Deleted:
 				d.OnDelete(ev.Object)
+			}
+			if opts.fed != nil {
+				opts.fed(ev)
 			}
 		}
 	}()
