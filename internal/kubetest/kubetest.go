@@ -19,8 +19,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/procfs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +35,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"stoke.dev/stoke/internal/testdeps"
 )
@@ -339,6 +342,8 @@ func (c *Cluster) stopAPIServer() {
 	c.apiserver.stop(apiserverStop)
 }
 
+var setCtrlLogger sync.Once
+
 // installCRDs installs every deploy/crds/*.yaml of Stoke's module (none
 // while the directory does not exist) and waits until the API server
 // serves them.
@@ -347,6 +352,9 @@ func (c *Cluster) installCRDs() error {
 	if err != nil {
 		return err
 	}
+	// envtest logs through controller-runtime's global logger, which
+	// prints a warning with a stack trace until one is set.
+	setCtrlLogger.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	_, err = envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{
 		Paths:   []string{filepath.Join(root, "deploy", "crds")},
 		MaxTime: readyBound,
