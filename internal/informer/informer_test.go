@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"stoke.dev/stoke/internal/syncbuf"
+
 	"go.uber.org/goleak"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -246,7 +248,7 @@ func TestListWatchAndHandlers(t *testing.T) {
 // about what changed during the stall.
 func TestResyncAfterExpiry(t *testing.T) {
 	ctx := context.Background()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	s := openStore(t, sqlite.WithWatchBuffer(1), sqlite.WithEventRetention(16))
 	res := &countingRes{Resource: s.Runs()}
 	for _, n := range []string{"unchanged", "modified", "deleted", "filler", "gate"} {
@@ -427,23 +429,6 @@ func TestQueue(t *testing.T) {
 	if got := q.Take(); len(got) != 1 || got[0] != a {
 		t.Fatalf("Take after re-add = %v", got)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A reader of the store waits for the cache to reach what it read; a

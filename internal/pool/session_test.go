@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"stoke.dev/stoke/internal/syncbuf"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -158,7 +160,7 @@ func TestSupervisorDeathLeavesNothingOfThePods(t *testing.T) {
 	defer r.Close()
 	helper := exec.Command(os.Args[0], "-test.run=^$")
 	helper.Env = append(os.Environ(), helperDataEnv+"="+data, helperBinEnv+"="+stokeBin)
-	helperLog := &lockedBuffer{}
+	helperLog := &syncbuf.Buffer{}
 	helper.Stdout, helper.Stderr = w, helperLog
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)

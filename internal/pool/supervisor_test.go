@@ -11,10 +11,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"stoke.dev/stoke/internal/syncbuf"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -58,28 +59,10 @@ type harness struct {
 	sup     *Supervisor
 	events  <-chan podsource.Event
 	unsub   func()
-	logs    *lockedBuffer
+	logs    *syncbuf.Buffer
 	cancel  context.CancelFunc
 	runErr  chan error
 	stopped bool
-}
-
-// lockedBuffer collects the supervisor's log for assertions.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // newHarness opens a store in a temporary data directory, creates the given
@@ -92,7 +75,7 @@ func newHarness(t *testing.T, mutate func(*Config), runtimes ...*v1alpha1.Runtim
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h := &harness{t: t, data: data, st: st, logs: &lockedBuffer{}, runErr: make(chan error, 1)}
+	h := &harness{t: t, data: data, st: st, logs: &syncbuf.Buffer{}, runErr: make(chan error, 1)}
 	for _, rt := range runtimes {
 		h.create(rt)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"stoke.dev/stoke/internal/syncbuf"
+
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/store"
@@ -37,30 +39,11 @@ func (r *refusingRuns) UpdateStatus(ctx context.Context, run *v1alpha1.Run) (*v1
 	return r.Resource.UpdateStatus(ctx, run)
 }
 
-// syncBuffer is a log destination safe for runtimed's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) records(t *testing.T) []map[string]any {
+// records parses a JSON log.
+func records(t *testing.T, log *syncbuf.Buffer) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
+	sc := bufio.NewScanner(bytes.NewReader(log.Bytes()))
 	for sc.Scan() {
 		var rec map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
@@ -76,7 +59,7 @@ func (s *syncBuffer) records(t *testing.T) []map[string]any {
 // and the error, when it begins and when it changes, and its end once —
 // not on every attempt, and not in silence.
 func TestStoreRefusalsAreLogged(t *testing.T) {
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	refusals := []error{errdefs.ErrPermissionDenied, errdefs.ErrPermissionDenied, errdefs.ErrPermissionDenied, errdefs.ErrUnauthenticated}
 	e := newEnvWith(t, "bash", envOptions{
 		runs: func(r store.Resource[*v1alpha1.Run]) store.Resource[*v1alpha1.Run] {
@@ -90,7 +73,7 @@ func TestStoreRefusalsAreLogged(t *testing.T) {
 	}
 
 	var refused, ended []map[string]any
-	for _, rec := range logs.records(t) {
+	for _, rec := range records(t, &logs) {
 		msg, _ := rec["msg"].(string)
 		switch {
 		case strings.HasPrefix(msg, "the store refuses runtimed's write"):

@@ -10,10 +10,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"stoke.dev/stoke/internal/syncbuf"
 
 	"stoke.dev/stoke/internal/kubetest/nodeagent/containerinit"
 	"stoke.dev/stoke/internal/proc"
@@ -34,27 +35,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is the container's output, written by os/exec's copier
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // start starts the init as the node agent does.
-func start(t *testing.T, spec containerinit.Spec, out *syncBuffer) *proc.Process {
+func start(t *testing.T, spec containerinit.Spec, out *syncbuf.Buffer) *proc.Process {
 	t.Helper()
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -80,7 +62,7 @@ func start(t *testing.T, spec containerinit.Spec, out *syncBuffer) *proc.Process
 
 // waitFile polls for a file the container writes (outside state with no
 // event to await), failing if the init exits first.
-func waitFile(t *testing.T, p *proc.Process, path string, out *syncBuffer) string {
+func waitFile(t *testing.T, p *proc.Process, path string, out *syncbuf.Buffer) string {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -164,7 +146,7 @@ exec sleep 3600
 		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", marker, "GREETING=hi"},
 		ExecSocket: filepath.Join(dir, "exec.sock"),
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	p := start(t, spec, &out)
 	waitFile(t, p, filepath.Join(vol, "started"), &out)
 
@@ -219,7 +201,7 @@ func TestContainerExitStatus(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "root"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	p := start(t, containerinit.Spec{
 		Root: filepath.Join(dir, "root"), Argv: []string{"sh", "-c", "echo bye; exit 7"},
 		Env: []string{"PATH=/usr/bin:/bin"}, ExecSocket: filepath.Join(dir, "exec.sock"),
@@ -235,7 +217,7 @@ func TestContainerSIGTERMReachesTheCommand(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "root"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	p := start(t, containerinit.Spec{
 		Root: filepath.Join(dir, "root"), Argv: []string{"sh", "-c", "trap 'echo term; exit 5' TERM; echo up; while :; do sleep 0.05; done"},
 		Env: []string{"PATH=/usr/bin:/bin"}, ExecSocket: filepath.Join(dir, "exec.sock"),
