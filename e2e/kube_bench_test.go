@@ -73,14 +73,14 @@ func BenchmarkKube(b *testing.B) {
 			if *kubePprof != "" {
 				profiled = e.profileAll(b, filepath.Join(*kubePprof, label), *kubePprofSeconds)
 			}
-			cpuBefore, procsBefore := e.clusterCPU(b), e.cpu(b)
+			cpuBefore, procsBefore := e.cluster.CPUTime(b), e.cpu(b)
 			start := time.Now()
 			e.createConcurrently(b, label, n)
 			runs.until(b, loadBound+time.Duration(n)*50*time.Millisecond, "every task Succeeded", func(m map[string]*v1alpha1.Run) bool {
 				return countPhase(m, v1alpha1.PhaseSucceeded) == n
 			})
 			elapsed += time.Since(start)
-			cpu += e.clusterCPU(b) - cpuBefore
+			cpu += e.cluster.CPUTime(b) - cpuBefore
 			stokeCPU.add(e.cpu(b).minus(procsBefore))
 			profiled()
 			writes.add(e.apiWrites(b).minus(before))
@@ -187,11 +187,11 @@ func BenchmarkKubeCeiling(b *testing.B) {
 		for op := range b.N {
 			label := fmt.Sprintf("ceil%d-%d", round, op)
 			before := e.apiWrites(b)
-			cpuBefore := e.clusterCPU(b)
+			cpuBefore := e.cluster.CPUTime(b)
 			start := time.Now()
 			e.lifecycles(b, s, label, n)
 			elapsed += time.Since(start)
-			cpu += e.clusterCPU(b) - cpuBefore
+			cpu += e.cluster.CPUTime(b) - cpuBefore
 			writes.add(e.apiWrites(b).minus(before))
 			e.deleteLabelled(b, label)
 		}
@@ -238,44 +238,12 @@ func (e *kubeEnv) lifecycles(b *testing.B, s *kube.Store, label string, n int) {
 		_, err = s.Runs().UpdateStatus(ctx, r)
 		return err
 	}
-	names := make(chan string)
-	errs := make(chan error, benchConcurrency)
-	var wg sync.WaitGroup
-	for range benchConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for name := range names {
-				if err := lifecycle(name); err != nil {
-					errs <- fmt.Errorf("run %s: %w", name, err)
-					for range names { // drain, so that the feeder ends
-					}
-					return
-				}
-			}
-		}()
-	}
-	for i := range n {
-		names <- fmt.Sprintf("%s-%04d", label, i)
-	}
-	close(names)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
-}
-
-// clusterCPU is the CPU time the cluster's processes (etcd, the API
-// server, the controller-manager and the scheduler; not Stoke's, which
-// run as the Pods' processes) used so far.
-func (e *kubeEnv) clusterCPU(b testing.TB) time.Duration {
-	b.Helper()
-	cpu, err := e.cluster.CPU()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return cpu
+	concurrently(b, label, n, func(name string) error {
+		if err := lifecycle(name); err != nil {
+			return fmt.Errorf("run %s: %w", name, err)
+		}
+		return nil
+	})
 }
 
 // trueTask is a task that does nothing, on the bench Runtime.
@@ -287,22 +255,31 @@ func trueTask() v1alpha1.RunSpec {
 // benchConcurrency clients.
 func (e *kubeEnv) createConcurrently(b *testing.B, label string, n int) {
 	b.Helper()
+	concurrently(b, label, n, func(name string) error {
+		_, err := e.createRun(context.Background(), labelled(newRun(name, trueTask()), label))
+		return err
+	})
+}
+
+// concurrently calls do with the n names label-0000, label-0001, … from
+// benchConcurrency goroutines, and fails b with the first error (a worker
+// that fails stops; the others finish the names).
+func concurrently(b *testing.B, label string, n int, do func(name string) error) {
+	b.Helper()
 	names := make(chan string)
 	errs := make(chan error, benchConcurrency)
 	var wg sync.WaitGroup
 	for range benchConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for name := range names {
-				if _, err := e.createRun(context.Background(), labelled(newRun(name, trueTask()), label)); err != nil {
+				if err := do(name); err != nil {
 					errs <- err
 					for range names { // drain, so that the feeder ends
 					}
 					return
 				}
 			}
-		}()
+		})
 	}
 	for i := range n {
 		names <- fmt.Sprintf("%s-%04d", label, i)

@@ -80,3 +80,14 @@ func (c *Cluster) Namespace(t testing.TB) string {
 	})
 	return name
 }
+
+// CPUTime is CPU, failing tb when /proc cannot be read: the CPU time the
+// cluster's own processes used so far.
+func (c *Cluster) CPUTime(tb testing.TB) time.Duration {
+	tb.Helper()
+	d, err := c.CPU()
+	if err != nil {
+		tb.Fatalf("kubetest: %v", err)
+	}
+	return d
+}

@@ -143,19 +143,10 @@ func BenchmarkRunLifecycle(b *testing.B) {
 // operation, which is where a write's cost mostly goes. Use: defer
 // clusterCPUPerOp(b, c)().
 func clusterCPUPerOp(b *testing.B, c *kubetest.Cluster) func() {
-	start := clusterCPU(b, c)
+	start := c.CPUTime(b)
 	return func() {
 		if b.N > 0 {
-			b.ReportMetric(float64(clusterCPU(b, c)-start)/float64(b.N), "cluster-cpu-ns/op")
+			b.ReportMetric(float64(c.CPUTime(b)-start)/float64(b.N), "cluster-cpu-ns/op")
 		}
 	}
-}
-
-// clusterCPU is the CPU time the cluster's processes used so far.
-func clusterCPU(b *testing.B, c *kubetest.Cluster) time.Duration {
-	d, err := c.CPU()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return d
 }
