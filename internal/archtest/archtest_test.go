@@ -95,11 +95,16 @@ var forbidden = map[string][]string{
 	// never the reverse.
 	"stoke.dev/stoke/internal/pki":        {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/proc", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/controller"},
 	"stoke.dev/stoke/internal/runtimeset": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime/", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/proc", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/controller", "os/exec"},
+
+	// The invoke benchmark's floor holds no Stoke code of the invoke
+	// path: only the contract's messages and the Runtime Server's gRPC
+	// options.
+	"stoke.dev/stoke/internal/invokefloor": {"stoke.dev/stoke/internal/runtime/python", "stoke.dev/stoke/internal/runtime/bash", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/up", "stoke.dev/stoke/internal/pool"},
 }
 
 // testOnly are packages that only tests, their own commands and other
 // test-only packages import (and the packages below them).
-var testOnly = []string{"stoke.dev/stoke/internal/lambda/lambdasim", "stoke.dev/stoke/internal/testdeps", "stoke.dev/stoke/internal/kubetest", "stoke.dev/stoke/internal/kubepods/kubepodstest", "stoke.dev/stoke/internal/syncbuf"}
+var testOnly = []string{"stoke.dev/stoke/internal/lambda/lambdasim", "stoke.dev/stoke/internal/invokefloor", "stoke.dev/stoke/internal/testdeps", "stoke.dev/stoke/internal/kubetest", "stoke.dev/stoke/internal/kubepods/kubepodstest", "stoke.dev/stoke/internal/syncbuf"}
 
 func isTestOnly(pkg string) bool {
 	return slices.ContainsFunc(testOnly, func(only string) bool { return pkg == only || strings.HasPrefix(pkg, only+"/") })

@@ -25,10 +25,11 @@ import (
 
 // The Python invoke figure of issue 8: sequential invocations of one echo
 // handler from this process over keep-alive HTTP, through a `stoke up`
-// child process's gateway and, when the environment names their binaries,
+// child process's gateway, through the floor of that path's shape
+// (floor_bench_test.go) and, when the environment names their binaries,
 // through the peers docs/benchmarks.md describes, measured in alternating
-// rounds of the same run. Every peer runs the same handler module with the
-// same interpreter.
+// rounds of the same run. Every target runs the same handler module with
+// the same interpreter.
 
 // echoModule is the handler every target runs.
 const echoModule = "def handle(event):\n    return event\n"
@@ -144,11 +145,11 @@ func stokeRole(cmdline string, isRoot bool) string {
 // (default 6) rounds whose order of targets rotates, and reports each
 // target's p50 and p99 over all its calls, the range of its per-round
 // p50s, and the CPU time and voluntary context switches per call of each
-// of its processes' roles (server: stoke up or the peer; pod: Stoke's
-// Runtime Servers; worker: the Python processes). On a busy machine those
-// two move far less than latency. STOKE_BENCH_ACTIONLOOP and
-// STOKE_BENCH_RIE name the peers' binaries; without them Stoke is
-// measured alone.
+// of its processes' roles (server: stoke up, the floor's front or the
+// peer; pod: Stoke's Runtime Servers or the floor's back; worker: the
+// Python processes). On a busy machine those two move far less than
+// latency. STOKE_BENCH_ACTIONLOOP and STOKE_BENCH_RIE name the peers'
+// binaries; without them Stoke is measured beside its floor alone.
 func BenchmarkUpInvokePeers(b *testing.B) {
 	interp, err := python.ResolveInterpreter(context.Background(), "")
 	if err != nil {
@@ -184,6 +185,7 @@ spec:
 		header: http.Header{"Authorization": {"Bearer " + u.Token}, "Content-Type": {"application/json"}},
 		root:   u.Pid, roleOf: stokeRole,
 	}}
+	targets = append(targets, startFloor(b, interp, handlerDir))
 	if bin := os.Getenv("STOKE_BENCH_ACTIONLOOP"); bin != "" {
 		targets = append(targets, startActionloop(b, bin, interp, handlerDir))
 	}
@@ -314,9 +316,13 @@ func percentile(lat []time.Duration, q float64) float64 {
 }
 
 // startPeer starts a peer's process in its own session, killed with its
-// whole session when the benchmark ends, and returns its pid.
+// whole process group when the benchmark ends, and returns its pid. Its
+// stdout goes to cmd.Stdout if set, its stderr nowhere.
 func startPeer(b *testing.B, cmd *exec.Cmd) int {
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if cmd.Stdout == nil {
+		cmd.Stdout = io.Discard
+	}
+	cmd.Stderr = io.Discard
 	p, err := proc.Start(cmd, proc.NewSession())
 	if err != nil {
 		b.Fatal(err)

@@ -85,16 +85,12 @@ func DialOptions() []grpc.DialOption {
 	}
 }
 
-// NewGRPC builds a gRPC server for svcs. Every RPC passes through one
-// interceptor chain: panic recovery, then error translation and logging.
-func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
-	unary := []grpc.UnaryServerInterceptor{recoverUnary(log), translateUnary(log)}
-	if svcs.Metrics != nil {
-		unary = append(unary, svcs.Metrics.unary())
-	}
-	opts = append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(unary...),
-		grpc.ChainStreamInterceptor(recoverStream(log), translateStream(log)),
+// TransportOptions are the server side of DialOptions, which NewGRPC sets:
+// message bounds, the windows and buffers both ends share, and how calls
+// are run. The invoke benchmark's floor (internal/invokefloor) serves with
+// them too.
+func TransportOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsg),
 		grpc.MaxSendMsgSize(maxSendMsg),
 		grpc.InitialWindowSize(streamWindow),
@@ -106,10 +102,23 @@ func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
 		// again on every call; when all are busy (exec and Wait streams)
 		// a new goroutine takes the call as before.
 		grpc.NumStreamWorkers(uint32(runtime.NumCPU())),
+	}
+}
+
+// NewGRPC builds a gRPC server for svcs. Every RPC passes through one
+// interceptor chain: panic recovery, then error translation and logging.
+func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
+	unary := []grpc.UnaryServerInterceptor{recoverUnary(log), translateUnary(log)}
+	if svcs.Metrics != nil {
+		unary = append(unary, svcs.Metrics.unary())
+	}
+	opts = append(append(TransportOptions(),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(recoverStream(log), translateStream(log)),
 		// Protobuf as grpc-go's own codec, but the Exec stream's data
 		// frames are not copied out of the receive buffers.
 		exec.ServerCodec(),
-	}, opts...)
+	), opts...)
 	s := grpc.NewServer(opts...)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(s, h)
