@@ -26,8 +26,10 @@ import (
 type runtimeServer struct {
 	addr      string
 	workspace string
-	cmd       *exec.Cmd
-	exited    chan error
+	// gomaxprocs is what the server's "listening" line says it runs with.
+	gomaxprocs int
+	cmd        *exec.Cmd
+	exited     chan error
 }
 
 // startRuntimeServer runs the binary on a free loopback port and waits for
@@ -48,24 +50,27 @@ func startRuntimeServer(t *testing.T, runtime string, adjust ...func(*exec.Cmd))
 		t.Fatal(err)
 	}
 	s := &runtimeServer{workspace: ws, cmd: cmd, exited: make(chan error, 1)}
-	addrc := make(chan string, 1)
+	type listening struct {
+		Msg        string `json:"msg"`
+		Addr       string `json:"addr"`
+		GOMAXPROCS int    `json:"gomaxprocs"`
+	}
+	addrc := make(chan listening, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			var line struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
+			var line listening
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "runtime server listening" {
-				addrc <- line.Addr
+				addrc <- line
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 		s.exited <- cmd.Wait()
 	}()
 	select {
-	case s.addr = <-addrc:
+	case line := <-addrc:
+		s.addr, s.gomaxprocs = line.Addr, line.GOMAXPROCS
 	case err := <-s.exited:
 		t.Fatalf("runtime server exited before listening: %v", err)
 	case <-time.After(30 * time.Second):
@@ -311,5 +316,31 @@ func TestStoppedServerLeavesNothingOfItsSession(t *testing.T) {
 	// (a zombie waiting for init counts as dead).
 	if p, alive := readProcess(pid); alive {
 		t.Errorf("the task's background job outlived the server: %+v", p)
+	}
+}
+
+// `stoke runtime-server` runs its Go code on one thread at a time unless
+// GOMAXPROCS is set, which then applies as the Go runtime defines it.
+func TestRuntimeServerGOMAXPROCS(t *testing.T) {
+	env := func(extra ...string) func(*exec.Cmd) {
+		return func(cmd *exec.Cmd) {
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			cmd.Env = append(cmd.Env, extra...)
+		}
+	}
+	for _, c := range []struct {
+		env  []string
+		want int
+	}{{nil, 1}, {[]string{"GOMAXPROCS=3"}, 3}} {
+		s := startRuntimeServer(t, "python", env(c.env...))
+		if s.gomaxprocs != c.want {
+			t.Errorf("environment %q: the server runs with GOMAXPROCS %d, want %d", c.env, s.gomaxprocs, c.want)
+		}
+		s.terminate(t)
+		s.awaitCleanExit(t)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,9 @@ func newRuntimeServerCommand() *cobra.Command {
 plus grpc.health.v1.Health and server reflection, so grpcurl works against it.
 Every working_dir must lie inside --workspace-root. Each Run's program output
 goes to its own bounded log in --run-log-dir; the server's log on stderr
-carries events only. SIGTERM stops accepting
+carries events only. Its Go code runs on one thread at a time
+(GOMAXPROCS=1) unless the GOMAXPROCS environment variable is set, which then
+applies as Go defines it. SIGTERM stops accepting
 work, lets work in flight finish for --shutdown-grace, kills the rest and exits 0.
 
 --runtime lambda places Runs on AWS Lambda instead (docs/lambda.md): the
@@ -36,6 +39,7 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
   stoke runtime-server --runtime bash --workspace-root /tmp/stoke-ws`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			server.SetGOMAXPROCS(os.LookupEnv)
 			cfg.Logger = slog.Default()
 			cfg.Subreaper = true
 			mode, err := cgroup.ParseMode(containment)

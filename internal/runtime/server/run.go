@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -249,7 +250,8 @@ func Run(ctx context.Context, cfg Config) error {
 	execs := exec.NewLocal(exec.LocalConfig{Targets: runtime.ExecTargets(tasks, fns), Scopes: scopes, Logger: log})
 	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns, Exec: exec.NewGRPCServer(execs),
 		Metrics: NewMetrics(fns.RegistrationStates)})
-	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root(), "run_log_dir", runLogDir)
+	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root(), "run_log_dir", runLogDir,
+		"gomaxprocs", goruntime.GOMAXPROCS(0))
 	if cfg.OnListen != nil {
 		cfg.OnListen(lis.Addr())
 	}
