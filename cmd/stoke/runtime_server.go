@@ -94,12 +94,13 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 // internal/lambda): hidden, started only by the lambda Runtime Server.
 func newLambdaRelayCommand() *cobra.Command {
 	var socket, entrypoint string
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:    "lambda-relay [--] [ARGS...]",
 		Short:  "Relay one task to the lambda Runtime Server (internal)",
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			code, err := lambda.Relay(cmd.Context(), socket, entrypoint, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			code, err := lambda.Relay(cmd.Context(), socket, entrypoint, timeout, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -111,5 +112,6 @@ func newLambdaRelayCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&socket, "socket", "", "the Runtime Server's relay socket")
 	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "the task's entrypoint")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "the task's timeout, which Lambda ends it at too (0: the Runtime Server's task timeout)")
 	return cmd
 }

@@ -48,8 +48,8 @@ import (
 const (
 	DefaultNamePrefix = "stoke-"
 	DefaultMemoryMB   = 512
-	// DefaultTaskTimeout is a task function's timeout: Lambda's largest.
-	// The core ends the task at the Run's own timeout.
+	// DefaultTaskTimeout is the largest timeout of a task function:
+	// Lambda's. A task function's timeout is the task's own (see runTask).
 	DefaultTaskTimeout = 15 * time.Minute
 )
 
@@ -71,7 +71,8 @@ type Config struct {
 	// Relay is the stoke binary a task's relay process runs; empty means
 	// this executable.
 	Relay string
-	// TaskTimeout is a task function's Lambda timeout.
+	// TaskTimeout is the largest timeout of a task function, and the
+	// timeout of a task that comes without one.
 	TaskTimeout time.Duration
 	// Client overrides the SDK client (tests); nil loads the default AWS
 	// configuration.

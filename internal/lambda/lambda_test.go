@@ -327,6 +327,55 @@ func TestTasksOnLambda(t *testing.T) {
 	}
 }
 
+// TestTaskTimeoutEndsTheTaskOnLambda: a task that outlives its timeout
+// ends TIMED_OUT at Stoke's deadline (the core ends the relay), and the
+// bootstrap, told the deadline in the event, kills the task's process
+// group in the sandbox a moment later, long before the sleep's 60 s or
+// Lambda's 15 minutes.
+func TestTaskTimeoutEndsTheTaskOnLambda(t *testing.T) {
+	e := start(t, "bash", bashTasks)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	mark := fmt.Sprintf("TASK_MARK=%d", time.Now().UnixNano())
+	k, v, _ := strings.Cut(mark, "=")
+	dir := e.rs.Dir(t, runtimetest.Source{Files: map[string]string{"task.sh": "sleep 60 &\nwait\n"}})
+	if _, err := e.rs.Runtime.Execute(ctx, &pb.ExecuteRequest{Id: "task-slow", WorkingDir: dir, Entrypoint: "task.sh",
+		Env: map[string]string{k: v}, TimeoutSeconds: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The sandbox's processes are this machine's: no event tells when the
+	// task starts or ends there, so /proc is polled.
+	poll := func(what string, done func([]int) bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !done(lambdasim.Processes("sleep", mark)) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 30 s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	poll("the task's sleep to start in the sandbox", func(p []int) bool { return len(p) == 1 })
+	st, err := e.rs.Runtime.Wait(ctx, &pb.StatusRequest{Id: "task-slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != pb.ExecutionState_EXECUTION_STATE_TIMED_OUT {
+		t.Fatalf("task = %v (%s); want TIMED_OUT", st.GetState(), st.GetErrorMessage())
+	}
+	// The bootstrap answered (the task's TIMED_OUT, which no one waits
+	// for any more): the function's timeout did not have to kill the
+	// sandbox.
+	ended, err := e.sim.AwaitEnded(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ended[0].ErrorType != "" {
+		t.Fatalf("the task's invocation ended with %s; want the bootstrap's answer", ended[0].ErrorType)
+	}
+	poll("the task's sleep to be killed in the sandbox", func(p []int) bool { return len(p) == 0 })
+}
+
 // BenchmarkRegisterToReady registers a new function (new code each time)
 // on the simulator until READY, and reports the median of the whole and of
 // Stoke's own work in it: packaging the zip, against the AWS calls (whose

@@ -31,10 +31,22 @@ import (
 // the Runtime Server over a Unix socket in a private directory; the server
 // packages and invokes it and answers with the task's end, which the relay
 // replays as its own output and exit code. Killing the relay (timeout,
-// cancel) closes the connection and cancels the invocation on Stoke's side
-// only: Lambda has no way to stop a running invocation, so the function
-// runs on until it ends or its timeout (best effort; exec's reverse agent
-// makes cancel real).
+// cancel) closes the connection and ends the invocation on Stoke's side.
+// Lambda has no way to stop a running invocation, so the task is given its
+// deadline in the event: the bootstrap kills its process group there, a
+// moment after Stoke's own (taskSlack), and the function's timeout is the
+// task's, not Lambda's 15 minutes. A cancelled task runs on in Lambda until
+// that deadline (best effort; exec's reverse agent makes cancel real).
+
+// taskSlack is how long after Stoke's deadline the bootstrap kills a task:
+// the core's timer, which ends the relay at the deadline, decides the
+// Run's state (TIMED_OUT), not an answer that would race it.
+const taskSlack = time.Second
+
+// taskAnswerRoom is a task function's timeout beyond the task's deadline:
+// the bootstrap's rounding to whole seconds, its kill grace and its answer,
+// so that the bootstrap, not Lambda, ends a task that overruns.
+const taskAnswerRoom = 3 * time.Second
 
 // relayRequest is what the relay sends.
 type relayRequest struct {
@@ -42,6 +54,9 @@ type relayRequest struct {
 	Env        []string `json:"env"`
 	Entrypoint string   `json:"entrypoint,omitempty"`
 	Args       []string `json:"args,omitempty"`
+	// TimeoutMillis is the task's timeout, which the core enforces on the
+	// relay; 0 means the Runtime Server's TaskTimeout.
+	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
 }
 
 // relayResponse is what the server answers.
@@ -138,9 +153,13 @@ func writeRelay(w io.Writer, resp relayResponse) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// TaskCommand is the relay's argv.
-func (s *Server) TaskCommand(entrypoint string, args []string) ([]string, error) {
+// TaskCommand is the relay's argv; it carries the task's timeout to the
+// invocation.
+func (s *Server) TaskCommand(entrypoint string, args []string, timeout time.Duration) ([]string, error) {
 	argv := []string{s.cfg.Relay, "lambda-relay", "--socket", s.relay.sock}
+	if timeout > 0 {
+		argv = append(argv, "--timeout", timeout.String())
+	}
 	if entrypoint != "" {
 		argv = append(argv, "--entrypoint", entrypoint)
 	}
@@ -148,8 +167,20 @@ func (s *Server) TaskCommand(entrypoint string, args []string) ([]string, error)
 }
 
 // runTask packages the working directory as a task function and runs the
-// task in one invocation.
+// task in one invocation, bounded by the task's timeout.
 func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, error) {
+	// runtimed names a Run's working directory by its UID.
+	uid := filepath.Base(req.WorkingDir)
+	timeout := time.Duration(req.TimeoutMillis) * time.Millisecond
+	if timeout <= 0 || timeout > s.cfg.TaskTimeout {
+		timeout = s.cfg.TaskTimeout
+	}
+	// Stoke's deadline counts from the relay's start, this one from now, a
+	// little later, and taskSlack after it.
+	deadline := time.Now().Add(timeout + taskSlack)
+	fnTimeout := min(s.cfg.TaskTimeout, (timeout + taskSlack + taskAnswerRoom + time.Second - 1).Truncate(time.Second))
+	ctx, cancel := context.WithDeadline(ctx, deadline.Add(taskAnswerRoom))
+	defer cancel()
 	env := map[string]string{}
 	for k, v := range userEnv(req.Env, req.WorkingDir) {
 		if k != "STOKE_OUTPUTS" {
@@ -158,26 +189,28 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	}
 	p, err := s.build(req.WorkingDir, spec{
 		Runtime: s.cfg.Runtime, Env: env, Role: s.cfg.Role, Architecture: s.cfg.Architecture,
-		MemoryMB: s.cfg.MemoryMB, TimeoutSecs: int32(s.cfg.TaskTimeout / time.Second),
+		MemoryMB: s.cfg.MemoryMB, TimeoutSecs: int32(fnTimeout / time.Second),
 	})
 	if err != nil {
 		return relayResponse{}, err
 	}
-	// runtimed names a Run's working directory by its UID.
-	uid := filepath.Base(req.WorkingDir)
 	if err := s.acquire(ctx, p, uid); err != nil {
 		return relayResponse{}, err
 	}
 	defer s.release(p.name)
-	ev, err := json.Marshal(payload.Request{Kind: payload.KindTask,
-		Task: &payload.Task{Entrypoint: req.Entrypoint, Args: req.Args, TimeoutSeconds: int64(s.cfg.TaskTimeout / time.Second)}})
+	left := time.Until(deadline)
+	if left <= 0 {
+		return relayResponse{}, errdefs.Errorf(errdefs.ErrDeadlineExceeded, "task %s: its timeout passed before Lambda could run it", uid)
+	}
+	ev, err := json.Marshal(payload.Request{Kind: payload.KindTask, TimeoutMillis: max(1, left.Milliseconds()),
+		Task: &payload.Task{Entrypoint: req.Entrypoint, Args: req.Args}})
 	if err != nil {
 		return relayResponse{}, err
 	}
 	// Not on a warm goroutine: a task may hold one for minutes.
 	out, err := s.inv.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(p.name), Payload: ev})
 	if err != nil {
-		return relayResponse{}, awsError("Invoke", err)
+		return relayResponse{}, fmt.Errorf("task %s: %w", uid, awsError("Invoke", err))
 	}
 	resp, err := decode(out)
 	if err != nil {
@@ -192,7 +225,7 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 // Relay is the relay process's side (`stoke lambda-relay`): it sends the
 // task to the Runtime Server at socket and replays its end on stdout,
 // stderr, $STOKE_OUTPUTS and the returned exit code.
-func Relay(ctx context.Context, socket, entrypoint string, args []string, stdout, stderr io.Writer) (int, error) {
+func Relay(ctx context.Context, socket, entrypoint string, timeout time.Duration, args []string, stdout, stderr io.Writer) (int, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return 1, err
@@ -203,7 +236,7 @@ func Relay(ctx context.Context, socket, entrypoint string, args []string, stdout
 		return 1, fmt.Errorf("lambda relay: %w", err)
 	}
 	defer conn.Close()
-	b, _ := json.Marshal(relayRequest{WorkingDir: wd, Env: os.Environ(), Entrypoint: entrypoint, Args: args})
+	b, _ := json.Marshal(relayRequest{WorkingDir: wd, Env: os.Environ(), Entrypoint: entrypoint, Args: args, TimeoutMillis: timeout.Milliseconds()})
 	if _, err := conn.Write(append(b, '\n')); err != nil {
 		return 1, fmt.Errorf("lambda relay: %w", err)
 	}

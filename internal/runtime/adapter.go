@@ -42,7 +42,10 @@ type Adapter interface {
 	Load(ctx context.Context, spec FunctionSpec) (Instance, error)
 	// TaskCommand returns the argv of a one-shot execution: entrypoint (a
 	// path relative to the working directory, may be empty) and args.
-	TaskCommand(entrypoint string, args []string) ([]string, error)
+	// timeout is the execution's: the core ends the process at it; an
+	// adapter whose task runs elsewhere (Lambda) hands it on, so that the
+	// task ends there too.
+	TaskCommand(entrypoint string, args []string, timeout time.Duration) ([]string, error)
 }
 
 // FunctionSpec is what an adapter needs to load one function.

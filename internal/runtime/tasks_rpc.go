@@ -55,7 +55,7 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	if err != nil {
 		return nil, err
 	}
-	argv, err := t.cfg.Adapter.TaskCommand(req.GetEntrypoint(), req.GetArgs())
+	argv, err := t.cfg.Adapter.TaskCommand(req.GetEntrypoint(), req.GetArgs(), timeout)
 	if err != nil {
 		return nil, errdefs.InvalidArgument("entrypoint", "%v", err)
 	}

@@ -38,7 +38,7 @@ func (bashTasks) ValidateHandler(string) error { return nil }
 func (bashTasks) Load(context.Context, rt.FunctionSpec) (rt.Instance, error) {
 	return nil, errors.New("bash-test: no function mode")
 }
-func (bashTasks) TaskCommand(entrypoint string, args []string) ([]string, error) {
+func (bashTasks) TaskCommand(entrypoint string, args []string, _ time.Duration) ([]string, error) {
 	if entrypoint == "" {
 		if len(args) == 0 {
 			return nil, errors.New("nothing to run: no entrypoint and no args")

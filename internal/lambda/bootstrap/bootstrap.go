@@ -275,7 +275,7 @@ func (b *Bootstrap) dispatch(ctx context.Context, ev event) (*payload.Response, 
 	case payload.KindInvoke:
 		return b.invoke(ctx, ev.requestID, req)
 	case payload.KindTask:
-		return b.task(ctx, ev.requestID, req)
+		return b.task(ctx, ev, req)
 	}
 	return nil, &payload.Error{Type: payload.ErrorBadRequest, Message: fmt.Sprintf("unknown request kind %q", req.Kind)}
 }
@@ -321,14 +321,21 @@ func errorPayload(err error) *payload.Error {
 	return &payload.Error{Type: payload.ErrorNotReady, Message: err.Error()}
 }
 
-func (b *Bootstrap) task(ctx context.Context, requestID string, req payload.Request) (*payload.Response, *payload.Error) {
+// task runs a one-shot task. Its timeout is Stoke's (the request's
+// TimeoutMillis), rounded up to the whole seconds Execute counts, so that
+// the task never ends before the deadline Stoke gave it; but within
+// Lambda's deadline, less the time to kill the task's process group and
+// answer. At the timeout the core kills the group and the answer is the
+// contract's TIMED_OUT result.
+func (b *Bootstrap) task(ctx context.Context, ev event, req payload.Request) (*payload.Response, *payload.Error) {
 	t := req.Task
 	if t == nil {
 		return nil, &payload.Error{Type: payload.ErrorBadRequest, Message: "task request without a task"}
 	}
-	secs := t.TimeoutSeconds
-	if d, ok := ctx.Deadline(); ok {
-		left := max(1, int64(time.Until(d)/time.Second))
+	requestID := ev.requestID
+	secs := (req.TimeoutMillis + 999) / 1000
+	if !ev.deadline.IsZero() {
+		left := max(1, int64(time.Until(ev.deadline.Add(-deadlineMargin-taskKillGrace))/time.Second))
 		if secs <= 0 || secs > left {
 			secs = left
 		}

@@ -150,6 +150,30 @@ func TestTaskFunctionUnderTheRIE(t *testing.T) {
 	}
 }
 
+// TestTaskTimeoutUnderTheRIE: a task event carries Stoke's timeout; at it
+// the bootstrap kills the task's process group and answers the contract's
+// TIMED_OUT, long before the function's timeout (ten minutes here).
+func TestTaskTimeoutUnderTheRIE(t *testing.T) {
+	mark := fmt.Sprintf("TASK_MARK=%d", time.Now().UnixNano())
+	sb := sandbox(t, stokeBin, map[string]string{"t.sh": "sleep 60 &\nwait\n"},
+		"STOKE_RUNTIME=bash", "_HANDLER="+payload.TaskHandler, mark, "STOKE_ENV_KEYS=TASK_MARK")
+	out, err := sb.Invoke(context.Background(), event(t, payload.Request{Kind: payload.KindTask, TimeoutMillis: 1000,
+		Task: &payload.Task{Entrypoint: "t.sh"}}))
+	var resp payload.Response
+	if err != nil || json.Unmarshal(out, &resp) != nil || resp.Task == nil || resp.Task.State != "EXECUTION_STATE_TIMED_OUT" {
+		t.Fatalf("task past its timeout = %s, %v; want EXECUTION_STATE_TIMED_OUT", out, err)
+	}
+	// The group was killed before the answer; the sleep may take a moment
+	// to be reaped, and no event tells: /proc is polled.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(lambdasim.Processes("sleep", mark)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the task's sleep still runs in the sandbox after its timeout")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // BenchmarkBootstrapEcho compares Stoke's bootstrap running a Python and a
 // Bash echo handler with a minimal aws-lambda-go echo function, all under
 // the same RIE, interleaved in one run so that load hits them alike.

@@ -95,7 +95,18 @@ func (s *Simulator) invoke(w http.ResponseWriter, r *http.Request) {
 	// As on Lambda, a caller that goes away does not end its invocation.
 	res := sb.invoke(context.WithoutCancel(r.Context()), requestID, body, timeout)
 	keep := res.keep
+	end := Ended{Function: name}
+	if res.functionError {
+		var e struct {
+			Type string `json:"errorType"`
+		}
+		_ = json.Unmarshal(res.body, &e)
+		end.ErrorType = e.Type
+	}
 	s.mu.Lock()
+	s.ended = append(s.ended, end)
+	close(s.endedCh)
+	s.endedCh = make(chan struct{})
 	if keep && !fn.deleted && !s.closed {
 		fn.idle = append(fn.idle, sb)
 	} else {

@@ -79,7 +79,18 @@ type Simulator struct {
 	inflight int
 	closed   bool
 	creates  int
+	ended    []Ended
+	endedCh  chan struct{} // closed and replaced when an invocation ends
 	wg       sync.WaitGroup
+}
+
+// Ended is how one invocation ended in its sandbox.
+type Ended struct {
+	Function string
+	// ErrorType is the errorType of a function error: the simulator's own
+	// (Sandbox.Timedout when the function's timeout killed the sandbox)
+	// or the function's; "" for an answer.
+	ErrorType string
 }
 
 // function is one Lambda function.
@@ -142,7 +153,7 @@ func New(cfg Config) (*Simulator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lambdasim: %w", err)
 	}
-	s := &Simulator{cfg: cfg, log: cfg.Logger, lis: lis, fns: map[string]*function{}}
+	s := &Simulator{cfg: cfg, log: cfg.Logger, lis: lis, fns: map[string]*function{}, endedCh: make(chan struct{})}
 	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {
@@ -172,6 +183,27 @@ func (s *Simulator) Functions() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// AwaitEnded waits until n invocations have ended in their sandboxes,
+// whether or not their callers waited for them, and returns how the first
+// n ended.
+func (s *Simulator) AwaitEnded(ctx context.Context, n int) ([]Ended, error) {
+	for {
+		s.mu.Lock()
+		if len(s.ended) >= n {
+			e := slices.Clone(s.ended[:n])
+			s.mu.Unlock()
+			return e, nil
+		}
+		ch := s.endedCh
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lambdasim: waiting for %d invocations to end: %w", n, ctx.Err())
+		case <-ch:
+		}
+	}
 }
 
 // SetConcurrency changes the account's concurrent-invocation limit.

@@ -58,10 +58,11 @@ const (
 type Request struct {
 	Kind         string `json:"stoke"`
 	InvocationID string `json:"invocationId,omitempty"`
-	// TimeoutMillis is the invocation's own timeout (KindInvoke): the
-	// bootstrap ends the handler's call at it, as at Lambda's deadline,
-	// so that an invocation Stoke has given up on does not go on in the
-	// sandbox, holding it.
+	// TimeoutMillis is the invocation's or task's own remaining timeout:
+	// the bootstrap ends the handler's call, or kills the task's process
+	// group, at it (or at Lambda's deadline if that comes first), so that
+	// work Stoke has given up on does not go on in the sandbox, holding it
+	// and running up the bill until the function's timeout.
 	TimeoutMillis int64           `json:"timeoutMillis,omitempty"`
 	Input         json.RawMessage `json:"input,omitempty"`
 	Task          *Task           `json:"task,omitempty"`
@@ -90,9 +91,6 @@ func InvokeEvent(invocationID string, timeoutMillis int64, input json.RawMessage
 type Task struct {
 	Entrypoint string   `json:"entrypoint,omitempty"`
 	Args       []string `json:"args,omitempty"`
-	// TimeoutSeconds bounds the task inside the sandbox; the function's
-	// own timeout bounds it too.
-	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
 }
 
 // Response is the answer of a successful invocation.

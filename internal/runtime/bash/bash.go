@@ -186,7 +186,7 @@ func (a *Adapter) ValidateHandler(h string) error {
 
 // TaskCommand implements runtime.Adapter: a one-shot task runs its
 // entrypoint with bash, or, without one, runs args directly.
-func (a *Adapter) TaskCommand(entrypoint string, args []string) ([]string, error) {
+func (a *Adapter) TaskCommand(entrypoint string, args []string, _ time.Duration) ([]string, error) {
 	if entrypoint == "" {
 		if len(args) == 0 {
 			return nil, errors.New("task needs an entrypoint or args")

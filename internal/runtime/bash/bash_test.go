@@ -89,7 +89,7 @@ func TestTaskCommand(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := a.TaskCommand(tt.entrypoint, tt.args)
+			got, err := a.TaskCommand(tt.entrypoint, tt.args, time.Minute)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("TaskCommand = %q, want an error", got)

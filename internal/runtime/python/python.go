@@ -58,6 +58,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/runtime"
@@ -139,7 +140,7 @@ func isIdentifier(s string) bool {
 
 // TaskCommand returns [interpreter, entrypoint, args...], or
 // [interpreter, args...] without an entrypoint (e.g. args "-m", "pkg").
-func (a *Adapter) TaskCommand(entrypoint string, args []string) ([]string, error) {
+func (a *Adapter) TaskCommand(entrypoint string, args []string, _ time.Duration) ([]string, error) {
 	if entrypoint == "" && len(args) == 0 {
 		return nil, errors.New("python task needs an entrypoint or arguments")
 	}

@@ -65,7 +65,7 @@ func TestTaskCommand(t *testing.T) {
 		{"nothing", "", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := a.TaskCommand(tc.entrypoint, tc.args)
+			got, err := a.TaskCommand(tc.entrypoint, tc.args, time.Minute)
 			if tc.want == nil {
 				if err == nil {
 					t.Fatalf("TaskCommand = %q, want an error", got)
@@ -77,7 +77,7 @@ func TestTaskCommand(t *testing.T) {
 			}
 		})
 	}
-	if got, _ := New(Config{}).TaskCommand("x.py", nil); got[0] != "python3" {
+	if got, _ := New(Config{}).TaskCommand("x.py", nil, time.Minute); got[0] != "python3" {
 		t.Fatalf("default interpreter = %q, want python3", got[0])
 	}
 }
