@@ -50,6 +50,7 @@ bench:
 	$(BENCH) 'RunLifecycle' -benchtime 200x ./internal/store/kube/
 	$(BENCH) 'BootstrapEcho' -benchtime 500x ./internal/lambda/bootstrap/
 	$(BENCH) 'RegisterToReady' -benchtime 10x ./internal/lambda/
+	$(BENCH) 'ServerInvoke' -benchtime 500x ./internal/lambda/
 	$(BENCH) 'LambdaInvoke' -benchtime 500x ./e2e/
 	$(BENCH) 'Kube/Throughput' -benchtime 1x -timeout 40m ./e2e/
 	$(BENCH) 'Kube/CreateToSucceeded' -benchtime 200x -timeout 30m ./e2e/
