@@ -14,13 +14,16 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/datadir"
+	"stoke.dev/stoke/internal/pool"
 )
 
 // A `stoke up` with a running task and Ready Bash and Python functions
 // (each invoked once) opens no socket that another local user could use:
 // its only TCP listener is the gateway, which refuses a request without
 // the token; every Unix socket it listens on lies in a directory of mode
-// 0700 owned by this user; it has no UDP socket. No process of its tree
+// 0700 owned by this user and is one of those it knows (its debug socket,
+// each pod's Runtime Server and debug sockets); it has no UDP socket. No process of its tree
 // shows a Run UID or the token in its arguments (/proc/PID/cmdline is
 // readable by every user).
 func TestUpOpensNoUnauthenticatedSocket(t *testing.T) {
@@ -114,13 +117,13 @@ func TestUpOpensNoUnauthenticatedSocket(t *testing.T) {
 			}
 		}
 	}
-	listening := 0
+	listening := map[string]int{} // path → a pid listening on it
 	for _, s := range readUnixSockets(t) {
 		pid, ours := inodes[s.inode]
 		if !ours || !s.listening {
 			continue
 		}
-		listening++
+		listening[s.path] = pid
 		if s.path == "" || strings.HasPrefix(s.path, "@") {
 			t.Errorf("pid %d listens on an unnamed or abstract Unix socket %q", pid, s.path)
 			continue
@@ -137,8 +140,37 @@ func TestUpOpensNoUnauthenticatedSocket(t *testing.T) {
 				pid, s.path, fi.Mode().Perm(), st.Uid, os.Getuid())
 		}
 	}
-	if listening == 0 {
+	if len(listening) == 0 {
 		t.Errorf("no listening Unix socket found in the tree: the pods serve on Unix sockets, so the scan is broken")
+	}
+	// Each is one Stoke knows of: stoke up's debug socket, and each pod's
+	// Runtime Server and debug sockets, which the scan above must have
+	// seen.
+	debugSock := datadir.DebugSocket(dir)
+	if _, ok := listening[debugSock]; !ok {
+		t.Errorf("stoke up's debug socket %s is not among the sockets its tree listens on", debugSock)
+	}
+	pods := 0
+	for path, pid := range listening {
+		if path == debugSock {
+			continue
+		}
+		rel, err := filepath.Rel(filepath.Join(dir, "pods"), path)
+		pod, name, _ := strings.Cut(rel, "/")
+		switch {
+		case err != nil || strings.HasPrefix(rel, "..") || strings.Contains(name, "/"):
+			t.Errorf("pid %d listens on %s, which is neither stoke up's debug socket nor a pod's socket", pid, path)
+		case name == "rs.sock":
+			pods++
+			if _, ok := listening[filepath.Join(dir, "pods", pod, pool.DebugSocketName)]; !ok {
+				t.Errorf("pod %s serves its Runtime Server but no debug socket", pod)
+			}
+		case name != pool.DebugSocketName:
+			t.Errorf("pid %d listens on %s, which is neither a pod's Runtime Server nor its debug socket", pid, path)
+		}
+	}
+	if pods == 0 {
+		t.Errorf("no pod's Runtime Server socket among %v", listening)
 	}
 
 	for _, p := range tree {

@@ -6,11 +6,14 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"stoke.dev/stoke/internal/client"
 	"stoke.dev/stoke/internal/debugsock"
+	"stoke.dev/stoke/internal/up"
 )
 
 // debugSocketUsage documents every command's --debug-socket flag.
@@ -34,31 +37,84 @@ func newDebugCommand() *cobra.Command {
 		Use:   "debug",
 		Short: "Inspect a running Stoke process",
 	}
-	cmd.AddCommand(newDebugPprofCommand())
+	cmd.AddCommand(newDebugPprofCommand(), newDebugSocketsCommand())
 	return cmd
 }
 
+func newDebugSocketsCommand() *cobra.Command {
+	var dataDir string
+	cmd := &cobra.Command{
+		Use:   "sockets",
+		Short: "List the debug sockets of a local stoke up and its pods",
+		Long: `sockets lists the processes of the stoke up serving --data-dir that serve Go's
+profiles, and their sockets: stoke up itself ("up") and each runtime pod, by
+its name. Name one with 'stoke debug pprof --process'.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := client.DataDir(dataDir, os.Getenv)
+			if err != nil {
+				return err
+			}
+			socks, err := up.DebugSockets(dir)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "PROCESS\tSOCKET")
+			for _, s := range socks {
+				fmt.Fprintf(tw, "%s\t%s\n", s.Process, s.Path)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", dataDirUsage)
+	_ = cmd.MarkFlagDirname("data-dir")
+	return cmd
+}
+
+// dataDirUsage documents the debug commands' --data-dir.
+const dataDirUsage = "data directory of the local stoke up (default $" + client.EnvDataDir + ", else the user's state directory)"
+
 func newDebugPprofCommand() *cobra.Command {
-	var socket, output string
+	var socket, process, dataDir, output string
 	var seconds int
 	var debug int
 	cmd := &cobra.Command{
 		Use:   "pprof [PROFILE]",
 		Short: "Copy a Go profile from a Stoke process's debug socket",
-		Long: `pprof asks the Stoke process serving --socket (its --debug-socket) for one of
-Go's runtime profiles and writes it to --output (default stdout), for
-'go tool pprof'. PROFILE is profile (CPU, for --seconds; the default), heap,
-allocs, goroutine, mutex, block, threadcreate or trace. The socket is a Unix
-socket in a 0700 directory: run this inside the process's container, as its
-user.`,
-		Example: `  kubectl exec -n stoke-system deploy/stoke-controller -- stoke debug pprof --socket /var/run/stoke-controller/probe/debug.sock --seconds 20 > controller.pprof
+		Long: `pprof asks a Stoke process for one of Go's runtime profiles on its debug
+socket and writes it to --output (default stdout), for 'go tool pprof'.
+PROFILE is profile (CPU, for --seconds; the default), heap, allocs,
+goroutine, mutex, block, threadcreate or trace.
+
+The process is the local stoke up of --data-dir (the default), or with
+--process one of its runtime pods, by its name (as 'stoke debug sockets' and
+'stoke describe runtime' show it) or by its Runtime's name when that has one
+pod; or whatever process serves --socket (its --debug-socket). The socket
+is a Unix socket in a 0700 directory: run this as the process's user (in
+Kubernetes, inside its container).`,
+		Example: `  stoke debug pprof --seconds 5 -o up.pprof
+  stoke debug pprof --process python --seconds 5 -o python-pod.pprof
+  kubectl exec -n stoke-system deploy/stoke-controller -- stoke debug pprof --socket /var/run/stoke-controller/probe/debug.sock --seconds 20 > controller.pprof
   kubectl exec POD -c runtimed -- stoke debug pprof --socket /var/run/stoke/runtimed/debug.sock heap > heap.pprof
-  go tool pprof -top controller.pprof`,
+  go tool pprof -top up.pprof`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := "profile"
 			if len(args) == 1 {
 				name = args[0]
+			}
+			if socket != "" && (process != "" || dataDir != "") {
+				return cliError("--socket names the process alone: no --process or --data-dir with it")
+			}
+			if socket == "" {
+				dir, err := client.DataDir(dataDir, os.Getenv)
+				if err != nil {
+					return err
+				}
+				if socket, err = up.FindDebugSocket(dir, process); err != nil {
+					return err
+				}
 			}
 			q := url.Values{}
 			if name == "profile" || name == "trace" {
@@ -88,10 +144,12 @@ user.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&socket, "socket", "", "the process's debug socket (its --debug-socket)")
+	f.StringVar(&socket, "socket", "", "the process's debug socket (its --debug-socket), instead of --process")
+	f.StringVarP(&process, "process", "p", "", "the process of the local stoke up: up (the default), a pod's name, or a Runtime's name that has one pod")
+	f.StringVar(&dataDir, "data-dir", "", dataDirUsage)
 	f.StringVarP(&output, "output", "o", "", "file to write (default stdout)")
 	f.IntVar(&seconds, "seconds", 30, "how long a CPU profile or trace lasts")
 	f.IntVar(&debug, "debug", 0, "pprof's debug parameter: 1 or 2 give text (goroutine stacks, heap summaries)")
-	_ = cmd.MarkFlagRequired("socket")
+	_ = cmd.MarkFlagDirname("data-dir")
 	return cmd
 }

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"stoke.dev/stoke/internal/cpuprofile"
 	"stoke.dev/stoke/internal/lambda/bootstrap"
 )
 
@@ -36,18 +35,8 @@ func main() {
 		}
 		return
 	}
-	role := "stoke"
-	if len(os.Args) > 1 {
-		role = filepath.Base(os.Args[1])
-	}
-	stopProfile, err := cpuprofile.Start(role)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stoke:", err)
-		os.Exit(1)
-	}
-	err = newRootCommand().ExecuteContext(ctx)
+	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	stopProfile()
 	if err == nil {
 		return
 	}

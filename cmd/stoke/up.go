@@ -26,6 +26,10 @@ SIGINT or SIGTERM stops it (under go run, so does the end of the go
 command); Runs survive a restart. The data directory must be private (mode
 0700, owned by you); one stoke up serves it at a time.
 
+stoke up and each of its pods serve Go's runtime profiles on a Unix socket
+in a 0700 directory (<data-dir>/debug/up.sock, <data-dir>/pods/<pod>/debug.sock):
+'stoke debug sockets' lists them, 'stoke debug pprof' reads them.
+
 A finished Run (and its log) is deleted --finished-run-ttl after it finished
 unless its spec sets ttlSecondsAfterFinished, which wins; 0 keeps finished
 Runs until they are deleted.`,
@@ -40,6 +44,9 @@ Runs until they are deleted.`,
 					return err
 				}
 				cfg.DataDir = d
+			}
+			if !cmd.Flags().Changed("debug-socket") {
+				cfg.DebugSocket = datadir.DebugSocket(cfg.DataDir)
 			}
 			cfg.Logger = slog.Default()
 			cfg.Subreaper = true
@@ -62,6 +69,7 @@ Runs until they are deleted.`,
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.DurationVar(&cfg.LambdaCollectInterval, "lambda-collect-interval", lambda.DefaultCollectInterval,
 		"how often functions of lambda Runtimes whose Run is gone are deleted")
+	f.StringVar(&cfg.DebugSocket, "debug-socket", "", "Unix socket serving Go's profiles (net/http/pprof; read with 'stoke debug pprof'), its directory made 0700; each pod then serves its own, <data-dir>/pods/<pod>/debug.sock (default <data-dir>/debug/up.sock; empty: none, for the pods too)")
 	f.DurationVar(&cfg.FinishedRunTTL, "finished-run-ttl", controlplane.DefaultFinishedRunTTL, "delete a finished Run this long after it finished, unless it sets ttlSecondsAfterFinished (0: keep it)")
 	return cmd
 }

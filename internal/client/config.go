@@ -25,6 +25,18 @@ type Settings struct {
 	CACert  string
 }
 
+// DataDir is the data directory of the local `stoke up` a client command
+// means: flag, else STOKE_DATA_DIR, else datadir.Default().
+func DataDir(flag string, getenv func(string) string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	if dir := getenv(EnvDataDir); dir != "" {
+		return dir, nil
+	}
+	return datadir.Default()
+}
+
 // Resolve decides where a client command connects and with which token:
 // each setting comes from its flag, else its environment variable, else
 // the default — the URL the running `stoke up` recorded in the data
@@ -44,12 +56,7 @@ func Resolve(s Settings, getenv func(string) string) (Config, error) {
 	}
 	// The data directory is only needed for what flags and environment
 	// leave open: the server URL `stoke up` recorded, and the token.
-	dataDir := func() (string, error) {
-		if dir := pick(s.DataDir, EnvDataDir, ""); dir != "" {
-			return dir, nil
-		}
-		return datadir.Default()
-	}
+	dataDir := func() (string, error) { return DataDir(s.DataDir, getenv) }
 	cfg := Config{
 		Server:     pick(s.Server, EnvServer, ""),
 		Token:      pick(s.Token, EnvToken, ""),

@@ -59,6 +59,11 @@ func Prepare(dir string) error {
 	return nil
 }
 
+// DebugSocket is where `stoke up` on the data directory dir serves Go's
+// profiles by default (internal/debugsock): up.sock in the directory
+// debug, which the server makes 0700.
+func DebugSocket(dir string) string { return filepath.Join(dir, "debug", "up.sock") }
+
 // TokenPath is the token file of the data directory dir.
 func TokenPath(dir string) string { return filepath.Join(dir, tokenFile) }
 

@@ -121,6 +121,9 @@ func (s *Supervisor) runPod(pr *podRun, pod podsource.Pod, dir string, ready fun
 	if s.cfg.RunLogDir != "" {
 		args = append(args, "--run-log-dir", s.cfg.RunLogDir)
 	}
+	if s.cfg.DebugSockets {
+		args = append(args, "--debug-socket", filepath.Join(dir, DebugSocketName))
+	}
 	args = append(args, podsource.LambdaArgs(pod.Lambda)...)
 	cmd := s.cfg.Command(pod, args)
 	// Our own pipe rather than exec's copying goroutine, so that the exit

@@ -55,6 +55,11 @@ const killSlack = 5 * time.Second
 // socketName is the Runtime Server's socket inside its pod directory.
 const socketName = "rs.sock"
 
+// DebugSocketName is the Runtime Server's debug socket (its
+// --debug-socket, internal/debugsock) inside its pod directory, which is
+// 0700: <DataDir>/pods/<pod name>/debug.sock.
+const DebugSocketName = "debug.sock"
+
 // maxSocketPath is the longest Unix socket path the kernel accepts
 // (sockaddr_un.sun_path is 108 bytes with its terminating NUL).
 const maxSocketPath = 107
@@ -103,6 +108,9 @@ type Config struct {
 	StatusInterval time.Duration
 	// Clock defaults to the real clock.
 	Clock clock.WithTicker
+	// DebugSockets gives each pod's Runtime Server a debug socket
+	// (DebugSocketName in its pod directory) serving Go's profiles.
+	DebugSockets bool
 	// Cgroup, when set, is the cgroup v2 this supervisor owns for its pods:
 	// each pod starts directly in a child group of it (recorded in the
 	// pod's directory first), which is killed with cgroup.kill and removed
@@ -633,7 +641,8 @@ func (s *Supervisor) claimPodDir(runtime string) (name, dir string, err error) {
 	for range 10 {
 		name = runtime + "-" + randomSuffix()
 		dir = filepath.Join(s.podsDir, name)
-		if sock := filepath.Join(dir, socketName); len(sock) > maxSocketPath {
+		// The longer of the pod's two socket names.
+		if sock := filepath.Join(dir, DebugSocketName); len(sock) > maxSocketPath {
 			return "", "", fmt.Errorf("socket path %s is longer than %d bytes: use a shorter data directory", sock, maxSocketPath)
 		}
 		err = os.Mkdir(dir, 0o700)

@@ -74,6 +74,8 @@ type Config struct {
 	FinishedRunTTL time.Duration
 	// Cgroup, when set, is the cgroup v2 the pods run under (pool.Config.Cgroup).
 	Cgroup *cgroup.Group
+	// DebugSockets gives each pod a debug socket (pool.Config.DebugSockets).
+	DebugSockets bool
 }
 
 // DefaultRuntimes are the pools `stoke up` starts with: bash and python,
@@ -147,7 +149,8 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		return nil, err
 	}
 	s.pods, err = pool.NewSupervisor(pool.Config{Store: st, DataDir: cfg.DataDir, Command: cfg.PodCommand,
-		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval, RunLogDir: s.logs.Dir(), Cgroup: cfg.Cgroup})
+		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval, RunLogDir: s.logs.Dir(), Cgroup: cfg.Cgroup,
+		DebugSockets: cfg.DebugSockets})
 	if err != nil {
 		st.Close()
 		return nil, err

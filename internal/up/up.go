@@ -20,6 +20,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/datadir"
+	"stoke.dev/stoke/internal/debugsock"
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/podsource"
@@ -60,6 +61,12 @@ type Config struct {
 	// up` sets it; a test that runs Run in its own process must not, as
 	// its other children would be taken for orphans.
 	Subreaper bool
+	// DebugSocket, when set, is the Unix socket stoke up serves Go's
+	// profiles on (internal/debugsock; its directory is made 0700), and
+	// each pod's Runtime Server then serves its own in its pod directory
+	// (pool.DebugSocketName). The command's default is
+	// datadir.DebugSocket; empty serves none.
+	DebugSocket string
 	// Containment (with Subreaper) is cgroup.Auto to run the pods in a
 	// cgroup v2 of stoke up's own, <own cgroup>/stoke-<hash of the data
 	// directory>, each pod and each task in a child group, where the host
@@ -103,6 +110,15 @@ func Run(ctx context.Context, cfg Config) error {
 	token, err := datadir.EnsureToken(dataDir)
 	if err != nil {
 		return err
+	}
+	// After the lock: a second stoke up must not replace the first's
+	// socket.
+	if cfg.DebugSocket != "" {
+		debug, err := debugsock.Listen(cfg.DebugSocket)
+		if err != nil {
+			return err
+		}
+		defer debug.Close()
 	}
 	var tlsConf *tls.Config
 	scheme := "http"
@@ -169,7 +185,8 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics := gateway.NewMetrics(func() map[v1alpha1.Phase]int { return s.RunPhases() })
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
 		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, OnScheduled: metrics.ObserveScheduled,
-		FinishedRunTTL: cfg.FinishedRunTTL, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods})
+		FinishedRunTTL: cfg.FinishedRunTTL, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods,
+		DebugSockets: cfg.DebugSocket != ""})
 	if err != nil {
 		lis.Close()
 		return err
@@ -187,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := datadir.WriteURL(dataDir, url); err != nil {
 		cfg.Logger.Warn("clients on this machine will need --server", "error", err)
 	}
-	cfg.Logger.Info("serving", "url", url, "data_dir", dataDir, "token_file", datadir.TokenPath(dataDir))
+	cfg.Logger.Info("serving", "url", url, "data_dir", dataDir, "token_file", datadir.TokenPath(dataDir), "debug_socket", cfg.DebugSocket)
 	if cfg.Ready != nil {
 		cfg.Ready(url)
 	}
