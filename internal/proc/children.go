@@ -64,16 +64,23 @@ const maxChildPasses = 8
 // again with the pidfd open, so a pid reused meanwhile is never hit. What
 // a killed child started is orphaned to the Subreaper, if any.
 func KillChildrenExcept(parent int, keep []Child) []Child {
-	signalled := map[Child]bool{}
+	return killChildrenExcept(parent, keep, func() []Child { return Children(parent) })
+}
+
+func killChildrenExcept(parent int, keep []Child, children func() []Child) []Child {
+	var signalled map[Child]bool
 	var left []Child
 	for range maxChildPasses {
 		left = left[:0]
 		fresh := false
-		for _, c := range Children(parent) {
+		for _, c := range children() {
 			switch {
 			case slices.Contains(keep, c):
 				left = append(left, c)
 			case !signalled[c]:
+				if signalled == nil {
+					signalled = map[Child]bool{}
+				}
 				signalled[c] = true
 				fresh = true
 				killChild(c, parent)
@@ -99,19 +106,15 @@ func killChild(c Child, parent int) {
 	_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 }
 
-// readPids reads a /proc list of pids (a children file).
-func readPids(path string) ([]int, error) {
-	b, err := readProc(path, nil, false)
-	if err != nil {
-		return nil, err
-	}
+// parsePids parses a /proc children file: pids separated by spaces.
+func parsePids(b []byte) []int {
 	var pids []int
 	for f := range bytes.FieldsSeq(b) {
 		if pid, err := strconv.Atoi(string(f)); err == nil {
 			pids = append(pids, pid)
 		}
 	}
-	return pids, nil
+	return pids
 }
 
 // readProc reads the /proc file at path into buf, or, with dir, the names

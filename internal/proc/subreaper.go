@@ -96,6 +96,14 @@ type Subreaper struct {
 	scopes  map[string]map[int]bool // live scope → its adopted orphans
 	orphans map[int]*orphan         // orphan seen alive and not yet reaped
 	environ []byte                  // scan's buffer for an orphan's environment
+
+	// children is the fd of this process's /proc/…/task/…/children, kept
+	// open (0: not yet) from the first scan to the end of Sweep, and read
+	// under startMu after every invocation (End): a read from offset 0 is
+	// one system call where an open by path is a lookup in /proc, a read
+	// and a close besides.
+	children int
+	kids     []byte // scan's buffer for it
 }
 
 // orphan is what a Subreaper knows of one orphan.
@@ -196,6 +204,7 @@ func (r *Subreaper) Sweep(bound time.Duration) error {
 	r.mu.Unlock()
 	deadline := time.Now().Add(bound)
 	delay := time.Millisecond
+	defer r.closeChildren()
 	for {
 		if found, _ := r.scan(true); found == 0 {
 			return nil
@@ -208,6 +217,34 @@ func (r *Subreaper) Sweep(bound time.Duration) error {
 	}
 }
 
+// readChildren lists this process's children (those of its main thread,
+// to which Linux hands orphans); startMu must be held.
+func (r *Subreaper) readChildren() ([]int, error) {
+	if r.children <= 0 {
+		fd, err := unix.Open("/proc/"+strconv.Itoa(r.self)+"/task/"+strconv.Itoa(r.self)+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		r.children = fd
+	}
+	b, err := preadAll(r.children, r.kids[:0])
+	r.kids = b[:0]
+	if err != nil {
+		return nil, err
+	}
+	return parsePids(b), nil
+}
+
+// closeChildren closes what readChildren keeps open.
+func (r *Subreaper) closeChildren() {
+	startMu.Lock()
+	defer startMu.Unlock()
+	if r.children > 0 {
+		_ = unix.Close(r.children)
+		r.children = 0
+	}
+}
+
 // scan sorts this process's children: tracked ones are left alone; an
 // orphan that has exited is reaped; a live one is attached to its scope
 // if that is live, otherwise (or with all) killed. It returns how many
@@ -215,7 +252,7 @@ func (r *Subreaper) Sweep(bound time.Duration) error {
 // (then it should look again soon).
 func (r *Subreaper) scan(all bool) (found int, unsure bool) {
 	startMu.Lock()
-	kids, err := readPids("/proc/" + strconv.Itoa(r.self) + "/task/" + strconv.Itoa(r.self) + "/children")
+	kids, err := r.readChildren()
 	trackedMu.Lock()
 	orphans := kids[:0]
 	for _, pid := range kids {
