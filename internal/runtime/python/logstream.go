@@ -37,6 +37,13 @@ type logStream struct {
 	ended bool      // the pump returned
 
 	held bool // pump goroutine only: Read returned with mu held
+
+	// inq is unread's FIONREAD result and fionread the function that
+	// reads it, made once: a closure made per call, over variables of
+	// the call, would take two allocations four times an invocation.
+	inq      int32
+	inqErr   syscall.Errno
+	fionread func(fd uintptr)
 }
 
 func newLogStream(name string, f *os.File, out runtime.Output) (*logStream, error) {
@@ -46,6 +53,9 @@ func newLogStream(name string, f *os.File, out runtime.Output) (*logStream, erro
 	}
 	s := &logStream{name: name, f: f, rc: rc, out: out}
 	s.moved.L = &s.mu
+	s.fionread = func(fd uintptr) {
+		_, _, s.inqErr = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&s.inq)))
+	}
 	return s, nil
 }
 
@@ -122,12 +132,10 @@ func (s *logStream) attribute(id string) {
 	s.mu.Unlock()
 }
 
-// unread reports whether the pipe holds bytes not yet read (FIONREAD).
+// unread reports whether the pipe holds bytes not yet read (FIONREAD);
+// mu must be held.
 func (s *logStream) unread() bool {
-	var n int32
-	var errno syscall.Errno
-	err := s.rc.Control(func(fd uintptr) {
-		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
-	})
-	return err == nil && errno == 0 && n > 0
+	s.inq, s.inqErr = 0, 0
+	err := s.rc.Control(s.fionread)
+	return err == nil && s.inqErr == 0 && s.inq > 0
 }

@@ -116,6 +116,9 @@ type instance struct {
 	// (proc.KillChildrenExcept): set when the handler is loaded and after
 	// each call; the core never invokes concurrently.
 	kids []proc.Child
+	// scan lists the worker's children from /proc files it keeps open;
+	// nil if they could not be opened (then proc.Children by path).
+	scan *proc.ChildScanner
 
 	// Scratch headers, reused: the core never invokes concurrently.
 	reqHdr  [reqHeaderSize]byte
@@ -210,7 +213,12 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	switch kind {
 	case kindReady:
 		log.Debug("python worker ready", "pid", p.Pid(), "python", string(payload))
-		i.kids = proc.Children(p.Pid()) // started while the handler was imported
+		if sc, err := proc.NewChildScanner(p.Pid()); err == nil {
+			i.scan = sc
+			i.kids = sc.Children() // started while the handler was imported
+		} else {
+			i.kids = proc.Children(p.Pid())
+		}
 		return i, nil
 	case kindInitError:
 		_ = i.Close()
@@ -289,7 +297,11 @@ func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.
 		// was not there before the call is killed here. What those leave
 		// behind is orphaned to the Runtime Server, which kills it as the
 		// invocation's scope has ended.
-		i.kids = proc.KillChildrenExcept(i.p.Pid(), i.kids)
+		if i.scan != nil {
+			i.kids = i.scan.KillExcept(i.kids)
+		} else {
+			i.kids = proc.KillChildrenExcept(i.p.Pid(), i.kids)
+		}
 	}
 	if !stop() {
 		// The context ended: whatever arrived is moot and the pipes'
@@ -386,6 +398,9 @@ func (i *instance) Close() error {
 		_ = i.stderr.f.SetReadDeadline(drain)
 		i.wg.Wait()
 		closeAll([]*os.File{i.req, i.resp, i.stdout.f, i.stderr.f})
+		if i.scan != nil {
+			_ = i.scan.Close()
+		}
 	})
 	return nil
 }
