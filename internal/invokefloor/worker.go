@@ -85,15 +85,13 @@ func (w *Worker) Call(input []byte) ([]byte, error) {
 	return bytes.Clone(out[:len(out)-1]), nil
 }
 
-// Close ends the worker: its stdin closes, which ends its loop, and it is
-// killed if it still runs.
+// Close kills the worker and waits for it.
 func (w *Worker) Close() error {
-	w.in.Close()
 	_ = w.cmd.Process.Kill()
 	err := w.cmd.Wait()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		return nil // killed, or ended by the closed stdin
+		return nil // killed, as asked
 	}
 	return err
 }
