@@ -94,7 +94,8 @@ pod; or whatever process serves --socket (its --debug-socket). The socket
 is a Unix socket in a 0700 directory: run this as the process's user (in
 Kubernetes, inside its container).`,
 		Example: `  stoke debug pprof --seconds 5 -o up.pprof
-  stoke debug pprof --process python --seconds 5 -o python-pod.pprof
+  stoke debug sockets      # the pods' names; stoke get runs -o wide shows each Run's
+  stoke debug pprof --process python-x7k2p --seconds 5 -o python-pod.pprof
   kubectl exec -n stoke-system deploy/stoke-controller -- stoke debug pprof --socket /var/run/stoke-controller/probe/debug.sock --seconds 20 > controller.pprof
   kubectl exec POD -c runtimed -- stoke debug pprof --socket /var/run/stoke/runtimed/debug.sock heap > heap.pprof
   go tool pprof -top up.pprof`,
