@@ -24,7 +24,10 @@
 //     file) and the FIFO out.N in the instance's scratch directory, and
 //     opened the FIFO for reading (non-blocking) and for writing (a
 //     "keeper" write end, so that reading does not see end-of-file before
-//     the child opens it).
+//     the child opens it). After an answer at the trailer that goroutine
+//     starts when the warm shell announces its next child, once the reply
+//     has left: right after the answer its work would compete with the
+//     reply. A request that comes before the announcement does it itself.
 //   - Invoke writes the invocation ID, the payload and the invocation's
 //     scope (runtime.Invocation.Scope) over req.N (bash reads
 //     a regular file in blocks, a pipe one byte at a time) and the line "N"

@@ -813,3 +813,34 @@ func awaitIdleChild(t *testing.T, in *instance) {
 		time.Sleep(time.Millisecond) // /proc has no event to await
 	}
 }
+
+// After an answer the next request's files are made (and the answered
+// one's removed) once the next child is announced, not only when the next
+// request comes; a request that comes before makes them itself (every other
+// test calls back to back).
+func TestNextRequestFilesAreMadeWhileIdle(t *testing.T) {
+	f := newFixture(t, map[string]string{"e.sh": echoHandler})
+	in := f.mustLoad("e.echo_fn")
+	for i := 1; i <= 3; i++ {
+		want := `"call-` + strconv.Itoa(i) + `"`
+		res, err := f.invoke(in, want, invokeTimeout)
+		if err != nil || string(res.Output) != want {
+			t.Fatalf("call %d = %q, %v", i, res.Output, err)
+		}
+		awaitIdleChild(t, in)
+		answered := filepath.Join(in.scratch, "req."+strconv.Itoa(i))
+		next := filepath.Join(in.scratch, "req."+strconv.Itoa(i+1))
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, errAnswered := os.Stat(answered)
+			_, errNext := os.Stat(next)
+			if errors.Is(errAnswered, os.ErrNotExist) && errNext == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after call %d: %s: %v, %s: %v; want the first removed and the second made", i, answered, errAnswered, next, errNext)
+			}
+			time.Sleep(time.Millisecond) // the file system has no event to await
+		}
+	}
+}

@@ -65,6 +65,7 @@ type instance struct {
 	closed      bool // no more prepare goroutines
 
 	slots     chan *slot     // the next request's files; capacity 1
+	waiting   *prepWork      // a prepare that waits for the next child: see deferPrepare
 	prepWG    sync.WaitGroup // prepare goroutines
 	closeOnce sync.Once
 }
@@ -87,6 +88,7 @@ type call struct {
 	done    chan struct{}
 	rc      int
 	trailer bool   // the result came from the trailer
+	pid     int    // the child that wrote its trailer; 0 if none was read
 	endSync uint64 // the sync marker written after it ended; 0 before
 	wake    func() // interrupts Invoke's read of stdout
 }
@@ -229,6 +231,12 @@ func (in *instance) Close() error {
 			s.close()
 		default:
 		}
+		in.mu.Lock()
+		if w := in.waiting; w != nil && w.prev != nil {
+			w.prev.close()
+		}
+		in.waiting = nil
+		in.mu.Unlock()
 		_ = syscall.Close(in.dirfd)
 		if err := os.RemoveAll(in.scratch); err != nil {
 			in.log.Warn("bash runtime: removing scratch directory", "error", err)

@@ -30,12 +30,24 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 		return runtime.Result{}, errdefs.InvalidArgument("input", "contains a NUL byte")
 	}
 	var s *slot
-	select {
-	case s = <-in.slots:
-	case <-in.proc.Done():
-		return runtime.Result{}, errdefs.Errorf(errdefs.ErrUnavailable, "bash runtime has exited")
-	case <-ctx.Done():
-		return runtime.Result{}, ctx.Err()
+	var w *prepWork
+	in.mu.Lock()
+	if !in.closed {
+		w, in.waiting = in.waiting, nil
+	}
+	in.mu.Unlock()
+	if w != nil {
+		// This request came before the next child was announced (calls
+		// back to back): its files are made now, while that child forks.
+		s = in.prepareNow(w)
+	} else {
+		select {
+		case s = <-in.slots:
+		case <-in.proc.Done():
+			return runtime.Result{}, errdefs.Errorf(errdefs.ErrUnavailable, "bash runtime has exited")
+		case <-ctx.Done():
+			return runtime.Result{}, ctx.Err()
+		}
 	}
 	if s.err != nil {
 		in.prepare(s.seq+1, s, nil)
@@ -65,11 +77,17 @@ func (in *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime
 	res, err := in.run(ctx, c, s, n)
 	in.mu.Lock()
 	in.active = nil
+	pid := c.pid
 	in.mu.Unlock()
 	// The next request gets fresh files, prepared (and this one's removed)
-	// while nobody waits for it; the end of this invocation's stderr is
-	// marked at once.
-	in.prepare(s.seq+1, s, c)
+	// while nobody waits for it, and the end of this invocation's stderr is
+	// marked: after an answer at the trailer, once the next child is
+	// announced; otherwise (the child was killed or died) at once.
+	if pid != 0 {
+		in.deferPrepare(&prepWork{seq: s.seq + 1, prev: s, c: c}, pid)
+	} else {
+		in.prepare(s.seq+1, s, c)
+	}
 	return res, err
 }
 
@@ -193,11 +211,12 @@ read:
 func (in *instance) trailerFoundLocked(c *call, out *output) {
 	if isClosed(c.done) {
 		if !c.trailer {
-			c.rc, c.trailer = out.rc, true
+			c.rc, c.trailer, c.pid = out.rc, true, out.pid
 		}
 		return
 	}
 	in.trailerPids[out.pid] = true
+	c.pid = out.pid
 	c.finishLocked(out.rc, true)
 }
 

@@ -46,42 +46,80 @@ func (s *slot) close() {
 // zeros after them are never seen.
 var reqPrefill [4 << 10]byte
 
-// prepare makes the slot of request seq in the background. Before that, it
-// writes the sync marker that ends the stderr of prev's invocation c unless
-// run did, and removes prev's files. Only one prepare is ever under way:
-// Invoke takes the slot before it starts the next.
+// prepWork is the making of request seq's slot: before it, the end of
+// invocation c's stderr is marked unless run did, and the files of prev (c's
+// slot) are removed. Both may be nil.
+type prepWork struct {
+	seq  uint64
+	prev *slot
+	c    *call
+}
+
+// prepare makes the slot of request seq in the background, after the work
+// on prev and c of prepWork. Only one prepare is ever under way: Invoke
+// takes the slot before it starts the next.
 func (in *instance) prepare(seq uint64, prev *slot, c *call) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	in.startPrepareLocked(&prepWork{seq: seq, prev: prev, c: c})
+}
+
+// deferPrepare prepares w once the warm shell has announced the child after
+// pid, whose trailer answered w.c. Right after an answer that child's exit,
+// its reaping and the next fork keep the machine busy, and the tens of
+// microseconds of file work here would hold back the reply on a small
+// machine (docs/benchmarks.md, "Bash, paced"); by the announcement, the
+// reply has left. A request that comes first takes w and does it itself.
+func (in *instance) deferPrepare(w *prepWork, pid int) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if cur := in.cur; in.closed || cur != nil && cur.pid != pid {
+		in.startPrepareLocked(w) // announced already (or closing)
+		return
+	}
+	in.waiting = w
+}
+
+// startPrepareLocked runs w in the background and hands its slot to the
+// next Invoke. instance.mu is held.
+func (in *instance) startPrepareLocked(w *prepWork) {
 	if in.closed {
-		if prev != nil {
-			prev.close()
+		if w.prev != nil {
+			w.prev.close()
 		}
 		return
 	}
-	endLog := c != nil && c.endSync == 0
 	in.prepWG.Add(1)
 	go func() {
 		defer in.prepWG.Done()
-		if endLog {
-			in.sync(in.stderrW, c, false)
-		}
-		if prev != nil {
-			prev.close()
-			for _, kind := range []string{"req", "out", "outputs"} {
-				_ = os.Remove(prev.path(kind))
-			}
-		}
-		s := &slot{dir: in.scratch, seq: seq, keeper: -1}
-		s.req, s.err = os.OpenFile(s.path("req"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if s.err == nil {
-			_, s.err = s.req.Write(reqPrefill[:])
-		}
-		if s.err == nil {
-			s.out, s.keeper, s.err = openFIFO(s.path("out"))
-		}
-		in.slots <- s
+		in.slots <- in.prepareNow(w)
 	}()
+}
+
+// prepareNow does w and returns the new slot, with its error if the files
+// could not be made.
+func (in *instance) prepareNow(w *prepWork) *slot {
+	in.mu.Lock()
+	endLog := w.c != nil && w.c.endSync == 0
+	in.mu.Unlock()
+	if endLog {
+		in.sync(in.stderrW, w.c, false)
+	}
+	if prev := w.prev; prev != nil {
+		prev.close()
+		for _, kind := range []string{"req", "out", "outputs"} {
+			_ = os.Remove(prev.path(kind))
+		}
+	}
+	s := &slot{dir: in.scratch, seq: w.seq, keeper: -1}
+	s.req, s.err = os.OpenFile(s.path("req"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if s.err == nil {
+		_, s.err = s.req.Write(reqPrefill[:])
+	}
+	if s.err == nil {
+		s.out, s.keeper, s.err = openFIFO(s.path("out"))
+	}
+	return s
 }
 
 // openFIFO creates the FIFO at path and opens it for reading, without

@@ -42,6 +42,10 @@ func (in *instance) handleStatus(line string) {
 	switch {
 	case f[0] == "pid":
 		in.cur = &child{pid: n, done: make(chan struct{})}
+		if w := in.waiting; w != nil {
+			in.waiting = nil
+			in.startPrepareLocked(w)
+		}
 	case f[0] == "exit" && len(f) == 4:
 		rc, _ := strconv.Atoi(f[2])
 		// Whatever the child left running in its group goes with it,
