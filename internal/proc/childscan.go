@@ -10,19 +10,22 @@ import (
 
 // ChildScanner lists the children of one long-lived process after every
 // call it serves (a Python worker), as Children and KillChildrenExcept do,
-// from two /proc files it keeps open: the process's stat and its main
-// thread's children. While the process has one thread, which is all of a
-// worker waiting for its next call, that is three reads and no path
-// lookup, against Children's open, getdents and close of the task
-// directory and of each thread's children file. With more threads, or a
-// main thread that has ended, it lists them all as Children does. The
-// files name the process they were opened for, never a later one that
-// reused its pid.
+// from two /proc files it keeps open: the process's task directory and its
+// main thread's children. The directory's link count is two plus the
+// number of threads (Linux's proc_task_getattr), so while the process has
+// one thread, which is all of a worker waiting for its next call, an
+// fstat and two reads list its children, with no path lookup and no stat
+// line to make, against Children's open, getdents and close of the task
+// directory and of each thread's children file. With more threads it
+// lists them all as Children does. The files name the process they were
+// opened for, never a later one that reused its pid. The process's main
+// thread must be the one that serves the calls, as a worker's does: with
+// one thread left, that is the one whose children are read.
 type ChildScanner struct {
 	pid int
 
 	mu       sync.Mutex
-	stat     int // fd of /proc/PID/stat; -1 once closed
+	task     int // fd of /proc/PID/task; -1 once closed
 	children int // fd of /proc/PID/task/PID/children
 	buf      []byte
 }
@@ -30,45 +33,39 @@ type ChildScanner struct {
 // NewChildScanner opens pid's files; pid must be a live child of this
 // process, so that it cannot have been reused.
 func NewChildScanner(pid int) (*ChildScanner, error) {
-	base := "/proc/" + strconv.Itoa(pid)
-	stat, err := unix.Open(base+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	base := "/proc/" + strconv.Itoa(pid) + "/task"
+	task, err := unix.Open(base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	children, err := unix.Open(base+"/task/"+strconv.Itoa(pid)+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	children, err := unix.Open(base+"/"+strconv.Itoa(pid)+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		unix.Close(stat)
+		unix.Close(task)
 		return nil, err
 	}
-	return &ChildScanner{pid: pid, stat: stat, children: children, buf: make([]byte, 0, 4096)}, nil
+	return &ChildScanner{pid: pid, task: task, children: children, buf: make([]byte, 0, 512)}, nil
 }
 
 // Children returns the live children of the process, those of any of its
-// threads; none once the scanner is closed.
+// threads; none once the scanner is closed or the process has ended.
 func (s *ChildScanner) Children() []Child {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stat < 0 {
+	if s.task < 0 {
 		return nil
 	}
-	// /proc/PID/stat is one line, which one read returns whole (a
-	// seq_file gives a record whole when the buffer holds it); a read
-	// from offset 0 makes a seq_file anew.
-	b := s.buf[:cap(s.buf)]
-	n, err := unix.Pread(s.stat, b, 0)
-	if err != nil || n == len(b) {
-		return nil // gone (ESRCH), or not a stat line
-	}
-	st, err := parseStat(b[:n])
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(s.task, &st); err != nil {
 		return nil
 	}
-	if st.threads != 1 || !st.live() {
-		// Other threads may have children of their own, and a main
-		// thread that has ended has none.
+	if st.Nlink != 2+1 {
+		// Other threads may have children of their own (or a kernel
+		// that does not count threads in the link count says 2).
 		return Children(s.pid)
 	}
-	b, err = preadAll(s.children, s.buf[:0])
+	// The one thread is the main one: it runs the calls, and this runs
+	// after one returned. A read from offset 0 makes the file anew.
+	b, err := preadAll(s.children, s.buf[:0])
 	s.buf = b[:0]
 	if err != nil {
 		return nil
@@ -95,11 +92,11 @@ func (s *ChildScanner) KillExcept(keep []Child) []Child {
 func (s *ChildScanner) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stat < 0 {
+	if s.task < 0 {
 		return nil
 	}
-	err1, err2 := unix.Close(s.stat), unix.Close(s.children)
-	s.stat, s.children = -1, -1
+	err1, err2 := unix.Close(s.task), unix.Close(s.children)
+	s.task, s.children = -1, -1
 	if err1 != nil {
 		return err1
 	}

@@ -198,8 +198,6 @@ type stat struct {
 	ppid  int
 	sid   int
 	start uint64 // clock ticks after boot
-	// threads is the number of threads (field 20).
-	threads int
 	// envStart and envEnd bound the environment strings in the process's
 	// memory (fields 50 and 51, since Linux 3.5; 0 where not shown). An
 	// exec sets them anew, and they are 0 while it has not yet.
@@ -233,18 +231,17 @@ func parseStat(b []byte) (stat, error) {
 		return stat{}, fmt.Errorf("parse /proc stat %q: no ')'", b)
 	}
 	f := bytes.Fields(b[i+1:])
-	const threadsField, startField = 20 - 3, 22 - 3
+	const startField = 22 - 3
 	if len(f) <= startField || len(f[0]) != 1 {
 		return stat{}, fmt.Errorf("parse /proc stat %q: too few fields", b)
 	}
 	ppid, err0 := strconv.Atoi(string(f[1]))
 	sid, err1 := strconv.Atoi(string(f[3]))
 	start, err2 := strconv.ParseUint(string(f[startField]), 10, 64)
-	threads, err5 := strconv.Atoi(string(f[threadsField]))
-	if err := errors.Join(err0, err1, err2, err5); err != nil {
+	if err := errors.Join(err0, err1, err2); err != nil {
 		return stat{}, fmt.Errorf("parse /proc stat: %w", err)
 	}
-	st := stat{state: f[0][0], ppid: ppid, sid: sid, start: start, threads: threads}
+	st := stat{state: f[0][0], ppid: ppid, sid: sid, start: start}
 	const envStartField, envEndField = 50 - 3, 51 - 3
 	if len(f) > envEndField {
 		es, err3 := strconv.ParseUint(string(f[envStartField]), 10, 64)

@@ -345,15 +345,14 @@ func TestParseStat(t *testing.T) {
 		want stat
 		ok   bool
 	}{
-		{"123 (bash) S 1 123 123 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 98765 0 0", stat{state: 'S', ppid: 1, sid: 123, start: 98765, threads: 1}, true},
-		{"7 (x) Z 1 1 1 (y) S 1 7 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 555 0 0", stat{state: 'S', ppid: 1, sid: 9, start: 555, threads: 1}, true},
-		{"8 (a b) c) R 2 3 4 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0", stat{state: 'R', ppid: 2, sid: 4, start: 1, threads: 1}, true},
+		{"123 (bash) S 1 123 123 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 98765 0 0", stat{state: 'S', ppid: 1, sid: 123, start: 98765}, true},
+		{"7 (x) Z 1 1 1 (y) S 1 7 9 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 555 0 0", stat{state: 'S', ppid: 1, sid: 9, start: 555}, true},
+		{"8 (a b) c) R 2 3 4 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0", stat{state: 'R', ppid: 2, sid: 4, start: 1}, true},
 		// A whole line of Linux 6: the environment's bounds are fields 50 and 51.
 		{"77 (sleep) S 70 77 70 0 -1 4194304 103 0 0 0 0 0 0 0 20 0 1 0 2261 8294400 256 18446744073709551615 94 95 96 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 97 98 99 140000000000100 140000000000200 140000000000300 140000000000400 0",
-			stat{state: 'S', ppid: 70, sid: 70, start: 2261, threads: 1, envStart: 140000000000300, envEnd: 140000000000400}, true},
+			stat{state: 'S', ppid: 70, sid: 70, start: 2261, envStart: 140000000000300, envEnd: 140000000000400}, true},
 		{"77 (sleep) S 70 77 70 0 -1 4194304 103 0 0 0 0 0 0 0 20 0 1 0 2261 8294400 256 18446744073709551615 94 95 96 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 97 98 99 1 2 x 4 0", stat{}, false},
 		{"9 (sleep) S 1 2", stat{}, false},
-		{"9 (sleep) S 1 2 3 0 -1 0 0 0 0 0 0 0 0 0 20 0 x 0 1 0", stat{}, false}, // threads
 		{"9 sleep S 1 2 3 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0", stat{}, false},
 		{"9 (sleep) S 1 2 x 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0", stat{}, false},
 	}
