@@ -92,7 +92,7 @@ type Server struct {
 	log *slog.Logger
 	c   *awslambda.Client // the control plane, with the SDK's retries
 	inv *awslambda.Client // invocations (invokeClient)
-	// warm makes the invocations.
+	// warm makes the invocations, with inv.
 	warm  *warm
 	inner runtime.Adapter // validates handlers
 	boot  *bootstrapEntry
@@ -175,7 +175,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inv: invokeClient(c), warm: newWarm(), inner: inner,
+	inv := invokeClient(c)
+	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inv: inv, warm: newWarm(inv), inner: inner,
 		boot: bootstrapFor(cfg.Bootstrap), refs: map[string]int{}}
 	r, err := newRelay(s, cfg.StateDir)
 	if err != nil {
@@ -218,7 +219,7 @@ func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Ins
 	if err := s.acquire(ctx, p, fs.RunUID); err != nil {
 		return nil, fmt.Errorf("run %s: %w", fs.RunUID, err)
 	}
-	inst := &instance{s: s, name: p.name, uid: fs.RunUID, done: make(chan struct{})}
+	inst := &instance{s: s, name: p.name, fn: aws.String(p.name), uid: fs.RunUID, done: make(chan struct{})}
 	start = time.Now()
 	out, err := s.ping(ctx, p.name)
 	s.observe("ping", start)
@@ -245,7 +246,7 @@ func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Ins
 func (s *Server) ping(ctx context.Context, name string) (*awslambda.InvokeOutput, error) {
 	delay := 50 * time.Millisecond
 	for {
-		out, err := s.invoke(ctx, name, pingEvent)
+		out, err := s.invoke(ctx, aws.String(name), pingEvent)
 		var tooMany *types.TooManyRequestsException
 		if !errors.As(err, &tooMany) {
 			return out, err
@@ -380,13 +381,8 @@ func invokeClient(c *awslambda.Client) *awslambda.Client {
 
 // invoke makes one synchronous invocation of event (a payload.Request)
 // and returns its raw answer, or the SDK's error (see awsError).
-func (s *Server) invoke(ctx context.Context, name string, event []byte) (*awslambda.InvokeOutput, error) {
-	var out *awslambda.InvokeOutput
-	var err error
-	s.warm.do(func() {
-		out, err = s.inv.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(name), Payload: event})
-	})
-	return out, err
+func (s *Server) invoke(ctx context.Context, fn *string, event []byte) (*awslambda.InvokeOutput, error) {
+	return s.warm.invoke(ctx, &awslambda.InvokeInput{FunctionName: fn, Payload: event})
 }
 
 // decode maps an invocation's answer: a function error becomes the
@@ -468,6 +464,7 @@ func userEnv(env []string, workingDir string) map[string]string {
 type instance struct {
 	s         *Server
 	name, uid string
+	fn        *string // name, as the SDK takes it
 	done      chan struct{}
 	doneOnce  sync.Once
 	closeOnce sync.Once
@@ -481,7 +478,7 @@ func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.
 	if !inv.Deadline.IsZero() {
 		timeout = max(1, time.Until(inv.Deadline).Milliseconds())
 	}
-	out, err := i.s.invoke(ctx, i.name, payload.InvokeEvent(inv.ID, timeout, inv.Input))
+	out, err := i.s.invoke(ctx, i.fn, payload.InvokeEvent(inv.ID, timeout, inv.Input))
 	if err != nil {
 		var nf *types.ResourceNotFoundException
 		if errors.As(err, &nf) {

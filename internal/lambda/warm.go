@@ -1,21 +1,29 @@
 package lambda
 
-import "sync"
+import (
+	"context"
+	"sync"
+
+	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
+)
 
 // maxWarm bounds the goroutines that make invocations, and the idle
 // connections the invocation client keeps to Lambda: past it, a call runs
 // on its caller's goroutine and may open a connection of its own.
 const maxWarm = 64
 
-// warm runs invocations on goroutines that outlive one call. The SDK's
-// middleware stack is deep: made on the fresh goroutine that gRPC gives
-// each RPC, a call grows that goroutine's stack several times over, which
+// warm makes invocations on goroutines that outlive one call. The SDK's
+// middleware stack is deep: made on a fresh goroutine (gRPC's, when its
+// stream workers are busy: Lambda calls are long, so several are in
+// flight), a call grows that goroutine's stack several times over, which
 // cost more CPU than the rest of the Runtime Server's share of a warm
 // invocation (docs/benchmarks.md); a goroutine that has made one call has
-// the stack for the next.
+// the stack for the next. A call is handed over in a pooled struct, so
+// that the hand-off allocates nothing.
 type warm struct {
-	jobs chan func()
-	stop chan struct{}
+	inv   *awslambda.Client
+	calls chan *call
+	stop  chan struct{}
 
 	mu     sync.Mutex
 	n      int // goroutines started
@@ -23,31 +31,49 @@ type warm struct {
 	wg     sync.WaitGroup
 }
 
-func newWarm() *warm {
-	return &warm{jobs: make(chan func()), stop: make(chan struct{})}
+// call is one invocation handed to a warm goroutine.
+type call struct {
+	ctx  context.Context
+	in   *awslambda.InvokeInput
+	out  *awslambda.InvokeOutput
+	err  error
+	done chan struct{} // buffered: run never waits for the caller
 }
 
-// do runs f on an idle goroutine, or a new one, and waits until it ends.
-func (w *warm) do(f func()) {
-	done := make(chan struct{})
-	job := func() {
-		defer close(done)
-		f()
-	}
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func (c *call) run(inv *awslambda.Client) {
+	c.out, c.err = inv.Invoke(c.ctx, c.in)
+	c.done <- struct{}{}
+}
+
+func newWarm(inv *awslambda.Client) *warm {
+	return &warm{inv: inv, calls: make(chan *call), stop: make(chan struct{})}
+}
+
+// invoke makes one synchronous invocation on an idle goroutine, or a new
+// one, and waits until it ends.
+func (w *warm) invoke(ctx context.Context, in *awslambda.InvokeInput) (*awslambda.InvokeOutput, error) {
+	c := calls.Get().(*call)
+	c.ctx, c.in = ctx, in
 	select {
-	case w.jobs <- job:
+	case w.calls <- c:
 	default:
 		if !w.grow() {
-			job()
+			c.run(w.inv)
 			break
 		}
 		select {
-		case w.jobs <- job: // the new goroutine, or one that became idle
+		case w.calls <- c: // the new goroutine, or one that became idle
 		case <-w.stop:
-			job()
+			c.run(w.inv)
 		}
 	}
-	<-done
+	<-c.done
+	out, err := c.out, c.err
+	*c = call{done: c.done}
+	calls.Put(c)
+	return out, err
 }
 
 // grow starts one more goroutine unless there are maxWarm or w is closed.
@@ -67,8 +93,8 @@ func (w *warm) run() {
 	defer w.wg.Done()
 	for {
 		select {
-		case job := <-w.jobs:
-			job()
+		case c := <-w.calls:
+			c.run(w.inv)
 		case <-w.stop:
 			return
 		}

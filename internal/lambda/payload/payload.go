@@ -74,10 +74,9 @@ type Request struct {
 // input costs more than the rest of the call, and would grow it by
 // escaping <, > and & in its strings.
 func InvokeEvent(invocationID string, timeoutMillis int64, input json.RawMessage) []byte {
-	id, _ := json.Marshal(invocationID) // a string: cannot fail
-	b := make([]byte, 0, len(input)+len(id)+64)
+	b := make([]byte, 0, len(input)+len(invocationID)+80)
 	b = append(b, `{"stoke":"`+KindInvoke+`","invocationId":`...)
-	b = append(b, id...)
+	b = appendString(b, invocationID)
 	if timeoutMillis > 0 {
 		b = append(b, `,"timeoutMillis":`...)
 		b = strconv.AppendInt(b, timeoutMillis, 10)
@@ -85,6 +84,20 @@ func InvokeEvent(invocationID string, timeoutMillis int64, input json.RawMessage
 	b = append(b, `,"input":`...)
 	b = append(b, input...)
 	return append(b, '}')
+}
+
+// appendString appends s as a JSON string: as it is when it needs no
+// escaping (Stoke's invocation IDs), else as json.Marshal writes it.
+func appendString(b []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			q, _ := json.Marshal(s) // a string: cannot fail
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // Task is a one-shot execution of the function's source.

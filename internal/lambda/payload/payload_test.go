@@ -17,6 +17,7 @@ func TestInvokeEventIsTheRequest(t *testing.T) {
 		{"inv_1", 1500, `{"hello":"world"}`},
 		{`inv "quoted" \ <&>`, 0, `"a <b> & c"`},
 		{"", 1, `[1, 2,  {"x": null}]`},
+		{"inv_é\n\x7f\x00", 7, `1`},
 	} {
 		ev := payload.InvokeEvent(tc.id, tc.timeout, json.RawMessage(tc.input))
 		var got payload.Request
