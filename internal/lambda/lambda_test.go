@@ -373,6 +373,10 @@ func TestTaskTimeoutEndsTheTaskOnLambda(t *testing.T) {
 	if ended[0].ErrorType != "" {
 		t.Fatalf("the task's invocation ended with %s; want the bootstrap's answer", ended[0].ErrorType)
 	}
+	// Lambda's own bound is the task's, not its 15 minutes.
+	if ended[0].Timeout != 5*time.Second {
+		t.Fatalf("the task function's timeout is %s; want the task's 1 s plus 4 s", ended[0].Timeout)
+	}
 	poll("the task's sleep to be killed in the sandbox", func(p []int) bool { return len(p) == 0 })
 }
 

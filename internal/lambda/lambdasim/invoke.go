@@ -95,7 +95,7 @@ func (s *Simulator) invoke(w http.ResponseWriter, r *http.Request) {
 	// As on Lambda, a caller that goes away does not end its invocation.
 	res := sb.invoke(context.WithoutCancel(r.Context()), requestID, body, timeout)
 	keep := res.keep
-	end := Ended{Function: name}
+	end := Ended{Function: name, Timeout: time.Duration(conf.Timeout) * time.Second}
 	if res.functionError {
 		var e struct {
 			Type string `json:"errorType"`

@@ -91,6 +91,8 @@ type Ended struct {
 	// (Sandbox.Timedout when the function's timeout killed the sandbox)
 	// or the function's; "" for an answer.
 	ErrorType string
+	// Timeout is the function's configured timeout.
+	Timeout time.Duration
 }
 
 // function is one Lambda function.
