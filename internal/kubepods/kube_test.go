@@ -122,16 +122,27 @@ func (e *env) createPod(name string) *kubepodstest.Pod {
 	return kubepodstest.Create(e.t, e.kc, ns, "bash", name)
 }
 
-// sentinel creates a Ready Pod with a long Lease and awaits its PodReady:
-// the source handles events in order, so once it comes, the source has
-// seen what happened before.
+// sentinel creates a Ready Pod with a long Lease and awaits its PodReady
+// with slots: the source handles events in order, so once it comes, the
+// source has seen what happened before. The Pod and Lease informers are
+// two watches, so the Lease can be seen before the Pod's Ready status:
+// the Pod is then announced first without slots, which is skipped.
 func (e *env) sentinel(name, ip string, slots int32) *kubepodstest.Pod {
 	e.t.Helper()
 	p := e.createPod(name)
 	p.SetReady(e.t, true, ip)
 	p.Renew(e.t, 60)
-	e.expect(podsource.PodReady, p.Pod, slots, "")
-	return p
+	for {
+		ev := e.next()
+		if ev.Type == podsource.PodReady && ev.Pod.UID == string(p.UID) && ev.Pod.Slots == 0 && ev.Reason == "" && slots != 0 {
+			continue
+		}
+		if ev.Type != podsource.PodReady || ev.Pod.UID != string(p.UID) || ev.Reason != "" || ev.Pod.Slots != slots {
+			e.t.Fatalf("got %s %s (uid %s) slots %d reason %q; want PodReady %s slots %d",
+				ev.Type, ev.Pod.Name, ev.Pod.UID, ev.Pod.Slots, ev.Reason, name, slots)
+		}
+		return p
+	}
 }
 
 // mustBeDeleted checks that the Pod is gone from the API (an unscheduled
