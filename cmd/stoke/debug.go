@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"stoke.dev/stoke/internal/cli"
 	"stoke.dev/stoke/internal/client"
 	"stoke.dev/stoke/internal/debugsock"
 	"stoke.dev/stoke/internal/up"
@@ -48,21 +49,26 @@ func newDebugSocketsCommand() *cobra.Command {
 		Short: "List the debug sockets of a local stoke up and its pods",
 		Long: `sockets lists the processes of the stoke up serving --data-dir that serve Go's
 profiles, and their sockets: stoke up itself ("up") and each runtime pod, by
-its name. Name one with 'stoke debug pprof --process'.`,
+its name. Name one with 'stoke debug pprof --process'.
+
+STATE is live when the process accepted a connection on its socket (each is
+dialled, for up to a second), stale when the socket file is left by a
+process that is gone (killed with SIGKILL before it could remove it): the
+next stoke up on --data-dir clears it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := client.DataDir(dataDir, os.Getenv)
 			if err != nil {
 				return err
 			}
-			socks, err := up.DebugSockets(dir)
+			socks, err := up.DebugSockets(cmd.Context(), dir)
 			if err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "PROCESS\tSOCKET")
+			fmt.Fprintln(tw, "PROCESS\tSTATE\tSOCKET")
 			for _, s := range socks {
-				fmt.Fprintf(tw, "%s\t%s\n", s.Process, s.Path)
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Process, s.State(), s.Path)
 			}
 			return tw.Flush()
 		},
@@ -76,7 +82,8 @@ its name. Name one with 'stoke debug pprof --process'.`,
 const dataDirUsage = "data directory of the local stoke up (default $" + client.EnvDataDir + ", else the user's state directory)"
 
 func newDebugPprofCommand() *cobra.Command {
-	var socket, process, dataDir, output string
+	var cf clientFlags
+	var socket, process, output string
 	var seconds int
 	var debug int
 	cmd := &cobra.Command{
@@ -88,13 +95,18 @@ PROFILE is profile (CPU, for --seconds; the default), heap, allocs,
 goroutine, mutex, block, threadcreate or trace.
 
 The process is the local stoke up of --data-dir (the default), or with
---process one of its runtime pods, by its name (as 'stoke debug sockets' and
-'stoke describe runtime' show it) or by its Runtime's name when that has one
-pod; or whatever process serves --socket (its --debug-socket). The socket
-is a Unix socket in a 0700 directory: run this as the process's user (in
-Kubernetes, inside its container).`,
+--process one of its runtime pods: by its name (as 'stoke debug sockets' and
+'stoke describe runtime' show it), by its Runtime's name when that has one
+live pod, or by the name of a Run in --namespace, for the pod the Run is on
+(its status.assignedPod, asked of the API server as 'stoke get' does; a
+pod or Runtime of that name comes first). Or whatever process serves
+--socket (its --debug-socket). A socket whose process is gone (stale in
+'stoke debug sockets') is refused. The socket is a Unix socket in a 0700
+directory: run this as the process's user (in Kubernetes, inside its
+container).`,
 		Example: `  stoke debug pprof --seconds 5 -o up.pprof
-  stoke debug sockets      # the pods' names; stoke get runs -o wide shows each Run's
+  stoke debug pprof --process my-function --seconds 5 -o fn-pod.pprof   # the pod of Run my-function
+  stoke debug sockets      # the pods' names, live or stale
   stoke debug pprof --process python-x7k2p --seconds 5 -o python-pod.pprof
   kubectl exec -n stoke-system deploy/stoke-controller -- stoke debug pprof --socket /var/run/stoke-controller/probe/debug.sock --seconds 20 > controller.pprof
   kubectl exec POD -c runtimed -- stoke debug pprof --socket /var/run/stoke/runtimed/debug.sock heap > heap.pprof
@@ -105,16 +117,23 @@ Kubernetes, inside its container).`,
 			if len(args) == 1 {
 				name = args[0]
 			}
-			if socket != "" && (process != "" || dataDir != "") {
+			if socket != "" && (process != "" || cf.settings.DataDir != "") {
 				return cliError("--socket names the process alone: no --process or --data-dir with it")
 			}
 			if socket == "" {
-				dir, err := client.DataDir(dataDir, os.Getenv)
+				dir, err := client.DataDir(cf.settings.DataDir, os.Getenv)
 				if err != nil {
 					return err
 				}
-				if socket, err = up.FindDebugSocket(dir, process); err != nil {
-					return err
+				runPod := func(ctx context.Context, run string) (string, error) {
+					c, err := cf.client()
+					if err != nil {
+						return "", err
+					}
+					return cli.RunPod(ctx, c, cf.namespace, run)
+				}
+				if socket, err = up.FindDebugSocket(cmd.Context(), dir, process, runPod); err != nil {
+					return finish(err)
 				}
 			}
 			q := url.Values{}
@@ -144,13 +163,13 @@ Kubernetes, inside its container).`,
 			return nil
 		},
 	}
+	cf.register(cmd)
 	f := cmd.Flags()
+	f.Lookup("data-dir").Usage = dataDirUsage + "; also its API token file"
 	f.StringVar(&socket, "socket", "", "the process's debug socket (its --debug-socket), instead of --process")
-	f.StringVarP(&process, "process", "p", "", "the process of the local stoke up: up (the default), a pod's name, or a Runtime's name that has one pod")
-	f.StringVar(&dataDir, "data-dir", "", dataDirUsage)
+	f.StringVarP(&process, "process", "p", "", "the process of the local stoke up: up (the default), a pod's name, a Runtime's name that has one live pod, or a Run's name (its pod)")
 	f.StringVarP(&output, "output", "o", "", "file to write (default stdout)")
 	f.IntVar(&seconds, "seconds", 30, "how long a CPU profile or trace lasts")
 	f.IntVar(&debug, "debug", 0, "pprof's debug parameter: 1 or 2 give text (goroutine stacks, heap summaries)")
-	_ = cmd.MarkFlagDirname("data-dir")
 	return cmd
 }

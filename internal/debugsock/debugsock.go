@@ -106,3 +106,15 @@ func Fetch(ctx context.Context, socket, name string, query url.Values, w io.Writ
 	}
 	return nil
 }
+
+// Probe dials socket and hangs up: nil when a process accepts on it. A
+// socket file left by a process that died without removing it (SIGKILL)
+// refuses the dial.
+func Probe(ctx context.Context, socket string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}

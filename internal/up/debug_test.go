@@ -1,6 +1,9 @@
 package up_test
 
 import (
+	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,73 +12,142 @@ import (
 
 	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/debugsock"
+	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/pool"
 	"stoke.dev/stoke/internal/up"
 )
 
-// FindDebugSocket names stoke up, a pod by its name, or a Runtime by its
-// name when it has one pod, among the sockets that serve in a data
-// directory; a stale file that is not a socket, or a pod without one, is
-// not listed.
-func TestFindDebugSocket(t *testing.T) {
-	dir := t.TempDir()
-	listen := func(path string) {
-		s, err := debugsock.Listen(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
+// listen serves profiles on path until the test ends.
+func listen(t *testing.T, path string) {
+	t.Helper()
+	s, err := debugsock.Listen(path)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
+}
+
+// leaveStale leaves at path what a process killed with SIGKILL leaves: a
+// socket file nobody listens on.
+func leaveStale(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FindDebugSocket names stoke up, a pod by its name, a Runtime by its
+// name when it has one live pod, or a Run by its name (for its pod),
+// among the sockets in a data directory; a file that is not a socket, or
+// a pod without one, is not listed; a stale socket is listed as such and
+// refused, saying its process is gone.
+func TestFindDebugSocket(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
 	pod := func(name string) string { return filepath.Join(dir, "pods", name, pool.DebugSocketName) }
 
-	if _, err := up.FindDebugSocket(dir, ""); err == nil || !strings.Contains(err.Error(), "no debug socket in") {
+	if _, err := up.FindDebugSocket(ctx, dir, "", nil); err == nil || !strings.Contains(err.Error(), "no debug socket in") {
 		t.Fatalf("an empty data directory: %v", err)
 	}
 	for _, name := range []string{"python-ab12c", "python-zz999", "bash-00000", "python-extra-abcde"} {
-		listen(pod(name))
+		listen(t, pod(name))
 	}
+	leaveStale(t, pod("node-dead1"))
+	leaveStale(t, pod("bash-dead2"))
 	if err := os.MkdirAll(filepath.Join(dir, "pods", "bash-nosck"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "pods", "bash-nosck", pool.DebugSocketName), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := up.FindDebugSocket(dir, "up"); err == nil || !strings.Contains(err.Error(), "pass --socket") {
+	if _, err := up.FindDebugSocket(ctx, dir, "up", nil); err == nil || !strings.Contains(err.Error(), "pass --socket") {
 		t.Fatalf("stoke up without its socket: %v", err)
 	}
-	listen(datadir.DebugSocket(dir))
+	listen(t, datadir.DebugSocket(dir))
 
-	socks, err := up.DebugSockets(dir)
+	socks, err := up.DebugSockets(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	var got []string
 	for _, s := range socks {
-		names = append(names, s.Process)
+		got = append(got, s.Process+" "+s.State())
 	}
-	if want := []string{"up", "bash-00000", "python-ab12c", "python-extra-abcde", "python-zz999"}; !reflect.DeepEqual(names, want) {
-		t.Fatalf("DebugSockets: %q, want %q", names, want)
+	want := []string{"up live", "bash-00000 live", "bash-dead2 stale", "node-dead1 stale", "python-ab12c live", "python-extra-abcde live", "python-zz999 live"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("DebugSockets: %q, want %q", got, want)
 	}
 
+	runPod := func(_ context.Context, run string) (string, error) {
+		switch run {
+		case "pyfn":
+			return "python-zz999", nil
+		case "nodefn":
+			return "node-dead1", nil
+		case "elsewhere":
+			return "ruby-abcde", nil
+		case "pending":
+			return "", errors.New("run default/pending (uid u1) is Pending and on no pod")
+		case "down":
+			return "", errors.New("cannot reach the Stoke server")
+		}
+		return "", errdefs.Errorf(errdefs.ErrNotFound, "run %s", run)
+	}
 	for process, want := range map[string]string{
 		"":                   datadir.DebugSocket(dir),
 		"up":                 datadir.DebugSocket(dir),
 		"python-zz999":       pod("python-zz999"),
-		"bash":               pod("bash-00000"),
+		"bash":               pod("bash-00000"), // bash-dead2 is stale
 		"python-extra":       pod("python-extra-abcde"),
 		"python-extra-abcde": pod("python-extra-abcde"),
+		"pyfn":               pod("python-zz999"),
 	} {
-		if got, err := up.FindDebugSocket(dir, process); err != nil || got != want {
+		if got, err := up.FindDebugSocket(ctx, dir, process, runPod); err != nil || got != want {
 			t.Errorf("FindDebugSocket(%q) = %q, %v; want %q", process, got, err, want)
 		}
 	}
 	for process, msg := range map[string]string{
-		"python":     "runtime python has 2 pods with a debug socket (python-ab12c, python-zz999): name one",
-		"pyth":       `no process "pyth"`,
-		"bash-nosck": `no process "bash-nosck"`,
+		"python":     "runtime python has 2 live pods with a debug socket (python-ab12c, python-zz999): name one",
+		"pyth":       `no process or Run "pyth"`,
+		"bash-nosck": `no process or Run "bash-nosck"`,
+		"node-dead1": "pod node-dead1 is gone: its debug socket " + pod("node-dead1") + " is stale",
+		"node":       "runtime node has no live pod: node-dead1 gone",
+		"nodefn":     "pod node-dead1 is gone",
+		"elsewhere":  "run elsewhere is on pod ruby-abcde, which has no debug socket in " + dir,
+		"pending":    "is Pending and on no pod",
+		"down":       `looking for a Run "down": cannot reach the Stoke server`,
 	} {
-		if _, err := up.FindDebugSocket(dir, process); err == nil || !strings.Contains(err.Error(), msg) {
+		if _, err := up.FindDebugSocket(ctx, dir, process, runPod); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("FindDebugSocket(%q): %v, want %q", process, err, msg)
 		}
+	}
+	if _, err := up.FindDebugSocket(ctx, dir, "pyfn", nil); err == nil || !strings.Contains(err.Error(), `no process "pyfn"`) {
+		t.Errorf("a Run's name without the API: %v", err)
+	}
+}
+
+// A stoke up killed with SIGKILL leaves its socket: it is listed stale and
+// refused, saying stoke up is gone.
+func TestFindDebugSocketStaleUp(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	leaveStale(t, datadir.DebugSocket(dir))
+	socks, err := up.DebugSockets(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(socks) != 1 || socks[0].Process != up.UpProcess || socks[0].Live {
+		t.Fatalf("DebugSockets: %+v, want up, stale", socks)
+	}
+	if _, err := up.FindDebugSocket(ctx, dir, "", nil); err == nil || !strings.Contains(err.Error(), "stoke up is gone") {
+		t.Fatalf("a stale stoke up socket: %v", err)
 	}
 }
