@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,7 +20,8 @@ import (
 // one of its own, each in a directory of mode 0700 owned by this user;
 // `stoke debug sockets` lists them and `stoke debug pprof` copies a
 // profile from stoke up and from the pod of a function, named as `stoke
-// get runs -o wide` shows it. The sockets go with their processes.
+// get runs -o wide` shows it or by the function's Run; a Run that ended
+// is on no pod, which it says. The sockets go with their processes.
 func TestUpServesProfiles(t *testing.T) {
 	dir := t.TempDir()
 	u := startUp(t, dir)
@@ -27,10 +29,13 @@ func TestUpServesProfiles(t *testing.T) {
 	u.createRun(t, newRun("pyfn", v1alpha1.RunSpec{Runtime: "python",
 		Mode:   v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "m.handle"}},
 		Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "m.py", Text: "def handle(event):\n    return event\n"}}}))
-	fn := w.until(t, 60*time.Second, "pyfn Ready", func(runs map[string]*v1alpha1.Run) bool {
-		r := runs["pyfn"]
-		return r != nil && (r.Status.Phase == v1alpha1.PhaseReady || r.Status.Phase.Terminal())
-	})["pyfn"]
+	u.createRun(t, newRun("done", v1alpha1.RunSpec{Runtime: "bash",
+		Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"true"}}}}))
+	runs := w.until(t, 60*time.Second, "pyfn Ready and done ended", func(runs map[string]*v1alpha1.Run) bool {
+		r, d := runs["pyfn"], runs["done"]
+		return r != nil && (r.Status.Phase == v1alpha1.PhaseReady || r.Status.Phase.Terminal()) && d != nil && d.Status.Phase.Terminal()
+	})
+	fn := runs["pyfn"]
 	if fn.Status.Phase != v1alpha1.PhaseReady {
 		t.Fatalf("pyfn is %s (%s: %s), want Ready", fn.Status.Phase, fn.Status.Reason, fn.Status.Message)
 	}
@@ -47,21 +52,35 @@ func TestUpServesProfiles(t *testing.T) {
 		}
 	}
 
-	stoke := func(args ...string) string {
-		t.Helper()
+	// The API server for a Run's name; its token is the data directory's.
+	run := func(args ...string) (string, string, error) {
 		var stdout, stderr bytes.Buffer
 		cmd := exec.Command(stokeBin, args...)
+		cmd.Env = append(os.Environ(), "STOKE_SERVER="+u.URL, "STOKE_TOKEN=")
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("stoke %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
+	}
+	stoke := func(args ...string) string {
+		t.Helper()
+		stdout, stderr, err := run(args...)
+		if err != nil {
+			t.Fatalf("stoke %s: %v: %s", strings.Join(args, " "), err, stderr)
 		}
-		return stdout.String()
+		return stdout
 	}
 	list := stoke("debug", "sockets", "--data-dir", dir)
-	for _, want := range []string{"up  ", upSock, pod + "  ", podSock} {
-		if !strings.Contains(list, want) {
-			t.Errorf("stoke debug sockets does not show %q:\n%s", want, list)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^PROCESS +STATE +SOCKET$`),
+		regexp.MustCompile(`(?m)^up +live +` + regexp.QuoteMeta(upSock) + `$`),
+		regexp.MustCompile(`(?m)^` + pod + ` +live +` + regexp.QuoteMeta(podSock) + `$`),
+	} {
+		if !want.MatchString(list) {
+			t.Errorf("stoke debug sockets does not match %s:\n%s", want, list)
 		}
+	}
+	if _, stderr, err := run("debug", "pprof", "--data-dir", dir, "--process", "done", "heap"); err == nil || !strings.Contains(stderr, "run default/done (uid "+string(runs["done"].UID)+") is "+string(runs["done"].Status.Phase)+" and on no pod") {
+		t.Errorf("pprof of an ended Run: %v: %s", err, stderr)
 	}
 
 	for _, tg := range []struct {
@@ -71,6 +90,7 @@ func TestUpServesProfiles(t *testing.T) {
 	}{
 		{"stoke up", nil, "stoke.dev/stoke/internal/up.Run+"},
 		{"the pod", []string{"--process", pod}, "stoke.dev/stoke/internal/runtime/server.Run+"},
+		{"the Run's pod", []string{"--process", "pyfn"}, "stoke.dev/stoke/internal/runtime/server.Run+"},
 	} {
 		base := append([]string{"debug", "pprof", "--data-dir", dir}, tg.flags...)
 		if g := stoke(append(base, "--debug", "1", "goroutine")...); !strings.Contains(g, tg.frame) {
