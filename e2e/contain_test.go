@@ -199,6 +199,13 @@ def handle(event):
 		t.Errorf("a task of a pod killed with SIGKILL still runs:\n%s", describeProcesses(left))
 	}
 	assertGone(t, proof, marker(11), "the escapee of a task of a pod killed with SIGKILL")
+	// The next task must not be placed on the dead pod before stoke up has
+	// seen it die: the victim's end says it has.
+	if r := w.until(t, 60*time.Second, "the victim ended with its pod", func(runs map[string]*v1alpha1.Run) bool {
+		return runs["victim"] != nil && runs["victim"].Status.Phase.Terminal()
+	})["victim"]; r.Status.Phase != v1alpha1.PhaseFailed || r.Status.Reason != "PodGone" {
+		t.Errorf("the victim task of a pod killed with SIGKILL is %s (%s), want Failed (PodGone)", r.Status.Phase, r.Status.Reason)
+	}
 
 	// A clean stop: a running task's escapee and the load-time daemon go.
 	u.createRun(t, newRun("long", v1alpha1.RunSpec{Runtime: "bash",
