@@ -100,6 +100,11 @@ type Server struct {
 
 	mu   sync.Mutex
 	refs map[string]int // registrations and tasks per function name
+	// deleting holds, per function name, a channel closed once the
+	// deletion that its last user's release started has ended: a new user
+	// of that name waits for it, or the deletion would take the function
+	// it has just found Active.
+	deleting map[string]chan struct{}
 }
 
 // NewClient returns a Lambda client from the default AWS configuration:
@@ -177,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	inv := invokeClient(c)
 	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inv: inv, warm: newWarm(inv), inner: inner,
-		boot: bootstrapFor(cfg.Bootstrap), refs: map[string]int{}}
+		boot: bootstrapFor(cfg.Bootstrap), refs: map[string]int{}, deleting: map[string]chan struct{}{}}
 	r, err := newRelay(s, cfg.StateDir)
 	if err != nil {
 		s.warm.close()
@@ -263,9 +268,23 @@ func (s *Server) ping(ctx context.Context, name string) (*awslambda.InvokeOutput
 }
 
 // acquire creates the function of p, or finds the one that exists, waits
-// until it is Active and counts one more user of it.
+// until it is Active and counts one more user of it. A deletion of the
+// function under way (its last user released it) is waited for first.
 func (s *Server) acquire(ctx context.Context, p *pkg, uid string) error {
 	s.mu.Lock()
+	for {
+		done, ok := s.deleting[p.name]
+		if !ok {
+			break
+		}
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("function %s: waiting for its deletion to end: %w", p.name, ctx.Err())
+		}
+		s.mu.Lock()
+	}
 	s.refs[p.name]++
 	s.mu.Unlock()
 	if err := s.ensure(ctx, p, uid); err != nil {
@@ -342,13 +361,22 @@ func (s *Server) release(name string) {
 	s.mu.Lock()
 	s.refs[name]--
 	last := s.refs[name] <= 0
+	var done chan struct{}
 	if last {
 		delete(s.refs, name)
+		done = make(chan struct{})
+		s.deleting[name] = done
 	}
 	s.mu.Unlock()
 	if !last {
 		return
 	}
+	defer func() {
+		s.mu.Lock()
+		delete(s.deleting, name)
+		s.mu.Unlock()
+		close(done)
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := s.c.DeleteFunction(ctx, &awslambda.DeleteFunctionInput{FunctionName: aws.String(name)})

@@ -84,10 +84,15 @@ func start(t testing.TB, runtime string, fixtures map[runtimetest.Fixture]runtim
 	return env{sim: sim, rs: rs}
 }
 
-// simulator is a fresh simulator for the test.
-func simulator(t testing.TB) *lambdasim.Simulator {
+// simulator is a fresh simulator for the test, its configuration changed
+// by opts.
+func simulator(t testing.TB, opts ...func(*lambdasim.Config)) *lambdasim.Simulator {
 	t.Helper()
-	sim, err := lambdasim.New(lambdasim.Config{RIE: rieBin, Dir: t.TempDir(), AccessKeyID: accessKey, Concurrency: 10})
+	cfg := lambdasim.Config{RIE: rieBin, Dir: t.TempDir(), AccessKeyID: accessKey, Concurrency: 10}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	sim, err := lambdasim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

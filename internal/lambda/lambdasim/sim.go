@@ -64,7 +64,11 @@ type Config struct {
 	Concurrency int
 	// Pending is how long a new function stays Pending. Zero means 50 ms.
 	Pending time.Duration
-	Logger  *slog.Logger
+	// BeforeDelete, when set, is called with the function's name when a
+	// DeleteFunction request comes, before the function is looked up: a
+	// test holds a deletion in flight with it.
+	BeforeDelete func(name string)
+	Logger       *slog.Logger
 }
 
 // Simulator is the Lambda control plane. Close stops every sandbox.
@@ -488,6 +492,9 @@ func (s *Simulator) listFunctions(w http.ResponseWriter, r *http.Request) {
 
 func (s *Simulator) deleteFunction(w http.ResponseWriter, r *http.Request) {
 	name := nameOf(r.PathValue("name"))
+	if s.cfg.BeforeDelete != nil {
+		s.cfg.BeforeDelete(name)
+	}
 	s.mu.Lock()
 	fn := s.fns[name]
 	if fn == nil {
