@@ -1,19 +1,12 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"slices"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
-
 	"stoke.dev/stoke/api/stoke/v1alpha1"
-	"stoke.dev/stoke/internal/lambda/lambdasim"
 	"stoke.dev/stoke/internal/lambda/payload"
 	"stoke.dev/stoke/internal/testbin"
 )
@@ -52,35 +45,12 @@ func BenchmarkLambdaInvoke(b *testing.B) {
 	if len(fns) != 1 {
 		b.Fatalf("functions %v", fns)
 	}
-	sdk := awslambda.New(awslambda.Options{Region: lambdasim.Region, BaseEndpoint: aws.String(sim.URL()),
-		Credentials: credentials.NewStaticCredentialsProvider(lambdaAccessKey, "secret", "")})
 	ev, _ := json.Marshal(payload.Request{Kind: payload.KindInvoke, Input: json.RawMessage(`{"hello":"world"}`)})
 	client := &http.Client{Timeout: 30 * time.Second}
-	ctx := context.Background()
-	var viaStoke, direct []time.Duration
-	for i := range b.N + 10 {
-		start := time.Now()
+	sim.BesideDirect(b, fns[0], ev, "stoke", func() {
 		res := invokeEndpoint(client, u.Token, run.Status.Endpoint, `{"hello":"world"}`)
-		d1 := time.Since(start)
 		if res.err != nil || res.status != http.StatusOK {
 			b.Fatalf("gateway: %d %s %v", res.status, res.body, res.err)
 		}
-		start = time.Now()
-		out, err := sdk.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(fns[0]), Payload: ev})
-		d2 := time.Since(start)
-		if err != nil || out.FunctionError != nil {
-			b.Fatalf("sdk: %v", err)
-		}
-		if i >= 10 { // warm-up
-			viaStoke, direct = append(viaStoke, d1), append(direct, d2)
-		}
-	}
-	p50 := func(d []time.Duration) float64 {
-		slices.Sort(d)
-		return float64(d[len(d)/2].Microseconds())
-	}
-	s, d := p50(viaStoke), p50(direct)
-	b.ReportMetric(s, "stoke-p50-µs")
-	b.ReportMetric(d, "sdk-direct-p50-µs")
-	b.ReportMetric(s-d, "overhead-p50-µs")
+	})
 }

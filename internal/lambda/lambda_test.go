@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -103,10 +100,7 @@ func simulator(t testing.TB, opts ...func(*lambdasim.Config)) *lambdasim.Simulat
 // newServer is a Lambda Runtime Server for the inner runtime on sim.
 func newServer(t testing.TB, sim *lambdasim.Simulator, runtime string, observe ...func(string, time.Duration)) *lambda.Server {
 	t.Helper()
-	client := awslambda.New(awslambda.Options{
-		Region: lambdasim.Region, BaseEndpoint: aws.String(sim.URL()),
-		Credentials: credentials.NewStaticCredentialsProvider(accessKey, "secret", ""),
-	})
+	client := sim.Client()
 	cfg := lambda.Config{
 		Runtime: runtime, Role: "arn:aws:iam::123456789012:role/stoke", Bootstrap: launcher, Relay: stokeBin,
 		Client: client, StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
@@ -189,10 +183,7 @@ func TestPythonFunctionOnLambda(t *testing.T) {
 	// The collector keeps a function whose Run lives and deletes one whose
 	// Run is gone; the registration then finds it vanished (503), and the
 	// core loads it again, which recreates it.
-	client := awslambda.New(awslambda.Options{
-		Region: lambdasim.Region, BaseEndpoint: aws.String(e.sim.URL()),
-		Credentials: credentials.NewStaticCredentialsProvider(accessKey, "secret", ""),
-	})
+	client := e.sim.Client()
 	discard := slog.New(slog.DiscardHandler)
 	live := func(_ context.Context, uid string) (bool, error) { return uid == "uid-a", nil }
 	if deleted, err := lambda.Collect(ctx, client, "", live, discard); err != nil || len(deleted) != 0 {
@@ -448,34 +439,12 @@ func BenchmarkServerInvoke(b *testing.B) {
 	if len(fns) != 1 {
 		b.Fatalf("functions %v", fns)
 	}
-	sdk := awslambda.New(awslambda.Options{Region: lambdasim.Region, BaseEndpoint: aws.String(e.sim.URL()),
-		Credentials: credentials.NewStaticCredentialsProvider(accessKey, "secret", "")})
 	ev, _ := json.Marshal(payload.Request{Kind: payload.KindInvoke, Input: json.RawMessage(`{"hello":"world"}`)})
-	var viaServer, direct []time.Duration
 	b.ResetTimer()
-	for i := range b.N + 10 {
-		start := time.Now()
+	e.sim.BesideDirect(b, fns[0], ev, "server", func() {
 		resp, err := e.rs.Invoke(ctx, reg, `{"hello":"world"}`, 0)
-		d1 := time.Since(start)
 		if err != nil || string(resp.GetOutput()) != `{"hello":"world"}` {
 			b.Fatalf("server: %v %v", resp, err)
 		}
-		start = time.Now()
-		out, err := sdk.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(fns[0]), Payload: ev})
-		d2 := time.Since(start)
-		if err != nil || out.FunctionError != nil {
-			b.Fatalf("sdk: %v", err)
-		}
-		if i >= 10 { // warm-up
-			viaServer, direct = append(viaServer, d1), append(direct, d2)
-		}
-	}
-	p50 := func(d []time.Duration) float64 {
-		slices.Sort(d)
-		return float64(d[len(d)/2].Microseconds())
-	}
-	s, d := p50(viaServer), p50(direct)
-	b.ReportMetric(s, "server-p50-µs")
-	b.ReportMetric(d, "sdk-direct-p50-µs")
-	b.ReportMetric(s-d, "overhead-p50-µs")
+	})
 }
