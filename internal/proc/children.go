@@ -33,14 +33,21 @@ func Children(pid int) []Child {
 		if err != nil {
 			continue
 		}
-		for f := range bytes.FieldsSeq(b) {
-			child, err := strconv.Atoi(string(f))
-			if err != nil {
-				continue
-			}
-			if st, err := readStat(child); err == nil && st.live() && st.ppid == pid {
-				kids = append(kids, Child{Pid: child, start: st.start})
-			}
+		kids = appendLiveChildren(kids, pid, b)
+	}
+	return kids
+}
+
+// appendLiveChildren appends to kids those of the pids of the children
+// file b that are live children of parent.
+func appendLiveChildren(kids []Child, parent int, b []byte) []Child {
+	for f := range bytes.FieldsSeq(b) {
+		child, err := strconv.Atoi(string(f))
+		if err != nil {
+			continue
+		}
+		if st, err := readStat(child); err == nil && st.live() && st.ppid == parent {
+			kids = append(kids, Child{Pid: child, start: st.start})
 		}
 	}
 	return kids

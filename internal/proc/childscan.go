@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"bytes"
 	"strconv"
 	"sync"
 
@@ -70,17 +69,7 @@ func (s *ChildScanner) Children() []Child {
 	if err != nil {
 		return nil
 	}
-	var kids []Child
-	for f := range bytes.FieldsSeq(b) {
-		child, err := strconv.Atoi(string(f))
-		if err != nil {
-			continue
-		}
-		if st, err := readStat(child); err == nil && st.live() && st.ppid == s.pid {
-			kids = append(kids, Child{Pid: child, start: st.start})
-		}
-	}
-	return kids
+	return appendLiveChildren(nil, s.pid, b)
 }
 
 // KillExcept is KillChildrenExcept of the scanner's process.
