@@ -9,10 +9,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"os"
 	"sync"
 	"time"
 
@@ -105,6 +107,13 @@ func Fetch(ctx context.Context, socket, name string, query url.Values, w io.Writ
 		return fmt.Errorf("pprof %s on %s: larger than %d bytes", name, socket, bounds.DebugProfile)
 	}
 	return nil
+}
+
+// IsSocket is whether a socket file is at path (not following a symlink):
+// what a listing of debug sockets takes for one, live or stale.
+func IsSocket(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode().Type() == fs.ModeSocket
 }
 
 // Probe dials socket and hangs up: nil when a process accepts on it. A

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"stoke.dev/stoke/internal/debugsock"
 )
 
 // PodDebugSockets lists the debug sockets of the pods that a supervisor
@@ -27,7 +29,7 @@ func PodDebugSockets(dataDir string) (map[string]string, error) {
 			continue
 		}
 		sock := filepath.Join(podsDir, e.Name(), DebugSocketName)
-		if fi, err := os.Lstat(sock); err == nil && fi.Mode().Type() == fs.ModeSocket {
+		if debugsock.IsSocket(sock) {
 			out[e.Name()] = sock
 		}
 	}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -52,7 +50,7 @@ func (s DebugSocket) State() string {
 // whether its process still serves it.
 func DebugSockets(ctx context.Context, dataDir string) ([]DebugSocket, error) {
 	var out []DebugSocket
-	if p := datadir.DebugSocket(dataDir); isSocket(p) {
+	if p := datadir.DebugSocket(dataDir); debugsock.IsSocket(p) {
 		out = append(out, DebugSocket{Process: UpProcess, Path: p})
 	}
 	pods, err := pool.PodDebugSockets(dataDir)
@@ -155,9 +153,4 @@ func liveSocket(s DebugSocket) (string, error) {
 		who = "stoke up"
 	}
 	return "", fmt.Errorf("%s is gone: its debug socket %s is stale (refuses connections), left by a process that was killed (SIGKILL) before it could remove it", who, s.Path)
-}
-
-func isSocket(path string) bool {
-	fi, err := os.Lstat(path)
-	return err == nil && fi.Mode().Type() == fs.ModeSocket
 }
