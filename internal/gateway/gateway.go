@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	pb "stoke.dev/stoke/api/executor/v1"
@@ -197,6 +196,6 @@ func (g *Gateway) openStream(w http.ResponseWriter) (release func(), ok bool) {
 }
 
 func (g *Gateway) authorized(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	token, ok := httpapi.BearerToken(r.Header.Get("Authorization"))
 	return ok && g.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(g.cfg.Token)) == 1
 }

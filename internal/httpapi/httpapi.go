@@ -4,6 +4,8 @@
 // spec.
 package httpapi
 
+import "strings"
+
 // Invoke headers.
 const (
 	// HeaderInvocationID carries the invocation ID in and out (≤ 128 bytes;
@@ -28,4 +30,18 @@ type ErrorBody struct {
 	ErrorMessage string `json:"errorMessage"`
 	InvocationID string `json:"invocationId,omitempty"`
 	StackTrace   string `json:"stackTrace,omitempty"`
+}
+
+// BearerToken returns the token of an Authorization header value that
+// uses the Bearer scheme, and whether it does. The scheme is matched in
+// any case (RFC 7235 §2.1) and may be followed by more than one space; a
+// header with no token is not one. Every authenticated endpoint reads the
+// header through this one parser.
+func BearerToken(authorization string) (string, bool) {
+	scheme, token, ok := strings.Cut(authorization, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimLeft(token, " ")
+	return token, token != ""
 }

@@ -20,6 +20,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/httpapi"
 	"stoke.dev/stoke/internal/runtime/server"
 )
 
@@ -29,14 +30,14 @@ const callTimeout = time.Minute
 // Front answers POSTs that carry the bearer token with one InvokeFunction
 // call each.
 type Front struct {
-	auth   []byte
+	token  []byte
 	client pb.FunctionRuntimeClient
 	next   atomic.Uint64
 }
 
 // NewFront serves calls over conn for clients that present token.
 func NewFront(conn grpc.ClientConnInterface, token string) *Front {
-	return &Front{auth: []byte("Bearer " + token), client: pb.NewFunctionRuntimeClient(conn)}
+	return &Front{token: []byte(token), client: pb.NewFunctionRuntimeClient(conn)}
 }
 
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +45,8 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
 	}
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), f.auth) != 1 {
+	// The gateway's parser, so that the floor does the gateway's work.
+	if token, ok := httpapi.BearerToken(r.Header.Get("Authorization")); !ok || subtle.ConstantTimeCompare([]byte(token), f.token) != 1 {
 		http.Error(w, "bad token", http.StatusUnauthorized)
 		return
 	}
