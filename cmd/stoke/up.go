@@ -35,6 +35,7 @@ unless its spec sets ttlSecondsAfterFinished, which wins; 0 keeps finished
 Runs until they are deleted.`,
 		Example: `  stoke up
   stoke up --data-dir /var/lib/stoke --listen 0.0.0.0:7070 --tls-cert cert.pem --tls-key key.pem
+  stoke up --listen 10.0.0.5:7070 --insecure-listen-trusted-network   # plain HTTP, trusted network only
   stoke up --finished-run-ttl 1h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -67,6 +68,8 @@ Runs until they are deleted.`,
 	f.StringVar(&cfg.Listen, "listen", datadir.DefaultListen, "HTTP API address; port 0 picks a free port")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS with this PEM certificate (with --tls-key)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.BoolVar(&cfg.InsecureListenTrustedNetwork, up.InsecureListenFlag, false,
+		"allow plain HTTP (no --tls-cert) on a --listen address that is not loopback: the bearer token then crosses the network in clear text, so only on a network where every host is trusted")
 	f.DurationVar(&cfg.LambdaCollectInterval, "lambda-collect-interval", lambda.DefaultCollectInterval,
 		"how often functions of lambda Runtimes whose Run is gone are deleted")
 	f.StringVar(&cfg.DebugSocket, "debug-socket", "", "Unix socket serving Go's profiles (net/http/pprof; read with 'stoke debug pprof'), its directory made 0700; each pod then serves its own, <data-dir>/pods/<pod>/debug.sock (default <data-dir>/debug/up.sock; empty: none, for the pods too)")

@@ -35,7 +35,11 @@ type Config struct {
 	Listen string
 	// TLSCert and TLSKey, both set, serve HTTPS.
 	TLSCert, TLSKey string
-	Logger          *slog.Logger
+	// InsecureListenTrustedNetwork allows plain HTTP on an address that is
+	// not loopback, where the bearer token crosses the network in clear
+	// text; without it such a Listen is refused at start.
+	InsecureListenTrustedNetwork bool
+	Logger                       *slog.Logger
 	// PodCommand overrides how pods are started (tests); nil runs this
 	// executable.
 	PodCommand func(pod podsource.Pod, args []string) *exec.Cmd
@@ -137,6 +141,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listening for the HTTP API: %w", err)
 	}
+	if tlsConf == nil && !isLoopback(lis.Addr()) {
+		if !cfg.InsecureListenTrustedNetwork {
+			lis.Close()
+			return fmt.Errorf("refusing to serve plain HTTP on %s, which is not a loopback address: the bearer token would cross the network in clear text; "+
+				"serve HTTPS (--tls-cert and --tls-key), listen on 127.0.0.1, or pass --%s if every host on this network is trusted", lis.Addr(), InsecureListenFlag)
+		}
+		cfg.Logger.Warn("serving plain HTTP on a non-loopback address: the bearer token crosses the network in clear text; --"+InsecureListenFlag+" says this network is trusted",
+			"listen", lis.Addr().String())
+	}
 	if tlsConf != nil {
 		lis = tls.NewListener(lis, tlsConf)
 	}
@@ -233,6 +246,17 @@ func Run(ctx context.Context, cfg Config) error {
 		runErr = err
 	}
 	return runErr
+}
+
+// InsecureListenFlag is the flag of Config.InsecureListenTrustedNetwork,
+// named in the refusal.
+const InsecureListenFlag = "insecure-listen-trusted-network"
+
+// isLoopback reports whether addr, a bound listener's, takes connections
+// only from this host. A wildcard address (0.0.0.0, ::) is not loopback.
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // ownCgroup makes (or finds, after a predecessor on the same data
