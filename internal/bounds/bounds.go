@@ -68,6 +68,14 @@ const (
 	// APIStreams bounds the watch and followed-log responses the HTTP API
 	// keeps open at once; each holds a store watcher or a log reader.
 	APIStreams = 512
+	// BearerToken is the longest bearer token the gateway takes; a
+	// longer one is refused before any authority is asked about it (a
+	// Kubernetes ServiceAccount token is about 1 KiB, an OIDC token a few).
+	BearerToken = 16 << 10
+	// AuthCache is how many callers (token hashes) the Kubernetes
+	// gateway keeps authentication decisions for, and how many
+	// authorization decisions; the least recently used go first.
+	AuthCache = 4096
 	// ObjectBody bounds a Run or Runtime sent to the HTTP API: a Source in
 	// base64 plus every argument at its bound fits.
 	ObjectBody = 4 << 20

@@ -8,11 +8,12 @@ package gateway
 
 import (
 	"context"
-	"crypto/subtle"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	pb "stoke.dev/stoke/api/executor/v1"
@@ -33,14 +34,12 @@ type Router interface {
 	Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error)
 }
 
-// API is the control plane behind the HTTP API. Its errors carry errdefs
-// categories.
-type API interface {
-	Router
+// Objects is the Run and Runtime API of standalone mode: in Kubernetes
+// mode the API server serves these objects and the gateway does not. Its
+// errors carry errdefs categories.
+type Objects interface {
 	CreateRun(ctx context.Context, run *v1alpha1.Run) (*v1alpha1.Run, error)
 	GetRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error)
-	// CachedRun reads a Run from memory; it may lag the store.
-	CachedRun(namespace, name string) (*v1alpha1.Run, bool)
 	ListRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Run, string, error)
 	WatchRuns(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Run], error)
 	CancelRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error)
@@ -54,20 +53,38 @@ type API interface {
 	ListRuntimes(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Runtime, string, error)
 	WatchRuntimes(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Runtime], error)
 	DeleteRuntime(ctx context.Context, namespace, name string) (*v1alpha1.Runtime, error)
+}
 
+// API is standalone's control plane behind the whole HTTP API: the
+// objects, the invoke routes, and the Run logs of its own directory.
+type API interface {
+	Router
+	Objects
+	// CachedRun reads a Run from memory; it may lag the store.
+	CachedRun(namespace, name string) (*v1alpha1.Run, bool)
 	Logs() *runlog.Store
 }
 
 // Config configures the gateway.
 type Config struct {
-	// API serves everything but invoke; nil serves invoke only.
+	// API, when set, serves the objects and, unless Logs is set, the
+	// logs: standalone mode.
 	API API
 	// Router routes invocations; nil means API.
 	Router Router
 	// Exec, when set, serves exec sessions into Runs (exec.go).
 	Exec ExecRouter
-	// Token is the bearer token every request must carry.
+	// Logs, when set, serves the Runs' logs; nil means API's.
+	Logs LogReader
+	// Auth authenticates and authorizes every request but the health
+	// checks; nil means TokenAuth(Token).
+	Auth Authorizer
+	// Token is the bearer token every request must carry when Auth is
+	// nil.
 	Token string
+	// Ready, when set, is /readyz's check: nil error is ready. Without
+	// it /readyz answers as /healthz.
+	Ready func(ctx context.Context) error
 	// Metrics, when set, is served on /metrics and observes invocations.
 	Metrics *Metrics
 	Logger  *slog.Logger
@@ -97,6 +114,9 @@ func New(cfg Config) *Gateway {
 	if cfg.Router == nil && cfg.API != nil {
 		cfg.Router = cfg.API
 	}
+	if cfg.Auth == nil {
+		cfg.Auth = TokenAuth(cfg.Token)
+	}
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = bounds.APIStreams
 	}
@@ -104,35 +124,94 @@ func New(cfg Config) *Gateway {
 	if cfg.LogFollowPoll <= 0 {
 		cfg.LogFollowPoll = 250 * time.Millisecond
 	}
+	if cfg.Logs == nil && cfg.API != nil {
+		cfg.Logs = storeLogReader(cfg.API, cfg.LogFollowPoll)
+	}
 	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), streams: make(chan struct{}, cfg.MaxStreams)}
-	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/{uid}/invoke", g.invoke)
+	g.route(invokePath, "invoke", runAccess("create", "invoke"), g.invoke)
+	if cfg.Logs != nil {
+		g.route(logsPath, "logs", runAccess("get", "log"), g.logs)
+	}
 	if cfg.API != nil {
 		g.routeObjects()
 	}
 	if cfg.Exec != nil {
-		g.mux.HandleFunc(execPath, g.exec)
+		g.route(execPath, "exec", runAccess("create", "exec"), g.exec)
 	}
 	if cfg.Metrics != nil {
-		g.mux.Handle("GET /metrics", cfg.Metrics.handler())
+		h := cfg.Metrics.handler()
+		g.route("GET /metrics", "metrics", func(*http.Request) Access { return Access{Verb: "get", Path: "/metrics"} }, h.ServeHTTP)
 	}
 	return g
+}
+
+// The routes both modes serve.
+const (
+	invokePath = "POST /v1/namespaces/{ns}/runs/{name}/{uid}/invoke"
+	logsPath   = "GET /v1/namespaces/{ns}/runs/{name}/logs"
+)
+
+// route serves pattern with h once the caller is authorized for what
+// access says of the request, and counts the request under the route's
+// name (a bounded label).
+func (g *Gateway) route(pattern, name string, access func(*http.Request) Access, h http.HandlerFunc) {
+	g.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() { g.cfg.Metrics.observeRequest(name, sw.status, time.Since(start)) }()
+		if err := g.cfg.Auth.Authorize(r, access(r)); err != nil {
+			g.refuse(sw, r, err)
+			return
+		}
+		h(sw, r)
+	})
+}
+
+// runAccess is the access a route on one Run needs: verb on its
+// subresource ("" for the Run itself), in the Run's namespace.
+func runAccess(verb, subresource string) func(*http.Request) Access {
+	return func(r *http.Request) Access {
+		return Access{Verb: verb, Resource: "runs", Subresource: subresource, Namespace: r.PathValue("ns"), Name: r.PathValue("name")}
+	}
+}
+
+// refuse answers a request its caller may not make: 401 with the
+// challenge, 403, or the authorizer's own failure.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errdefs.ErrUnauthenticated) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="stoke"`)
+	}
+	invID := ""
+	if strings.HasSuffix(r.URL.Path, "/invoke") {
+		invID = newInvocationID() // every invoke answer carries one
+	}
+	writeError(w, err, invID)
 }
 
 // ServeHTTP authenticates every request but the health check before
 // routing it.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer g.recoverPanic(w, r)
-	if r.URL.Path == "/healthz" {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write([]byte("ok\n"))
+	switch r.URL.Path {
+	case "/healthz":
+		writeText(w, http.StatusOK, "ok\n")
 		return
-	}
-	if !g.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="stoke"`)
-		writeError(w, errdefs.Errorf(errdefs.ErrUnauthenticated, "missing or wrong bearer token"), "")
+	case "/readyz":
+		if g.cfg.Ready != nil {
+			if err := g.cfg.Ready(r.Context()); err != nil {
+				writeText(w, http.StatusServiceUnavailable, "not ready: "+err.Error()+"\n")
+				return
+			}
+		}
+		writeText(w, http.StatusOK, "ok\n")
 		return
 	}
 	if _, pattern := g.mux.Handler(r); pattern == "" {
+		// Who may learn which paths exist: anyone authenticated.
+		if err := g.cfg.Auth.Authorize(r, Access{}); err != nil {
+			g.refuse(w, r, err)
+			return
+		}
 		g.notRouted(w, r)
 		return
 	}
@@ -195,7 +274,8 @@ func (g *Gateway) openStream(w http.ResponseWriter) (release func(), ok bool) {
 	}
 }
 
-func (g *Gateway) authorized(r *http.Request) bool {
-	token, ok := httpapi.BearerToken(r.Header.Get("Authorization"))
-	return ok && g.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(g.cfg.Token)) == 1
+func writeText(w http.ResponseWriter, status int, text string) {
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(text))
 }

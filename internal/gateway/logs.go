@@ -1,13 +1,32 @@
 package gateway
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net/http"
-	"time"
-
-	"stoke.dev/stoke/api/stoke/v1alpha1"
 )
 
-// logChunk bounds one read of a log file.
+// LogReader opens a Run's log: standalone reads its own directory
+// (storeLogReader), Kubernetes mode the Run's pod through runtimed. Its
+// errors carry errdefs categories (NotFound: no such Run; Expired: the
+// log went with its pod).
+type LogReader interface {
+	// OpenLog opens the log of the Run namespace/name from its start.
+	// With follow, the stream goes on until the Run is terminal (or
+	// deleted) and its last records are out.
+	OpenLog(ctx context.Context, namespace, name string, follow bool) (LogStream, error)
+}
+
+// LogStream is an open Run log.
+type LogStream interface {
+	// Next returns the next whole JSON lines (at most about 64 KiB), and
+	// io.EOF at the end; a follower's Next waits for more.
+	Next(ctx context.Context) ([]byte, error)
+	Close() error
+}
+
+// logChunk bounds one read of a log.
 const logChunk = 64 << 10
 
 // logs streams a Run's output records as JSON lines; ?follow=true keeps
@@ -23,70 +42,31 @@ func (g *Gateway) logs(w http.ResponseWriter, r *http.Request) {
 		}
 		defer release()
 	}
-	run, err := g.cfg.API.GetRun(ctx, ns, name)
+	st, err := g.cfg.Logs.OpenLog(ctx, ns, name, follow)
 	if err != nil {
 		g.reply(w, r, 0, nil, err)
 		return
 	}
-	uid := run.UID
-	logs := g.cfg.API.Logs()
-	rd, err := logs.Open(string(uid))
-	if err != nil {
-		g.reply(w, r, 0, nil, err)
-		return
-	}
-	defer rd.Close()
+	defer st.Close()
 
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	var poll *time.Ticker
 	for {
-		changed := logs.Changed() // before reading, so no write is missed
-		// The Runtime Server writes a Run's output, and a task attempt's
-		// exit record, before it reports the end: once the Run is seen
-		// terminal (or gone), the read that follows is the last.
-		last := !follow || run == nil || run.UID != uid || run.Status.Phase.Terminal()
-		for {
-			chunk, err := rd.Next(logChunk)
-			if err != nil {
-				g.log.Warn("reading a run log", "run_uid", uid, "error", err)
-				return
+		chunk, err := st.Next(ctx)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				g.log.Warn("reading a run log", "run", ns+"/"+name, "error", err)
 			}
-			if chunk == nil {
-				break
-			}
-			g.nextWrite(rc)
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
+			return
 		}
 		g.nextWrite(rc)
-		if last || rc.Flush() != nil {
+		if _, err := w.Write(chunk); err != nil {
 			return
 		}
-		if poll == nil {
-			poll = time.NewTicker(g.cfg.LogFollowPoll)
-			defer poll.Stop()
-		}
-		select {
-		case <-ctx.Done():
+		if rc.Flush() != nil {
 			return
-		case <-changed:
-		case <-poll.C:
-		}
-		if run, err = g.currentRun(r, ns, name); err != nil {
-			run = nil // deleted
 		}
 	}
-}
-
-// currentRun reads a followed Run from memory, or from the store while
-// memory has not caught up with its creation.
-func (g *Gateway) currentRun(r *http.Request, ns, name string) (*v1alpha1.Run, error) {
-	if run, ok := g.cfg.API.CachedRun(ns, name); ok {
-		return run, nil
-	}
-	return g.cfg.API.GetRun(r.Context(), ns, name)
 }

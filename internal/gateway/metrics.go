@@ -21,12 +21,14 @@ type Metrics struct {
 	invocations   *prometheus.CounterVec
 	invokeLatency *prometheus.HistogramVec
 	apiRequests   *prometheus.CounterVec
+	requests      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
 	schedLatency  prometheus.Histogram
 	exec          execMetrics
 }
 
-// NewMetrics builds the registry; runPhases counts the Runs by phase at
-// each scrape.
+// NewMetrics builds the registry; runPhases, when set, counts the Runs by
+// phase at each scrape.
 func NewMetrics(runPhases func() map[v1alpha1.Phase]int) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.invocations = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -47,10 +49,23 @@ func NewMetrics(runPhases func() map[v1alpha1.Phase]int) *Metrics {
 		Help:    "Time from a Run attempt waiting to its stored assignment to a pod.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12), // 0.5 ms … 12 s
 	})
-	m.reg.MustRegister(m.invocations, m.invokeLatency, m.apiRequests, m.schedLatency,
-		&phaseCollector{count: runPhases, desc: prometheus.NewDesc("stoke_runs",
-			"Runs by phase, as the control plane's memory holds them.", []string{"phase"}, nil)},
+	// Every route's requests, refusals included: the route is one of a
+	// fixed few names, the code one of the statuses the gateway writes.
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stoke_gateway_requests_total",
+		Help: "Requests the gateway answered, by route (invoke, exec, logs, metrics, objects) and HTTP status code (101: an exec upgraded).",
+	}, []string{"route", "code"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "stoke_gateway_request_duration_seconds",
+		Help:    "Time from a request's routing to its answer's end (an exec or a followed log: the whole session), by route.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14), // 100 µs … 15 s
+	}, []string{"route"})
+	m.reg.MustRegister(m.invocations, m.invokeLatency, m.apiRequests, m.schedLatency, m.requests, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if runPhases != nil {
+		m.reg.MustRegister(&phaseCollector{count: runPhases, desc: prometheus.NewDesc("stoke_runs",
+			"Runs by phase, as the control plane's memory holds them.", []string{"phase"}, nil)})
+	}
 	m.exec = newExecMetrics(m.reg)
 	return m
 }
@@ -69,6 +84,21 @@ func (m *Metrics) observeInvoke(status int, d time.Duration) {
 	m.invocations.WithLabelValues(code).Inc()
 	m.invokeLatency.WithLabelValues(code).Observe(d.Seconds())
 }
+
+func (m *Metrics) observeRequest(route string, status int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if status == 0 {
+		status = http.StatusSwitchingProtocols // hijacked: an exec's WebSocket
+	}
+	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	m.latency.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// MustRegister adds collectors of the gateway's composition (the
+// Kubernetes gateway's authorization cache) to the registry.
+func (m *Metrics) MustRegister(cs ...prometheus.Collector) { m.reg.MustRegister(cs...) }
 
 func (m *Metrics) observeAPI(method string, status int) {
 	if m == nil {

@@ -24,28 +24,37 @@ import (
 
 func (g *Gateway) routeObjects() {
 	api := g.cfg.API
-	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs", g.createRun)
-	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs", func(w http.ResponseWriter, r *http.Request) {
+	runs := func(verb string) func(*http.Request) Access {
+		return func(r *http.Request) Access {
+			return Access{Verb: verb, Resource: "runs", Namespace: r.PathValue("ns"), Name: r.PathValue("name")}
+		}
+	}
+	runtimes := func(verb string) func(*http.Request) Access {
+		return func(r *http.Request) Access {
+			return Access{Verb: verb, Resource: "runtimes", Namespace: r.PathValue("ns"), Name: r.PathValue("name")}
+		}
+	}
+	g.route("POST /v1/namespaces/{ns}/runs", "objects", runs("create"), g.createRun)
+	g.route("GET /v1/namespaces/{ns}/runs", "objects", runs("list"), func(w http.ResponseWriter, r *http.Request) {
 		listOrWatch(g, w, r, r.PathValue("ns"), v1alpha1.KindRun, api.ListRuns, api.WatchRuns)
 	})
-	g.mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+	g.route("GET /v1/runs", "objects", runs("list"), func(w http.ResponseWriter, r *http.Request) {
 		listOrWatch(g, w, r, "", v1alpha1.KindRun, api.ListRuns, api.WatchRuns)
 	})
-	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs/{name}", byName(g, http.StatusOK, api.GetRun))
-	g.mux.HandleFunc("PATCH /v1/namespaces/{ns}/runs/{name}", g.patchRun)
-	g.mux.HandleFunc("POST /v1/namespaces/{ns}/runs/{name}/cancel", byName(g, http.StatusOK, api.CancelRun))
-	g.mux.HandleFunc("DELETE /v1/namespaces/{ns}/runs/{name}", byName(g, http.StatusAccepted, api.DeleteRun))
-	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runs/{name}/logs", g.logs)
+	g.route("GET /v1/namespaces/{ns}/runs/{name}", "objects", runs("get"), byName(g, http.StatusOK, api.GetRun))
+	g.route("PATCH /v1/namespaces/{ns}/runs/{name}", "objects", runs("patch"), g.patchRun)
+	g.route("POST /v1/namespaces/{ns}/runs/{name}/cancel", "objects", runs("patch"), byName(g, http.StatusOK, api.CancelRun))
+	g.route("DELETE /v1/namespaces/{ns}/runs/{name}", "objects", runs("delete"), byName(g, http.StatusAccepted, api.DeleteRun))
 
-	g.mux.HandleFunc("PUT /v1/namespaces/{ns}/runtimes/{name}", g.applyRuntime)
-	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runtimes", func(w http.ResponseWriter, r *http.Request) {
+	g.route("PUT /v1/namespaces/{ns}/runtimes/{name}", "objects", runtimes("update"), g.applyRuntime)
+	g.route("GET /v1/namespaces/{ns}/runtimes", "objects", runtimes("list"), func(w http.ResponseWriter, r *http.Request) {
 		listOrWatch(g, w, r, r.PathValue("ns"), v1alpha1.KindRuntime, api.ListRuntimes, api.WatchRuntimes)
 	})
-	g.mux.HandleFunc("GET /v1/runtimes", func(w http.ResponseWriter, r *http.Request) {
+	g.route("GET /v1/runtimes", "objects", runtimes("list"), func(w http.ResponseWriter, r *http.Request) {
 		listOrWatch(g, w, r, "", v1alpha1.KindRuntime, api.ListRuntimes, api.WatchRuntimes)
 	})
-	g.mux.HandleFunc("GET /v1/namespaces/{ns}/runtimes/{name}", byName(g, http.StatusOK, api.GetRuntime))
-	g.mux.HandleFunc("DELETE /v1/namespaces/{ns}/runtimes/{name}", byName(g, http.StatusAccepted, api.DeleteRuntime))
+	g.route("GET /v1/namespaces/{ns}/runtimes/{name}", "objects", runtimes("get"), byName(g, http.StatusOK, api.GetRuntime))
+	g.route("DELETE /v1/namespaces/{ns}/runtimes/{name}", "objects", runtimes("delete"), byName(g, http.StatusAccepted, api.DeleteRuntime))
 }
 
 // byName serves a call on one object named in the path: fn's object with

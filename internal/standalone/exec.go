@@ -1,9 +1,9 @@
 package standalone
 
 import (
-	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/gateway"
 )
 
 // ExecRoute finds the exec hop of the pod a running task or a Ready
@@ -14,12 +14,12 @@ func (s *Standalone) ExecRoute(namespace, name string) (exec.Executor, string, e
 	if !ok {
 		return nil, "", errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s not found", namespace, name)
 	}
-	if p := run.Status.Phase; p != v1alpha1.PhaseRunning && p != v1alpha1.PhaseReady {
-		return nil, "", errdefs.Errorf(errdefs.ErrNotRunning, "run %s/%s is %s: exec needs a running task or a Ready function", namespace, name, p)
+	if err := gateway.Execable(run); err != nil {
+		return nil, "", err
 	}
 	pd := s.daemon(run.Status.AssignedPodUID)
 	if pd == nil {
-		return nil, "", errdefs.Errorf(errdefs.ErrUnavailable, "run %s/%s: its pod %s is gone", namespace, name, run.Status.AssignedPod)
+		return nil, "", gateway.PodGone(run)
 	}
 	return pd.d.Exec(), string(run.UID), nil
 }

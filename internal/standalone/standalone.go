@@ -29,6 +29,7 @@ import (
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/logging"
@@ -579,35 +580,16 @@ func (s *Standalone) ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v
 	return out, nil
 }
 
-// notReadyRetry is the Retry-After of an invocation of a function that is
-// not Ready yet but may become so (registering, or waiting for a pod).
-const notReadyRetry = time.Second
-
 // FunctionProxy returns the in-process proxy hop serving a Ready function
-// Run. A task, or a Run that has ended, is FailedPrecondition; a function
-// that is not Ready yet (registering, or registered again after a
-// restart), or whose pod is gone, is Unavailable with a Retry-After.
+// Run (gateway.Invocable says which are not), or Unavailable with a
+// Retry-After when its pod is gone.
 func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer, error) {
-	phase := run.Status.Phase
-	switch {
-	case run.Spec.Mode.Function == nil:
-		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is a task, not a function", run.Namespace, run.Name)
-	case phase.Terminal():
-		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is %s, not Ready", run.Namespace, run.Name, phase)
-	case phase != v1alpha1.PhaseReady:
-		if phase == "" {
-			phase = v1alpha1.PhasePending
-		}
-		msg := fmt.Sprintf("run %s/%s is %s, not Ready yet", run.Namespace, run.Name, phase)
-		if run.Status.Reason != "" {
-			msg += " (" + run.Status.Reason + ")"
-		}
-		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "%s", msg), notReadyRetry)
+	if err := gateway.Invocable(run); err != nil {
+		return nil, err
 	}
 	pd := s.daemon(run.Status.AssignedPodUID)
 	if pd == nil {
-		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,
-			"run %s/%s: its pod %s is gone", run.Namespace, run.Name, run.Status.AssignedPod), notReadyRetry)
+		return nil, gateway.PodGone(run)
 	}
 	return pd.d.Proxy(), nil
 }
@@ -619,7 +601,7 @@ func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer,
 func (s *Standalone) Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error) {
 	if !s.runInf.HasSynced() {
 		// Just started: the cache does not know any Run yet.
-		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "stoke is starting; run %s/%s is not routable yet", namespace, name), notReadyRetry)
+		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "stoke is starting; run %s/%s is not routable yet", namespace, name), gateway.NotReadyRetry)
 	}
 	run, ok := s.runInf.Get(namespace, name)
 	if !ok || string(run.UID) != uid {
