@@ -85,7 +85,7 @@ func TestUpLeavesNoEscapedProcess(t *testing.T) {
 
 func testUpLeavesNoEscapedProcess(t *testing.T, mode string) {
 	dir := t.TempDir()
-	proof := t.TempDir()
+	proof := runsCanWrite(t)
 	u := startUp(t, dir, "--containment", mode)
 	w := u.watchRuns(t)
 	// A marker is a sleep duration no other process here uses.
@@ -262,7 +262,7 @@ func TestUpKilledWithItsPodLeavesNoEscapedProcess(t *testing.T) {
 		t.Fatal("this host delegates no writable cgroup v2 with cgroup.kill; this test proves containment auto and needs one")
 	}
 	dir := t.TempDir()
-	proof := t.TempDir()
+	proof := runsCanWrite(t)
 	u := startUp(t, dir, "--containment", "auto")
 	tag := fmt.Sprintf("%d%06d", os.Getpid(), time.Now().Nanosecond()/1000)
 	escapee, sleeper := "401."+tag, "402."+tag

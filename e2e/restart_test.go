@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -37,10 +36,7 @@ func testRestart(t *testing.T, kind string) {
 
 	// The Bash function's source reads one line from the gate at each
 	// registration, so the test decides when a registration completes.
-	gate := filepath.Join(t.TempDir(), "gate")
-	if err := syscall.Mkfifo(gate, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	gate := runsCanOpenFIFO(t, "gate")
 	gated := u.createRun(t, newRun("gated", v1alpha1.RunSpec{
 		Runtime: "bash",
 		Mode:    v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "h.handle"}},

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"stoke.dev/stoke/internal/testbin"
 )
 
 // upFails runs `stoke up` with args, which must exit non-zero within a
@@ -79,6 +81,9 @@ func TestUpRefusesABusyDataDirectoryOrPortAndAPublicDirectory(t *testing.T) {
 // leaves nothing running.
 func TestGoRunUpStopsWithTheGoCommand(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
+	if err := testbin.RunsCanPass(dir); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("go", "run", "stoke.dev/stoke/cmd/stoke", "up", "--data-dir", dir, "--listen", "127.0.0.1:0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Our own pipe: the server holds its write end after go has exited.

@@ -534,3 +534,31 @@ func awaitFIFO(t *testing.T, path string, bound time.Duration) {
 		t.Fatalf("nothing wrote to %s within %v", path, bound)
 	}
 }
+
+// runsCanWrite returns a new directory that the Runs can write to whatever
+// user they run as (a root stoke up runs them as an unprivileged one).
+func runsCanWrite(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := testbin.RunsCanPass(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// runsCanOpenFIFO makes a FIFO named name that the Runs can open whatever
+// user they run as.
+func runsCanOpenFIFO(t testing.TB, name string) string {
+	t.Helper()
+	fifo := filepath.Join(runsCanWrite(t), name)
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return fifo
+}

@@ -32,10 +32,7 @@ func TestUpFunctionAfterRuntimeServerKill(t *testing.T) {
 
 	// A call with {"slow": true} tells the test through a FIFO that it is
 	// in flight, then outlasts the test.
-	fifo := filepath.Join(t.TempDir(), "in-flight")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fifo := runsCanOpenFIFO(t, "in-flight")
 	created := u.createRun(t, newRun("fn", v1alpha1.RunSpec{
 		Runtime: "python",
 		Mode:    v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "m.handle"}},
@@ -205,7 +202,7 @@ func TestUpKillAndRestartMidLoad(t *testing.T) {
 		// Succeeded Runs to wait for before the kill.
 		nDoneBeforeKill = 10
 	)
-	dir, markers := t.TempDir(), t.TempDir()
+	dir, markers := t.TempDir(), runsCanWrite(t)
 	u := startUp(t, dir)
 	w := u.watchRuns(t)
 

@@ -12,11 +12,12 @@ import (
 	"stoke.dev/stoke/internal/cli"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/runtime/server"
+	"stoke.dev/stoke/internal/runuser"
 )
 
 func newRuntimeServerCommand() *cobra.Command {
 	var cfg server.Config
-	var containment, debugSocket string
+	var containment, debugSocket, runAs string
 	var lcfg lambda.Config
 	cmd := &cobra.Command{
 		Use:   "runtime-server",
@@ -47,6 +48,11 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 				return err
 			}
 			cfg.Containment = mode
+			if runAs != "" {
+				if cfg.RunAs, err = runuser.Parse(runAs); err != nil {
+					return err
+				}
+			}
 			if cfg.Runtime == "lambda" {
 				lcfg.StateDir, lcfg.Logger = cfg.StateDir, cfg.Logger
 				srv, err := lambda.New(cmd.Context(), lcfg)
@@ -86,6 +92,7 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 	f.DurationVar(&cfg.InitTimeout, "init-timeout", bounds.InitTimeout, "how long loading a handler may take before the registration fails")
 	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long work in flight may finish after SIGTERM")
 	f.StringVar(&debugSocket, "debug-socket", "", debugSocketUsage)
+	f.StringVar(&runAs, "run-as-user", "", "run the Runs' processes (tasks, handlers, exec sessions) as this unprivileged UID[:GID], without supplementary groups, handing them their working and scratch directories; the server itself stays root (needs root)")
 	_ = cmd.MarkFlagRequired("workspace-root")
 	return cmd
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -9,12 +11,13 @@ import (
 	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/lambda"
+	"stoke.dev/stoke/internal/runuser"
 	"stoke.dev/stoke/internal/up"
 )
 
 func newUpCommand() *cobra.Command {
 	var cfg up.Config
-	var containment string
+	var containment, runAs string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run standalone Stoke on this machine: control plane, runtime pools and HTTP API",
@@ -32,7 +35,14 @@ in a 0700 directory (<data-dir>/debug/up.sock, <data-dir>/pods/<pod>/debug.sock)
 
 A finished Run (and its log) is deleted --finished-run-ttl after it finished
 unless its spec sets ttlSecondsAfterFinished, which wins; 0 keeps finished
-Runs until they are deleted.`,
+Runs until they are deleted.
+
+When stoke up runs as root, its Runs do not: they run as an unprivileged
+user (--run-as-user, default 65533:65533) that can reach its own working,
+scratch and output files but not the data directory's token, store, logs or
+sockets. The data directory defaults to /var/lib/stoke then, and every
+directory above it must let that user pass. The Runs of one stoke up share
+that user: they are not isolated from each other.`,
 		Example: `  stoke up
   stoke up --data-dir /var/lib/stoke --listen 0.0.0.0:7070 --tls-cert cert.pem --tls-key key.pem
   stoke up --listen 10.0.0.5:7070 --insecure-listen-trusted-network   # plain HTTP, trusted network only
@@ -56,6 +66,9 @@ Runs until they are deleted.`,
 				return err
 			}
 			cfg.Containment = mode
+			if cfg.RunAs, err = runAsUser(runAs, cmd.Flags().Changed("run-as-user")); err != nil {
+				return err
+			}
 			if err := up.StopWithGoRun(); err != nil {
 				return err
 			}
@@ -73,6 +86,20 @@ Runs until they are deleted.`,
 	f.DurationVar(&cfg.LambdaCollectInterval, "lambda-collect-interval", lambda.DefaultCollectInterval,
 		"how often functions of lambda Runtimes whose Run is gone are deleted")
 	f.StringVar(&cfg.DebugSocket, "debug-socket", "", "Unix socket serving Go's profiles (net/http/pprof; read with 'stoke debug pprof'), its directory made 0700; each pod then serves its own, <data-dir>/pods/<pod>/debug.sock (default <data-dir>/debug/up.sock; empty: none, for the pods too)")
+	f.StringVar(&runAs, "run-as-user", "", fmt.Sprintf("when stoke up is root, the unprivileged UID[:GID] its Runs (tasks, handlers, exec sessions) run as, without supplementary groups (default %d:%d, an ID no account has)", runuser.DefaultID, runuser.DefaultID))
 	f.DurationVar(&cfg.FinishedRunTTL, "finished-run-ttl", controlplane.DefaultFinishedRunTTL, "delete a finished Run this long after it finished, unless it sets ttlSecondsAfterFinished (0: keep it)")
 	return cmd
+}
+
+// runAsUser is the user stoke up runs its Runs as: --run-as-user when
+// given, else, when stoke up is root, runuser.Default; otherwise nil (as
+// stoke up's own user, which is not root).
+func runAsUser(flag string, given bool) (*runuser.User, error) {
+	if given {
+		return runuser.Parse(flag)
+	}
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	return runuser.Default()
 }

@@ -60,7 +60,10 @@ var forbidden = map[string][]string{
 	// stoke up (reader): it depends on neither.
 	"stoke.dev/stoke/internal/runlog": {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/store"},
 	// cgroup is a leaf: pool, up and the runtime use it, never the reverse.
-	"stoke.dev/stoke/internal/cgroup":         {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/cgroup": {"stoke.dev/stoke/internal/"},
+	// The Runs' user is a leaf too: the Runtime Server, the pool and the
+	// data directory use it.
+	"stoke.dev/stoke/internal/runuser":        {"stoke.dev/stoke/internal/"},
 	"stoke.dev/stoke/internal/proc":           {"stoke.dev/stoke/internal/runtime"},
 	"stoke.dev/stoke/internal/runtime/bash":   {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/python"},
 	"stoke.dev/stoke/internal/runtime/python": {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/bash"},

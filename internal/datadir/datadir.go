@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"stoke.dev/stoke/internal/runuser"
 )
 
 // DefaultListen is the address `stoke up` serves its HTTP API on, and the
@@ -22,11 +24,24 @@ const DefaultListen = "127.0.0.1:7070"
 // tokenFile is the API token's file name inside the data directory.
 const tokenFile = "token"
 
+// System is the data directory of a root Stoke with no $XDG_STATE_HOME:
+// the Runs' unprivileged user must pass through every directory above it
+// to reach its working directories, which it cannot in root's home
+// (mode 0700).
+const System = "/var/lib/stoke"
+
 // Default is the user's state directory for Stoke: $XDG_STATE_HOME/stoke,
-// else ~/.local/state/stoke.
+// else ~/.local/state/stoke, but System for root.
 func Default() (string, error) {
+	return defaultFor(os.Geteuid())
+}
+
+func defaultFor(euid int) (string, error) {
 	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
 		return filepath.Join(d, "stoke"), nil
+	}
+	if euid == 0 {
+		return System, nil
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
@@ -39,7 +54,17 @@ func Default() (string, error) {
 // and refuses one that another user could use: it holds every Run's source
 // and output and the API token, so it must belong to this user and be
 // closed to group and others. The error says how to fix it.
-func Prepare(dir string) error {
+//
+// With runAs, the unprivileged user a root stoke up runs the Runs as, dir
+// is a passage instead (mode 0710, group runAs's: it can go through to its
+// working directories, never list or read what else is there), and every
+// directory above dir must let it pass.
+func Prepare(dir string, runAs *runuser.User) error {
+	if runAs != nil {
+		if err := runAs.Reaches(filepath.Dir(dir)); err != nil {
+			return fmt.Errorf("the data directory %s: %w; choose one it can reach, such as %s (--data-dir)", dir, err, System)
+		}
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating the data directory: %w", err)
 	}
@@ -53,10 +78,14 @@ func Prepare(dir string) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
 		return fmt.Errorf("the data directory %s belongs to uid %d, not to this user (uid %d): use a directory of your own (--data-dir)", dir, st.Uid, os.Geteuid())
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+	perm, passage := fi.Mode().Perm(), false
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && runAs != nil && st.Gid == runAs.GID {
+		passage = perm&0o077 == 0o010 // left so by an earlier start
+	}
+	if perm&0o077 != 0 && !passage {
 		return fmt.Errorf("the data directory %s has mode %#o: other users could read or change every Run's source and the API token; make it private with: chmod 700 %s", dir, perm, dir)
 	}
-	return nil
+	return runAs.Passage(dir)
 }
 
 // DebugSocket is where `stoke up` on the data directory dir serves Go's

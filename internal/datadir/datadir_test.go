@@ -49,21 +49,25 @@ func TestDefaultFollowsXDGStateHome(t *testing.T) {
 	}
 	t.Setenv("XDG_STATE_HOME", "")
 	t.Setenv("HOME", "/home/u")
-	if d, err := Default(); err != nil || d != "/home/u/.local/state/stoke" {
+	if d, err := defaultFor(1000); err != nil || d != "/home/u/.local/state/stoke" {
 		t.Errorf("Default = %q, %v", d, err)
+	}
+	// Root's Runs run as a user that cannot pass through root's home.
+	if d, err := defaultFor(0); err != nil || d != System {
+		t.Errorf("Default for root = %q, %v; want %s", d, err, System)
 	}
 }
 
 func TestPrepareCreatesAPrivateDirectory(t *testing.T) {
 	dir := t.TempDir() + "/a/data"
-	if err := Prepare(dir); err != nil {
+	if err := Prepare(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("stat %s: %v %v, want mode 0700", dir, fi.Mode().Perm(), err)
 	}
-	if err := Prepare(dir); err != nil {
+	if err := Prepare(dir, nil); err != nil {
 		t.Errorf("second Prepare of a private directory: %v", err)
 	}
 }
@@ -74,7 +78,7 @@ func TestPrepareRefusesADirectoryOthersCanUse(t *testing.T) {
 		if err := os.Chmod(dir, mode); err != nil {
 			t.Fatal(err)
 		}
-		err := Prepare(dir)
+		err := Prepare(dir, nil)
 		if err == nil || !strings.Contains(err.Error(), "chmod 700 "+dir) {
 			t.Errorf("mode %#o: Prepare = %v; want a refusal that says chmod 700 %s", mode, err, dir)
 		}
@@ -85,7 +89,7 @@ func TestPrepareRefusesADirectoryOfAnotherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
 		// Only root can give a directory away; as another user, /
 		// belongs to root.
-		if err := Prepare("/"); err == nil || !strings.Contains(err.Error(), "belongs to uid 0") {
+		if err := Prepare("/", nil); err == nil || !strings.Contains(err.Error(), "belongs to uid 0") {
 			t.Fatalf("Prepare(/) = %v; want a refusal naming its owner", err)
 		}
 		return
@@ -97,7 +101,7 @@ func TestPrepareRefusesADirectoryOfAnotherUser(t *testing.T) {
 	if err := os.Chown(dir, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	if err := Prepare(dir); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+	if err := Prepare(dir, nil); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
 		t.Fatalf("Prepare = %v; want a refusal naming uid 65534", err)
 	}
 }

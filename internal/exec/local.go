@@ -8,6 +8,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/runuser"
 )
 
 // Target is where a session runs: a live task execution or function
@@ -46,6 +47,10 @@ type LocalConfig struct {
 	// MaxPerRun and MaxTotal bound concurrent sessions (defaults
 	// bounds.ExecSessionsPerRun and bounds.ExecSessionsPerServer).
 	MaxPerRun, MaxTotal int
+	// User, when set, is the unprivileged user the commands run as, as
+	// the Runs' own processes do (a server running as root); their
+	// terminal is handed to it too. Nil: as this process.
+	User *runuser.User
 }
 
 // Local runs exec sessions on this machine: each command is the leader of

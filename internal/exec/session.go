@@ -82,6 +82,13 @@ func (s *localSession) start() error {
 			return fmt.Errorf("run %s: exec: %w", s.req.RunUID, err)
 		}
 		s.ptmx = master
+		// As login does: the terminal is its user's, so that a program
+		// that opens it by name (tty, ssh, sudo) can.
+		if err := s.l.cfg.User.GiveFile(tty); err != nil {
+			closeFiles(master, tty)
+			s.ptmx = nil
+			return fmt.Errorf("run %s: exec: terminal: %w", s.req.RunUID, err)
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 		// The command leads a new session (proc.NewSession) whose
 		// controlling terminal is the PTY (its fd 0): ^C in the byte
@@ -114,7 +121,7 @@ func (s *localSession) start() error {
 	if s.scope != "" {
 		s.l.cfg.Scopes.Begin(s.scope)
 	}
-	p, err := proc.Start(cmd, proc.NewSession())
+	p, err := proc.Start(cmd, proc.NewSession(), proc.AsUser(s.l.cfg.User.Credential()))
 	closeFiles(parentEnds...)
 	if err != nil {
 		if s.scope != "" {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
@@ -31,7 +32,8 @@ func ReadFile(path string) (map[string]string, error) {
 // ReadFileAt parses the outputs file ($STOKE_OUTPUTS) name in the directory
 // open as dirfd; a missing file means no outputs. Only a regular file is
 // read: the open neither follows a symbolic link (it could point anywhere)
-// nor blocks on a FIFO. Opening a name in an open directory also spares the
+// nor blocks on a FIFO, and a file with a second link (a hard link) is
+// refused. Opening a name in an open directory also spares the
 // walk of a full path, which the Bash runtime does on every invocation.
 func ReadFileAt(dirfd int, name string) (map[string]string, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
@@ -51,6 +53,11 @@ func ReadFileAt(dirfd int, name string) (map[string]string, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("outputs: $STOKE_OUTPUTS is not a regular file (%s)", fi.Mode().Type())
+	}
+	// A second name for the file could be a link to a file the Run cannot
+	// read itself, which a server running as root would read for it.
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+		return nil, errors.New("outputs: $STOKE_OUTPUTS has more than one link")
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxFile+1))
 	if err != nil {

@@ -107,7 +107,7 @@ func TestReadFile(t *testing.T) {
 }
 
 // TestReadFileAt checks what is not read: a symbolic link (it could point
-// anywhere) and a FIFO (the read would block).
+// anywhere), a FIFO (the read would block) and a file with a second link.
 func TestReadFileAt(t *testing.T) {
 	dir := t.TempDir()
 	d, err := os.Open(dir)
@@ -136,6 +136,17 @@ func TestReadFileAt(t *testing.T) {
 	}
 	if _, err := ReadFileAt(dirfd, "fifo"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("FIFO: %v", err)
+	}
+	// A hard link could name a file the Run cannot read (the server's
+	// token): the server, as root, would read it for the Run.
+	if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("TOKEN=x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(filepath.Join(dir, "secret"), filepath.Join(dir, "hard")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFileAt(dirfd, "hard"); err == nil || !strings.Contains(err.Error(), "more than one link") {
+		t.Fatalf("hard link: %v", err)
 	}
 }
 

@@ -76,11 +76,18 @@ func (s *Supervisor) runPod(pr *podRun, pod podsource.Pod, dir string, ready fun
 		}
 	}()
 	sock := filepath.Join(dir, socketName)
-	stateDir := filepath.Join(dir, "state")
-	if err := os.Mkdir(stateDir, 0o700); err != nil {
+	// Not in dir: with a RunAs user the Runs reach their scratch
+	// directories through it, and dir holds the pod's sockets.
+	stateDir := filepath.Join(s.scratchDir, pod.Name)
+	if err := s.cfg.RunAs.Passage(stateDir); err != nil {
 		log.Error("cannot create pod state directory", "err", err)
 		return reasonStartFailed
 	}
+	defer func() {
+		if err := os.RemoveAll(stateDir); err != nil {
+			log.Warn("cannot remove pod state directory", "dir", stateDir, "err", err)
+		}
+	}()
 	ipcDir, err := makeIPCDir(dir, stateDir)
 	if err != nil {
 		log.Error("cannot create pod IPC directory", "err", err)
@@ -123,6 +130,12 @@ func (s *Supervisor) runPod(pr *podRun, pod podsource.Pod, dir string, ready fun
 	}
 	if s.cfg.DebugSockets {
 		args = append(args, "--debug-socket", filepath.Join(dir, DebugSocketName))
+	}
+	// A lambda pod starts no user code here: its Runs run on AWS Lambda,
+	// and what it starts locally (the task relay) is Stoke's own and
+	// talks to it over its private socket.
+	if s.cfg.RunAs != nil && pod.Server != "lambda" {
+		args = append(args, "--run-as-user", s.cfg.RunAs.String())
 	}
 	args = append(args, podsource.LambdaArgs(pod.Lambda)...)
 	cmd := s.cfg.Command(pod, args)

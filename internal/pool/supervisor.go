@@ -26,6 +26,7 @@ import (
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/runuser"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -70,11 +71,12 @@ type Config struct {
 	// status it writes. Required.
 	Store store.Store
 	// DataDir is where pods live: <DataDir>/pods/<name>/ holds a pod's
-	// socket and private state (the supervisor owns <DataDir>/pods and
-	// clears it on start, after killing what is left of the pods an
-	// earlier supervisor recorded there), and <DataDir>/runs is the one
-	// workspace root shared by all pods, which runtimed fills with a
-	// directory per Run. Required.
+	// sockets and records (the supervisor owns <DataDir>/pods and clears
+	// it on start, after killing what is left of the pods an earlier
+	// supervisor recorded there), <DataDir>/scratch/<name> is its
+	// Runtime Server's --state-dir (cleared on start too), and
+	// <DataDir>/runs is the one workspace root shared by all pods, which
+	// runtimed fills with a directory per Run. Required.
 	DataDir string
 	// Command builds the command for a pod's Runtime Server; args start
 	// with "runtime-server". The default runs this executable with args.
@@ -118,6 +120,13 @@ type Config struct {
 	// child of that (--containment auto). Nil: pods run in this process's
 	// cgroup with --containment subreaper.
 	Cgroup *cgroup.Group
+	// RunAs, when set, is the unprivileged user the pods' Runs run as
+	// (their Runtime Servers' --run-as-user; this process is root). The
+	// workspace root <DataDir>/runs and the pods' scratch directories
+	// <DataDir>/scratch/<pod name> are then passages it can go through
+	// but not list (internal/runuser); <DataDir>/pods, with the pods'
+	// sockets, stays private.
+	RunAs *runuser.User
 }
 
 // Supervisor keeps the runtime pods of every Runtime object running. Create
@@ -129,7 +138,10 @@ type Supervisor struct {
 	clk     clock.WithTicker
 	podsDir string
 	runsDir string
-	running atomic.Bool
+	// scratchDir holds each pod's --state-dir: its Runs' scratch
+	// directories, apart from the pod's directory and its sockets.
+	scratchDir string
+	running    atomic.Bool
 
 	hub *podsource.Hub
 }
@@ -168,12 +180,13 @@ func NewSupervisor(cfg Config) (*Supervisor, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Supervisor{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		clk:     cfg.Clock,
-		podsDir: filepath.Join(dataDir, "pods"),
-		runsDir: filepath.Join(dataDir, "runs"),
-		hub:     podsource.NewHub(cfg.Logger),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		clk:        cfg.Clock,
+		podsDir:    filepath.Join(dataDir, "pods"),
+		runsDir:    filepath.Join(dataDir, "runs"),
+		scratchDir: filepath.Join(dataDir, "scratch"),
+		hub:        podsource.NewHub(cfg.Logger),
 	}, nil
 }
 
@@ -213,6 +226,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if err := os.MkdirAll(s.runsDir, 0o700); err != nil {
 		return fmt.Errorf("pool: workspace root: %w", err)
 	}
+	if err := s.cfg.RunAs.Passage(s.runsDir); err != nil {
+		return fmt.Errorf("pool: workspace root: %w", err)
+	}
 	// Pod directories left by an earlier supervisor belong to pods that
 	// died with it: their Runtime Servers got a parent-death signal and
 	// drained. What they could not reach is killed here.
@@ -222,6 +238,13 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	if err := os.MkdirAll(s.podsDir, 0o700); err != nil {
 		return fmt.Errorf("pool: pods directory: %w", err)
+	}
+	// The earlier pods' scratch directories went with their Runs.
+	if err := os.RemoveAll(s.scratchDir); err != nil {
+		return fmt.Errorf("pool: clear scratch directory: %w", err)
+	}
+	if err := s.cfg.RunAs.Passage(s.scratchDir); err != nil {
+		return fmt.Errorf("pool: scratch directory: %w", err)
 	}
 	l := &loop{
 		s:       s,

@@ -31,7 +31,15 @@ type options struct {
 	session  bool
 	deathSig syscall.Signal
 	cgroupFD int // -1: the parent's cgroup
+	cred     *syscall.Credential
 }
+
+// AsUser starts the process with cred's user and group IDs and groups
+// (an empty Groups drops the supplementary groups): a Run's process when
+// the server is root (internal/runuser). nil starts it as this process.
+// Only the child changes its user; this process keeps its own, and with
+// it the right to signal, reap and contain the child.
+func AsUser(cred *syscall.Credential) Option { return func(o *options) { o.cred = cred } }
 
 // InCgroup starts the process directly in the cgroup v2 whose directory fd
 // is open (clone3 with CLONE_INTO_CGROUP), so that it is never outside it,
@@ -85,6 +93,9 @@ func Start(cmd *exec.Cmd, opts ...Option) (*Process, error) {
 		cmd.SysProcAttr.Setpgid = true
 	}
 	cmd.SysProcAttr.Pdeathsig = o.deathSig
+	if o.cred != nil {
+		cmd.SysProcAttr.Credential = o.cred
+	}
 	if o.cgroupFD >= 0 {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = o.cgroupFD

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/runuser"
 )
 
 // Scopes tracks what each task, registration and invocation starts, so
@@ -57,9 +58,15 @@ type FunctionSpec struct {
 	// minimal base plus the registration's env. Never the server's own.
 	Env []string
 	// ScratchDir is a private, empty directory owned by this instance for
-	// pipes and request files; removed by the core after Close.
+	// pipes and request files; removed by the core after Close. With a
+	// User it is a passage (runuser.User.Passage): what the handler's
+	// processes use in it, the adapter makes and hands to User.
 	ScratchDir string
-	Logger     *slog.Logger // carries run_uid; for events, never output
+	// User, when set, is the unprivileged user the handler's processes
+	// run as (proc.AsUser); nil: as this process. WorkingDir is the
+	// user's already.
+	User   *runuser.User
+	Logger *slog.Logger // carries run_uid; for events, never output
 	// Output receives the handler's output (Bash: stderr; Python: what it
 	// prints and its stderr), with the invocation it belongs to.
 	Output Output

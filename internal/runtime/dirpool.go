@@ -153,14 +153,28 @@ func (p *DirPool) reusable(dir string) bool {
 // readNames reads at most n names of directory dir (not following a
 // symlink); ok is false when dir is not a directory with mode 0700 (an
 // execution may have opened its own to others) that could be read.
+//
+// A directory that a root server handed to the Runs' user
+// (internal/runuser) is taken back first (its owner becomes this
+// process's), before its names are read: from then on that user cannot
+// add to it, even through a handle opened earlier, and the next execution
+// gets a directory that is the server's own until the server hands it
+// over afresh. reusable reads the directory before its inner ones, so
+// each is taken back before what it holds is looked at.
 func readNames(dir string, n int) ([]string, bool) {
 	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, false
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || fi.Mode() != fs.ModeDir|0o700 {
+	fi, err := f.Stat()
+	if err != nil || fi.Mode() != fs.ModeDir|0o700 {
 		return nil, false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		if unix.Fchown(int(f.Fd()), os.Geteuid(), os.Getegid()) != nil {
+			return nil, false
+		}
 	}
 	names, err := f.Readdirnames(n)
 	if err != nil && err != io.EOF {

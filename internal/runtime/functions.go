@@ -22,6 +22,7 @@ import (
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/outputs"
 	"stoke.dev/stoke/internal/runlog"
+	"stoke.dev/stoke/internal/runuser"
 	"stoke.dev/stoke/internal/validation"
 )
 
@@ -53,6 +54,12 @@ type FunctionsConfig struct {
 	// processes: what an invocation leaves running is killed when it
 	// ends, what a registration started when it is released.
 	Scopes Scopes
+	// User, when set, is the unprivileged user the handlers run as (a
+	// server running as root): each registration's working directory and
+	// TMPDIR are handed to it, and ScratchRoot, IPCRoot and the
+	// directories between them and what it is given are passages
+	// (internal/runuser). Nil: as this process.
+	User *runuser.User
 }
 
 // Functions is the FunctionRuntime implementation of one Runtime Server: the
@@ -91,6 +98,14 @@ func NewFunctions(cfg FunctionsConfig) (*Functions, error) {
 	}
 	if err := os.MkdirAll(cfg.ScratchRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("scratch root: %w", err)
+	}
+	for _, d := range []string{cfg.ScratchRoot, cfg.IPCRoot} {
+		if d == "" {
+			continue
+		}
+		if err := cfg.User.Passage(d); err != nil {
+			return nil, fmt.Errorf("scratch root: %w", err)
+		}
 	}
 	return &Functions{cfg: cfg, log: cfg.Logger, regs: map[string]*registration{}}, nil
 }
@@ -249,10 +264,14 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 	if f.cfg.IPCRoot != "" {
 		ipc = filepath.Join(f.cfg.IPCRoot, id)
 	}
-	for _, d := range []string{ipc, tmp} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("run %s: scratch directory: %w", req.GetRunUid(), err)
-		}
+	// The scratch directory and the adapter's are passages to the user's
+	// own TMPDIR and to what the adapter hands over in its directory.
+	if err := f.makeScratch(scratch, ipc, tmp); err != nil {
+		return nil, fmt.Errorf("run %s: scratch directory: %w", req.GetRunUid(), err)
+	}
+	if err := f.cfg.User.Give(workingDir); err != nil {
+		_ = os.RemoveAll(scratch)
+		return nil, fmt.Errorf("run %s: working directory: %w", req.GetRunUid(), err)
 	}
 	log := f.log.With("run_uid", req.GetRunUid(), "registration_id", id)
 	var out *runlog.Sink
@@ -278,6 +297,7 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 		Handler:    req.GetHandler(),
 		Env:        MergeEnv(baseEnvWith(f.cfg.BaseEnv, workingDir, tmp), req.GetEnv()),
 		ScratchDir: ipc,
+		User:       f.cfg.User,
 		Logger:     log,
 		Output:     out,
 	}
@@ -288,6 +308,27 @@ func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir 
 		r.spec.Env = append(r.spec.Env, scopeEnv(id))
 	}
 	return r, nil
+}
+
+// makeScratch makes a registration's directories: scratch, holding tmp,
+// and the adapter's ipc (inside scratch, or in IPCRoot).
+func (f *Functions) makeScratch(scratch, ipc, tmp string) error {
+	u := f.cfg.User
+	if u == nil {
+		for _, d := range []string{ipc, tmp} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := u.Passage(scratch); err != nil {
+		return err
+	}
+	if err := u.Passage(ipc); err != nil {
+		return err
+	}
+	return u.Mkdir(tmp)
 }
 
 // load runs one bounded Load of the handler.

@@ -19,6 +19,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/runlog"
+	"stoke.dev/stoke/internal/runuser"
 )
 
 // Defaults for TasksConfig fields left at zero.
@@ -75,6 +76,11 @@ type TasksConfig struct {
 	// in a child group of its own, started directly in it and killed whole
 	// (cgroup.kill) and removed when the execution ends.
 	Cgroup *cgroup.Group
+	// User, when set, is the unprivileged user the executions run as (a
+	// server running as root): each one's working directory and scratch
+	// directory are handed to it, and ScratchRoot is a passage
+	// (internal/runuser). Nil: as this process.
+	User *runuser.User
 }
 
 // Tasks is the Runtime (one-shot) implementation of one Runtime Server: the
@@ -122,6 +128,9 @@ func NewTasks(cfg TasksConfig) (*Tasks, error) {
 		cfg.MaxTerminal = DefaultMaxTerminal
 	}
 	if err := os.MkdirAll(cfg.ScratchRoot, 0o700); err != nil {
+		return nil, fmt.Errorf("scratch root: %w", err)
+	}
+	if err := cfg.User.Passage(cfg.ScratchRoot); err != nil {
 		return nil, fmt.Errorf("scratch root: %w", err)
 	}
 	scratch, err := NewDirPool(filepath.Join(cfg.ScratchRoot, scratchPool), scratchTmp)

@@ -95,7 +95,7 @@ func (t *Tasks) start(e *execution, l launch) {
 		defer dir.Close()
 		opts = append(opts, proc.InCgroup(int(dir.Fd())))
 	}
-	p, err := proc.Start(cmd, opts...)
+	p, err := proc.Start(cmd, append(opts, proc.AsUser(t.cfg.User.Credential()))...)
 	closeAll(outW, errW) // the child has its copies; EOF needs ours closed
 	if err != nil {
 		closeAll(outR, errR)

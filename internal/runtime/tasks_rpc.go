@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -68,6 +69,13 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	tmp := filepath.Join(scratch, scratchTmp)
 	if err := t.scratch.Make(scratch); err != nil {
 		return nil, fmt.Errorf("execution %q: scratch directory: %w", id, err)
+	}
+	// Handed over once made (both are the server's until then): the
+	// scratch directory, where the task makes its outputs file, and the
+	// working directory that runtimed filled.
+	if err := errors.Join(t.cfg.User.Give(scratch), t.cfg.User.Give(workingDir)); err != nil {
+		_ = t.removeScratch(scratch)
+		return nil, fmt.Errorf("execution %q: handing its directories to the Runs' user: %w", id, err)
 	}
 	l := launch{argv: argv, dir: workingDir, outputs: filepath.Join(scratch, scratchOutputs)}
 	l.env, l.envPath = taskEnv(baseEnvWith(t.cfg.BaseEnv, workingDir, tmp), req.GetEnv(), l.outputs)

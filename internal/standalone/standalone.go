@@ -41,6 +41,7 @@ import (
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
+	"stoke.dev/stoke/internal/runuser"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
 	"stoke.dev/stoke/internal/validation"
@@ -77,6 +78,9 @@ type Config struct {
 	Cgroup *cgroup.Group
 	// DebugSockets gives each pod a debug socket (pool.Config.DebugSockets).
 	DebugSockets bool
+	// RunAs is the unprivileged user the pods' Runs run as
+	// (pool.Config.RunAs); nil: as this process.
+	RunAs *runuser.User
 }
 
 // DefaultRuntimes are the pools `stoke up` starts with: bash and python,
@@ -151,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	}
 	s.pods, err = pool.NewSupervisor(pool.Config{Store: st, DataDir: cfg.DataDir, Command: cfg.PodCommand,
 		Logger: cfg.Logger, HealthInterval: cfg.HealthInterval, RunLogDir: s.logs.Dir(), Cgroup: cfg.Cgroup,
-		DebugSockets: cfg.DebugSockets})
+		DebugSockets: cfg.DebugSockets, RunAs: cfg.RunAs})
 	if err != nil {
 		st.Close()
 		return nil, err

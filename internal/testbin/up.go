@@ -55,13 +55,23 @@ type Up struct {
 // and returns once it has logged the URL it serves and its token is in
 // dataDir/token. Whoever gets an Up must end it with Stop or Close.
 func StartUp(bin, dataDir string, extra ...string) (*Up, error) {
+	return StartUpAs(nil, nil, bin, dataDir, extra...)
+}
+
+// StartUpAs is StartUp with stoke up started as cred's user (nil: as this
+// process) and with env as its environment (nil: this process's).
+func StartUpAs(cred *syscall.Credential, env []string, bin, dataDir string, extra ...string) (*Up, error) {
 	// A test's temporary directory has mode 0755 under the usual umask;
 	// stoke up refuses a data directory that is not private.
 	if err := os.Chmod(dataDir, 0o700); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("stoke up: %w", err)
 	}
+	if err := RunsCanPass(dataDir); err != nil {
+		return nil, fmt.Errorf("stoke up: %w", err)
+	}
 	cmd := exec.Command(bin, append([]string{"up", "--data-dir", dataDir, "--listen", "127.0.0.1:0"}, extra...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
+	cmd.Env = env
 	// Our own pipe rather than StderrPipe: Cmd.Wait must not depend on
 	// everything that might hold the write end having closed it.
 	r, w, err := os.Pipe()
@@ -237,4 +247,32 @@ func (u *Up) releaseStderr() {
 		u.stderr.Close()
 		<-u.pumped
 	})
+}
+
+// RunsCanPass lets others pass through (not list) every directory above
+// path that lies in the temporary directory, when this process is root:
+// a root stoke up runs its Runs as an unprivileged user, which must pass
+// through every directory above the data directory, and a test's
+// t.TempDir lies below a directory of mode 0700. Nothing otherwise.
+func RunsCanPass(path string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Clean(os.TempDir()) + string(filepath.Separator)
+	for p := filepath.Dir(abs); strings.HasPrefix(p, tmp); p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if perm := fi.Mode().Perm(); perm&0o001 == 0 {
+			if err := os.Chmod(p, perm|0o001); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/runuser"
 	"stoke.dev/stoke/internal/standalone"
 )
 
@@ -77,6 +79,14 @@ type Config struct {
 	// delegates a writable one with cgroup.kill; cgroup.Subreaper (or
 	// empty) for the subreaper alone.
 	Containment cgroup.Mode
+	// RunAs, when set, is the unprivileged user the Runs' processes run
+	// as (tasks, handlers, exec sessions); stoke up must be root. The
+	// data directory and its runs and scratch directories are then
+	// passages it can go through, not list (internal/runuser); the token,
+	// the store, the logs and the pods' sockets stay out of its reach.
+	// The command sets it whenever stoke up is root; nil runs the Runs as
+	// stoke up's own user.
+	RunAs *runuser.User
 }
 
 var _ gateway.API = (*standalone.Standalone)(nil)
@@ -97,11 +107,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.FinishedRunTTL < 0 {
 		return fmt.Errorf("--finished-run-ttl %s is negative; 0 keeps finished Runs", cfg.FinishedRunTTL)
 	}
+	if cfg.RunAs != nil && os.Geteuid() != 0 {
+		return fmt.Errorf("--run-as-user %s: stoke up runs as uid %d, and only root can run the Runs as another user", cfg.RunAs, os.Geteuid())
+	}
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	if err := datadir.Prepare(dataDir); err != nil {
+	if err := datadir.Prepare(dataDir, cfg.RunAs); err != nil {
 		return err
 	}
 	// Before binding: a second stoke up on this directory says who serves
@@ -199,7 +212,7 @@ func Run(ctx context.Context, cfg Config) error {
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
 		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, OnScheduled: metrics.ObserveScheduled,
 		FinishedRunTTL: cfg.FinishedRunTTL, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods,
-		DebugSockets: cfg.DebugSocket != ""})
+		DebugSockets: cfg.DebugSocket != "", RunAs: cfg.RunAs})
 	if err != nil {
 		lis.Close()
 		return err
@@ -217,7 +230,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := datadir.WriteURL(dataDir, url); err != nil {
 		cfg.Logger.Warn("clients on this machine will need --server", "error", err)
 	}
-	cfg.Logger.Info("serving", "url", url, "data_dir", dataDir, "token_file", datadir.TokenPath(dataDir), "debug_socket", cfg.DebugSocket)
+	cfg.Logger.Info("serving", "url", url, "data_dir", dataDir, "token_file", datadir.TokenPath(dataDir), "debug_socket", cfg.DebugSocket,
+		"run_as_user", cfg.RunAs.String())
 	if cfg.Ready != nil {
 		cfg.Ready(url)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/runtime"
+	"stoke.dev/stoke/internal/runuser"
 )
 
 // instance is one warm shell: a runtime.Instance.
@@ -36,6 +37,8 @@ type instance struct {
 	// outputs.N; dirfd is it opened, for lookups that do not walk the path.
 	scratch string
 	dirfd   int
+	// user is spec.User, to whom each request's files are handed.
+	user *runuser.User
 
 	// The status reader and the stderr pump stop at end-of-file, which
 	// Close forces after a grace period.
@@ -106,8 +109,9 @@ func (c *call) finishLocked(rc int, trailer bool) {
 // start starts the warm shell, its status reader and stderr pump, and the
 // goroutine that notices its death.
 func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *instance, err error) {
+	// The user's (spec.User): the child makes the outputs file in it.
 	scratch := filepath.Join(spec.ScratchDir, "bash-"+nonce)
-	if err := os.Mkdir(scratch, 0o700); err != nil {
+	if err := spec.User.Mkdir(scratch); err != nil {
 		return nil, err
 	}
 	dirfd, err := syscall.Open(scratch, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
@@ -142,7 +146,7 @@ func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *i
 	// file prints while it is sourced: a log, not an output.
 	cmd.Stdout, cmd.Stderr = stderrW, stderrW
 	cmd.ExtraFiles = []*os.File{statusW, ctlR} // fds 3 and 4
-	p, err := proc.Start(cmd)
+	p, err := proc.Start(cmd, proc.AsUser(spec.User.Credential()))
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +162,7 @@ func start(a *Adapter, spec runtime.FunctionSpec, path, fn, nonce string) (in *i
 		stderrW:     stderrW,
 		scratch:     scratch,
 		dirfd:       dirfd,
+		user:        spec.User,
 		statusDone:  make(chan struct{}),
 		pumpDone:    make(chan struct{}),
 		dead:        dead,

@@ -1,6 +1,8 @@
 package bash
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -119,24 +121,41 @@ func (in *instance) prepareNow(w *prepWork) *slot {
 	if s.err == nil {
 		s.out, s.keeper, s.err = openFIFO(s.path("out"))
 	}
+	// The child reads the one and writes the other as the Runs' user.
+	if s.err == nil {
+		s.err = errors.Join(in.user.GiveFile(s.req), in.user.GiveFile(s.out))
+	}
 	return s
 }
 
 // openFIFO creates the FIFO at path and opens it for reading, without
 // blocking, and for writing: the write end (a raw fd) keeps reads from
 // seeing end-of-file before the child has opened the FIFO.
+//
+// The directory may be the Runs' user's (runuser), who could put
+// something else under the name between the mkfifo and the opens: neither
+// open follows a symbolic link, and both must be the FIFO just made, so
+// that a server running as root never reads (and returns as the output) a
+// file the user could not read itself.
 func openFIFO(path string) (r *os.File, keeper int, err error) {
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		return nil, -1, err
 	}
-	r, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	r, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, -1, err
 	}
-	keeper, err = syscall.Open(path, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	keeper, err = syscall.Open(path, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		_ = r.Close()
 		return nil, -1, err
+	}
+	var rs, ks syscall.Stat_t
+	if err := errors.Join(syscall.Fstat(int(r.Fd()), &rs), syscall.Fstat(keeper, &ks)); err != nil ||
+		rs.Mode&syscall.S_IFMT != syscall.S_IFIFO || rs.Dev != ks.Dev || rs.Ino != ks.Ino {
+		_ = r.Close()
+		_ = syscall.Close(keeper)
+		return nil, -1, fmt.Errorf("%s is not the FIFO made for the request (%v)", path, err)
 	}
 	return r, keeper, nil
 }

@@ -159,7 +159,7 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	cmd.Env = append(slices.Clip(env), "__STOKE_WORKDIR="+spec.WorkingDir, "__STOKE_RUN_UID="+spec.RunUID)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW}
-	p, err := proc.Start(cmd)
+	p, err := proc.Start(cmd, proc.AsUser(spec.User.Credential()))
 	// The worker holds its own copies now; keeping ours would hide its EOF.
 	closeAll([]*os.File{reqR, respW, outW, errW})
 	if err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/bash"
 	"stoke.dev/stoke/internal/runtime/python"
+	"stoke.dev/stoke/internal/runuser"
 	"stoke.dev/stoke/internal/shm"
 )
 
@@ -73,6 +75,14 @@ type Config struct {
 	// well as the subreaper; Subreaper (or empty) for the subreaper alone.
 	// Only with Subreaper set.
 	Containment cgroup.Mode
+
+	// RunAs, when set, is the unprivileged user the Runs' processes run
+	// as — tasks, handlers and exec sessions — while the server itself
+	// stays root to contain and kill them (internal/runuser). It needs a
+	// server running as root. The directories between the workspace and
+	// state directories' own and what the user is given are passages;
+	// the user reaches nothing else of the server's.
+	RunAs *runuser.User
 
 	Logger *slog.Logger
 	// OnListen, if set, is called with the bound address once the server
@@ -148,7 +158,17 @@ func Run(ctx context.Context, cfg Config) error {
 	adapter := cfg.Adapter
 	if adapter == nil {
 		var err error
-		if adapter, err = NewAdapter(ctx, cfg.Runtime, cfg.Python, cfg.Bash); err != nil {
+		python, bash := cfg.Python, cfg.Bash
+		if cfg.RunAs != nil {
+			// Programs the Runs' user can run, not only the server.
+			if python, err = cfg.RunAs.LookPath(cmp.Or(python, "python3"), os.Getenv("PATH")); err != nil && cfg.Runtime == "python" {
+				return err
+			}
+			if bash, err = cfg.RunAs.LookPath(cmp.Or(bash, "bash"), os.Getenv("PATH")); err != nil && cfg.Runtime == "bash" {
+				return err
+			}
+		}
+		if adapter, err = NewAdapter(ctx, cfg.Runtime, python, bash); err != nil {
 			return err
 		}
 	}
@@ -192,7 +212,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.WorkspaceRoot == "" {
 		return errors.New("a workspace root is required")
 	}
+	if cfg.RunAs != nil && os.Geteuid() != 0 {
+		return fmt.Errorf("--run-as-user %s: the runtime server runs as uid %d, and only root can start processes as another user", cfg.RunAs, os.Geteuid())
+	}
 	if err := os.MkdirAll(cfg.WorkspaceRoot, 0o700); err != nil {
+		return fmt.Errorf("workspace root: %w", err)
+	}
+	if err := cfg.RunAs.Passage(cfg.WorkspaceRoot); err != nil {
 		return fmt.Errorf("workspace root: %w", err)
 	}
 	ws, err := runtime.NewWorkspace(cfg.WorkspaceRoot)
@@ -205,6 +231,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("state dir: %w", err)
 		}
 		defer os.RemoveAll(stateDir)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := cfg.RunAs.Passage(stateDir); err != nil {
+		return fmt.Errorf("state dir: %w", err)
 	}
 	ipcDir := cfg.IPCDir
 	if ipcDir == "" {
@@ -227,7 +259,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fns, err := runtime.NewFunctions(runtime.FunctionsConfig{
 		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/functions", IPCRoot: ipcDir, Logger: log, Logs: logs,
 		DefaultInvokeTimeout: cfg.DefaultInvokeTimeout, MaxInvokeTimeout: cfg.MaxInvokeTimeout,
-		InitTimeout: cfg.InitTimeout, Scopes: scopes,
+		InitTimeout: cfg.InitTimeout, Scopes: scopes, User: cfg.RunAs,
 	})
 	if err != nil {
 		return err
@@ -238,7 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	tasks, err := runtime.NewTasks(runtime.TasksConfig{
 		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/tasks", Logger: log, Logs: logs,
-		MaxTaskDuration: maxTask, Scopes: scopes, Cgroup: taskCgroup,
+		MaxTaskDuration: maxTask, Scopes: scopes, Cgroup: taskCgroup, User: cfg.RunAs,
 	})
 	if err != nil {
 		return err
@@ -247,11 +279,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	execs := exec.NewLocal(exec.LocalConfig{Targets: runtime.ExecTargets(tasks, fns), Scopes: scopes, Logger: log})
+	execs := exec.NewLocal(exec.LocalConfig{Targets: runtime.ExecTargets(tasks, fns), Scopes: scopes, Logger: log, User: cfg.RunAs})
 	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns, Exec: exec.NewGRPCServer(execs),
 		Metrics: NewMetrics(fns.RegistrationStates)})
 	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root(), "run_log_dir", runLogDir,
-		"gomaxprocs", goruntime.GOMAXPROCS(0))
+		"gomaxprocs", goruntime.GOMAXPROCS(0), "run_as_user", cfg.RunAs.String())
 	if cfg.OnListen != nil {
 		cfg.OnListen(lis.Addr())
 	}
