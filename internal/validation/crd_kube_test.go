@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -186,6 +187,22 @@ func TestCRD(t *testing.T) {
 		crowded.Spec.Env = envOf(257)
 		_, err = apiCreate(t, api, "runs", crowded, &v1alpha1.Run{})
 		mustRefuse(t, err, "spec.env", "256")
+
+		// A template that would break the runtime Pod: refused with the
+		// reason, and nothing is stored.
+		breaks := validRuntime()
+		breaks.Name, breaks.Namespace, breaks.UID = "breaks-the-pod", ns, ""
+		breaks.Spec.Template = fullTemplate()
+		breaks.Spec.Template.Volumes[0].Name = "workspace"
+		breaks.Spec.Template.VolumeMounts[0] = corev1.VolumeMount{Name: "workspace", MountPath: "/var/run/stoke"}
+		breaks.Spec.Template.Env = append(breaks.Spec.Template.Env, corev1.EnvVar{Name: "POD_UID", Value: "x"})
+		_, err = apiCreate(t, api, "runtimes", breaks, &v1alpha1.Runtime{})
+		mustRefuse(t, err, "spec.template.volumes", "are the runtime Pod's own volumes")
+		mustRefuse(t, err, "spec.template.volumeMounts", "may not be, or be beneath, the runtime Pod's own /var/run/stoke")
+		mustRefuse(t, err, "spec.template.env", "are Stoke's own variables")
+		if err := api.Get().Namespace(ns).Resource("runtimes").Name(breaks.Name).Do(t.Context()).Error(); !apierrors.IsNotFound(err) {
+			t.Fatalf("the refused Runtime: %v, want NotFound", err)
+		}
 	})
 
 	t.Run("Examples", func(t *testing.T) {

@@ -167,6 +167,7 @@ func validateRuntime(e *errorList, rt *v1alpha1.Runtime) {
 	validateDuration(e, s.DefaultFunctionTimeout, spec.Child("defaultFunctionTimeout"))
 	validateDuration(e, s.DefaultInvokeTimeout, spec.Child("defaultInvokeTimeout"))
 	validateLambda(e, s, spec.Child("lambda"))
+	validateTemplate(e, s.Template, spec.Child("template"))
 }
 
 // validateLambda checks spec.lambda: present exactly for the lambda server.

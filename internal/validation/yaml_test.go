@@ -76,6 +76,7 @@ func fullRuntime() *v1alpha1.Runtime {
 			DefaultTaskTimeout:     &metav1.Duration{Duration: 30 * time.Minute},
 			DefaultFunctionTimeout: &metav1.Duration{Duration: 24 * time.Hour},
 			DefaultInvokeTimeout:   &metav1.Duration{Duration: 30 * time.Second},
+			Template:               fullTemplate(),
 		},
 		Status: v1alpha1.RuntimeStatus{
 			ReadyPods: 1,

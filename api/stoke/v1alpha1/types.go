@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -346,6 +347,100 @@ type RuntimeSpec struct {
 	// here: the pods take them from the environment, as AWS tools do.
 	// +optional
 	Lambda *LambdaSpec `json:"lambda,omitempty"`
+	// Template is what a platform team sets on the runtime pods: in
+	// Kubernetes mode the runtime-server container's image, resources,
+	// env and mounts and the Pod's scheduling; in standalone only env
+	// applies (stoke up refuses the rest, naming the field).
+	// +optional
+	Template *RuntimeTemplate `json:"template,omitempty"`
+}
+
+// Names and paths of a runtime Pod that are Stoke's own; a template may
+// not take them (RuntimeTemplate's rules state them again, as CEL takes
+// only literals).
+var (
+	// ReservedVolumes are the runtime Pod's own volumes.
+	ReservedVolumes = []string{"run", "workspace", "tls", "kube-api-access", "stoke-bin"}
+	// ReservedMountPaths are where the runtime-server container mounts
+	// them; a template mount may be neither one of them nor beneath one.
+	// /run/stoke is /var/run/stoke where /var/run links to /run.
+	ReservedMountPaths = []string{"/var/run/stoke", "/run/stoke", "/workspace", "/var/run/stoke-bin", "/var/run/stoke-tls", "/var/run/secrets/kubernetes.io/serviceaccount"}
+	// ReservedEnv are the variables Stoke sets on the runtime-server
+	// container; names starting with ReservedEnvPrefix are Stoke's too
+	// (STOKE_OUTPUTS, STOKE_RUN_UID, … are set per Run).
+	ReservedEnv       = []string{"POD_NAME", "POD_NAMESPACE", "POD_UID", "POD_IP"}
+	ReservedEnvPrefix = "STOKE_"
+)
+
+// RuntimeTemplate is what a platform team sets on a Runtime's pods. The
+// runtime-server container, which runs users' code, may run a user's
+// image (bash, python3 and the user's packages; no Stoke in it: an init
+// container copies Stoke's binary from Stoke's own image into the Pod);
+// runtimed always runs Stoke's image with Stoke's settings. Nothing here
+// may replace what the Pod needs of Stoke's: its volumes, their paths, or
+// the variables Stoke sets.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && self.volumes.exists(v, v.name == m.name))",message="every volumeMounts[].name must be a volume of spec.template.volumes",fieldPath=".volumeMounts"
+type RuntimeTemplate struct {
+	// Image is the runtime-server container's image (default: Stoke's
+	// own, the controller's --image). It needs bash and python3 on its
+	// PATH, not Stoke. With a user's image, handlers start from the
+	// container's environment (the image's ENV and env below).
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Image string `json:"image,omitempty"`
+	// ImagePullPolicy of the image (default IfNotPresent).
+	// +optional
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// Resources of the runtime-server container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Env of the runtime-server container; every handler and task gets
+	// it, beneath its Run's own env. Names are [A-Za-z_][A-Za-z0-9_]*,
+	// unique, and not Stoke's (POD_NAME, POD_NAMESPACE, POD_UID, POD_IP,
+	// STOKE_*). PYTHONPATH here is the extra Python path of the pool.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e.name.matches('^[A-Za-z_][A-Za-z0-9_]*$'))",message="names must match [A-Za-z_][A-Za-z0-9_]*"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['POD_NAME', 'POD_NAMESPACE', 'POD_UID', 'POD_IP']) && !e.name.startsWith('STOKE_'))",message="POD_NAME, POD_NAMESPACE, POD_UID, POD_IP and STOKE_* are Stoke's own variables"
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// Volumes added to the Pod, for volumeMounts. Names may not be
+	// Stoke's own: run, workspace, tls, kube-api-access, stoke-bin.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['run', 'workspace', 'tls', 'kube-api-access', 'stoke-bin']))",message="run, workspace, tls, kube-api-access and stoke-bin are the runtime Pod's own volumes"
+	Volumes []corev1.Volume `json:"volumes,omitempty"`
+	// VolumeMounts of the runtime-server container, each of a volume of
+	// Volumes, neither at nor beneath Stoke's own paths (/var/run/stoke,
+	// /workspace, /var/run/stoke-bin, /var/run/stoke-tls, the
+	// ServiceAccount token's directory).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(m, !['/var/run/stoke', '/run/stoke', '/workspace', '/var/run/stoke-bin', '/var/run/stoke-tls', '/var/run/secrets/kubernetes.io/serviceaccount'].exists(p, m.mountPath == p || m.mountPath.startsWith(p + '/')))",message="a mountPath may not be, or be beneath, the runtime Pod's own /var/run/stoke, /workspace, /var/run/stoke-bin, /var/run/stoke-tls or /var/run/secrets/kubernetes.io/serviceaccount"
+	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
+	// NodeSelector of the Pod.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations of the Pod.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Affinity of the Pod.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// PriorityClassName of the Pod.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// ImagePullSecrets of the Pod, for the image.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 }
 
 // LambdaSpec configures the functions of a lambda Runtime.
