@@ -31,7 +31,7 @@ func newRootCommand() *cobra.Command {
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: "+strings.Join([]string{"debug", "info", "warn", "error"}, ", "))
-	root.AddCommand(newRuntimeServerCommand(), newLambdaRelayCommand())
+	root.AddCommand(newRuntimeServerCommand(), newLambdaRelayCommand(), newInstallBinaryCommand())
 	root.AddCommand(newRunCommand(), newApplyCommand(), newGetCommand(), newDescribeCommand(),
 		newLogsCommand(), newInvokeCommand(), newExecCommand(), newCancelCommand(), newDeleteCommand())
 	root.AddCommand(newUpCommand(), newControllerCommand(), newRuntimedCommand(), newVersionCommand(), newDebugCommand())

@@ -13,11 +13,13 @@ import (
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runuser"
+	"stoke.dev/stoke/internal/selfcopy"
 )
 
 func newRuntimeServerCommand() *cobra.Command {
 	var cfg server.Config
 	var containment, debugSocket, runAs string
+	var handlerEnv []string
 	var lcfg lambda.Config
 	cmd := &cobra.Command{
 		Use:   "runtime-server",
@@ -52,6 +54,9 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 				if cfg.RunAs, err = runuser.Parse(runAs); err != nil {
 					return err
 				}
+			}
+			if cfg.HandlerEnv, err = server.HandlerEnvFrom(handlerEnv, os.Environ()); err != nil {
+				return err
 			}
 			if cfg.Runtime == "lambda" {
 				lcfg.StateDir, lcfg.Logger = cfg.StateDir, cfg.Logger
@@ -93,6 +98,7 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 	f.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long work in flight may finish after SIGTERM")
 	f.StringVar(&debugSocket, "debug-socket", "", debugSocketUsage)
 	f.StringVar(&runAs, "run-as-user", "", "run the Runs' processes (tasks, handlers, exec sessions) as this unprivileged UID[:GID], without supplementary groups, handing them their working and scratch directories; the server itself stays root (needs root)")
+	f.StringArrayVar(&handlerEnv, "handler-env", nil, "NAME of a variable of this server's environment that every handler and task gets beneath its Run's env (repeatable; '*' alone: the whole environment); HOME and TMPDIR are always the Run's own")
 	_ = cmd.MarkFlagRequired("workspace-root")
 	return cmd
 }
@@ -121,4 +127,18 @@ func newLambdaRelayCommand() *cobra.Command {
 	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "the task's entrypoint")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "the task's timeout, which Lambda ends it at too (0: the Runtime Server's task timeout)")
 	return cmd
+}
+
+// newInstallBinaryCommand copies this stoke to a path: the init container
+// of a runtime Pod in a user's image runs it (internal/runtimeset).
+func newInstallBinaryCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "install-binary DEST",
+		Short:  "Copy this stoke executable to DEST (internal: a runtime Pod's init container)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return selfcopy.To(args[0])
+		},
+	}
 }

@@ -28,3 +28,24 @@ func LambdaArgs(l *v1alpha1.LambdaSpec) []string {
 	}
 	return args
 }
+
+// HandlerEnvArgs are the `stoke runtime-server` flags that give every
+// handler a Runtime's env: the names of spec.template.env, whose values
+// the server has in its own environment (a Kubernetes container's env,
+// Secrets and the downward API resolved by the kubelet; a standalone
+// pod's environment, set by internal/pool), never in its arguments. With
+// a user's image the handlers get the container's whole environment
+// ("*"), the image's ENV included: how a user's image finds its packages.
+func HandlerEnvArgs(tpl *v1alpha1.RuntimeTemplate) []string {
+	if tpl == nil {
+		return nil
+	}
+	if tpl.Image != "" {
+		return []string{"--handler-env", "*"}
+	}
+	args := make([]string, 0, 2*len(tpl.Env))
+	for _, e := range tpl.Env {
+		args = append(args, "--handler-env", e.Name)
+	}
+	return args
+}

@@ -21,6 +21,9 @@ type Pod struct {
 	Server string
 	// Lambda is the Runtime's spec.lambda, for the lambda server's flags.
 	Lambda *v1alpha1.LambdaSpec
+	// Template is the Runtime's spec.template: in standalone, the env
+	// its pods' handlers get.
+	Template *v1alpha1.RuntimeTemplate
 	// Slots is the Runtime's spec.runs: how many Runs the pod may hold.
 	// Zero: the pod is alive but takes no new Runs for now (in
 	// Kubernetes, a Pod that is not Ready yet or for the moment); the Runs
@@ -65,6 +68,9 @@ const (
 	// it; the supervisor still replaces the pods rather than serve the old
 	// server under the new name.
 	ReasonServerChanged = "ServerChanged"
+	// ReasonTemplateChanged: spec.template changed (standalone: its env);
+	// the pods are replaced, as a Deployment rolls its Pods.
+	ReasonTemplateChanged = "TemplateChanged"
 	// ReasonShutdown: the source is stopping.
 	ReasonShutdown = "Shutdown"
 	// ReasonPodDeleted: the Kubernetes Pod was deleted (or is being

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	executorv1 "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/loglines"
 	"stoke.dev/stoke/internal/podsource"
@@ -137,8 +139,10 @@ func (s *Supervisor) runPod(pr *podRun, pod podsource.Pod, dir string, ready fun
 	if s.cfg.RunAs != nil && pod.Server != "lambda" {
 		args = append(args, "--run-as-user", s.cfg.RunAs.String())
 	}
+	args = append(args, podsource.HandlerEnvArgs(pod.Template)...)
 	args = append(args, podsource.LambdaArgs(pod.Lambda)...)
 	cmd := s.cfg.Command(pod, args)
+	setRuntimeEnv(cmd, pod.Template)
 	// Our own pipe rather than exec's copying goroutine, so that the exit
 	// is seen at once even if something still holds the write end.
 	r, w, err := os.Pipe()
@@ -444,4 +448,19 @@ func RemoveIPCDirs(dataDir string) error {
 		errs = append(errs, removeRecordedIPC(d))
 	}
 	return errors.Join(errs...)
+}
+
+// setRuntimeEnv puts the Runtime's env in its pod's environment, where
+// --handler-env names it, so that the values, which may be secrets, are
+// never in the pod's arguments.
+func setRuntimeEnv(cmd *exec.Cmd, tpl *v1alpha1.RuntimeTemplate) {
+	if tpl == nil || len(tpl.Env) == 0 {
+		return
+	}
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	for _, e := range tpl.Env {
+		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+	}
 }

@@ -511,14 +511,19 @@ func (l *loop) upsert(rt *v1alpha1.Runtime) {
 	old := p.spec
 	p.spec = rt.Spec
 	sameServer := old.Server == p.spec.Server && reflect.DeepEqual(old.Lambda, p.spec.Lambda)
-	if sameServer && old.Replicas == p.spec.Replicas && old.Runs == p.spec.Runs {
+	sameTemplate := reflect.DeepEqual(old.Template, p.spec.Template)
+	if sameServer && sameTemplate && old.Replicas == p.spec.Replicas && old.Runs == p.spec.Runs {
 		return // nothing the pods depend on (most often: our own status write)
 	}
 	l.s.log.Info("runtime pool changed", "runtime", key.String(), "server", rt.Spec.Server,
 		"replicas", rt.Spec.Replicas, "runs", rt.Spec.Runs)
-	if !sameServer {
+	if !sameServer || !sameTemplate {
+		reason := podsource.ReasonServerChanged
+		if sameServer {
+			reason = podsource.ReasonTemplateChanged
+		}
 		for _, pr := range p.pods {
-			l.stopPod(pr, podsource.ReasonServerChanged)
+			l.stopPod(pr, reason)
 		}
 	}
 	if old.Runs != p.spec.Runs {
@@ -643,6 +648,7 @@ func (l *loop) startPod(p *pool) error {
 		UID:           string(uuid.NewUUID()),
 		Server:        p.spec.Server,
 		Lambda:        p.spec.Lambda,
+		Template:      p.spec.Template,
 		Slots:         p.spec.Runs,
 		Addr:          "unix://" + filepath.Join(dir, socketName),
 		WorkspaceRoot: s.runsDir,

@@ -555,6 +555,9 @@ func (s *Standalone) ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v
 	if err := validation.ValidateRuntime(rt); err != nil {
 		return nil, err
 	}
+	if err := validation.ValidateStandaloneRuntime(rt); err != nil {
+		return nil, err
+	}
 	var out *v1alpha1.Runtime
 	err := store.RetryOnConflict(func() error {
 		cur, err := s.store.Runtimes().Get(ctx, rt.Namespace, rt.Name)

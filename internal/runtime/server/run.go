@@ -54,6 +54,9 @@ type Config struct {
 	// path.
 	Python string
 	Bash   string
+	// HandlerEnv is added to every handler's and task's environment,
+	// beneath its Run's own env: the Runtime's env (HandlerEnvFrom).
+	HandlerEnv map[string]string
 
 	DefaultInvokeTimeout time.Duration
 	MaxInvokeTimeout     time.Duration
@@ -259,7 +262,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fns, err := runtime.NewFunctions(runtime.FunctionsConfig{
 		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/functions", IPCRoot: ipcDir, Logger: log, Logs: logs,
 		DefaultInvokeTimeout: cfg.DefaultInvokeTimeout, MaxInvokeTimeout: cfg.MaxInvokeTimeout,
-		InitTimeout: cfg.InitTimeout, Scopes: scopes, User: cfg.RunAs,
+		InitTimeout: cfg.InitTimeout, Scopes: scopes, User: cfg.RunAs, BaseEnv: cfg.HandlerEnv,
 	})
 	if err != nil {
 		return err
@@ -270,7 +273,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	tasks, err := runtime.NewTasks(runtime.TasksConfig{
 		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/tasks", Logger: log, Logs: logs,
-		MaxTaskDuration: maxTask, Scopes: scopes, Cgroup: taskCgroup, User: cfg.RunAs,
+		MaxTaskDuration: maxTask, Scopes: scopes, Cgroup: taskCgroup, User: cfg.RunAs, BaseEnv: cfg.HandlerEnv,
 	})
 	if err != nil {
 		return err
