@@ -72,6 +72,7 @@ func startKube(t testing.TB) *kubeEnv {
 	e := startCluster(t)
 	c := e.cluster
 	e.hostDir = hostDir(t)
+	images := userImages(t, filepath.Join(e.hostDir, "user-image"))
 	for i := 1; i <= kubeNodes; i++ {
 		root := t.TempDir()
 		logf, err := os.OpenFile(filepath.Join(root, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -80,7 +81,7 @@ func startKube(t testing.TB) *kubeEnv {
 		}
 		a, err := nodeagent.Start(context.Background(), nodeagent.Config{
 			RESTConfig: c.Config, NodeName: fmt.Sprintf("stoke-node-%d", i), Stoke: stokeBin,
-			InitBinary: containerInitBin, RootDir: root,
+			InitBinary: containerInitBin, RootDir: root, Images: images,
 			Logger: slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		})
 		if err != nil {

@@ -26,6 +26,7 @@ func TestKube(t *testing.T) {
 		{"HopRefusesStrangers", testHopRefusesStrangers},
 		{"Profiles", testProfiles},
 		{"FunctionSurvivesItsPod", testFunctionSurvivesItsPod},
+		{"UserImage", testUserImage},
 		{"LeaderKilled", testLeaderKilled},
 		{"APIServerStopped", testAPIServerStopped},
 	} {

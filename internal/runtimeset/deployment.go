@@ -1,9 +1,11 @@
 package runtimeset
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -29,6 +31,12 @@ const (
 
 	ContainerRuntimeServer = "runtime-server"
 	ContainerRuntimed      = "runtimed"
+	// ContainerInstall is the init container that copies Stoke's binary
+	// into BinDir when the runtime-server container runs a user's image.
+	ContainerInstall = "install-stoke"
+	// BinDir is the emptyDir that holds that copy, mounted read-only in
+	// the runtime-server container, whose command it is.
+	BinDir = "/var/run/stoke-bin"
 
 	// RunDir is the emptyDir both containers share for the Runtime
 	// Server's socket and runtimed's probe socket.
@@ -52,6 +60,7 @@ const (
 	volumeWorkspace          = "workspace"
 	volumeTLS                = "tls"
 	volumeToken              = "kube-api-access"
+	volumeBin                = "stoke-bin"
 	defaultImage             = "stoke"
 )
 
@@ -81,6 +90,10 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 	}
 	runMount := corev1.VolumeMount{Name: volumeRun, MountPath: RunDir}
 	wsMount := corev1.VolumeMount{Name: volumeWorkspace, MountPath: WorkspaceDir}
+	tpl := rt.Spec.Template
+	if tpl == nil {
+		tpl = &v1alpha1.RuntimeTemplate{}
+	}
 	d := &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -115,8 +128,8 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 							ImagePullPolicy: opts.ImagePullPolicy,
 							Command:         []string{"stoke"},
 							Args:            runtimeServerArgs(rt),
-							Env:             env,
-							VolumeMounts:    []corev1.VolumeMount{runMount, wsMount},
+							Env:             append(slices.Clip(env), tpl.Env...),
+							VolumeMounts:    append([]corev1.VolumeMount{runMount, wsMount}, tpl.VolumeMounts...),
 							SecurityContext: restricted,
 						},
 						{
@@ -159,8 +172,45 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 			},
 		},
 	}
+	applyTemplate(&d.Spec.Template.Spec, tpl, opts, restricted)
 	d.Annotations = map[string]string{AnnotationTemplateHash: specHash(&d.Spec)}
 	return d
+}
+
+// applyTemplate puts a Runtime's template on the Pod spec the reconciler
+// built: the Pod's scheduling and pull secrets, its volumes after Stoke's
+// own, and, for a user's image, that image in the runtime-server
+// container with Stoke's binary copied from Stoke's image by an init
+// container into an emptyDir (an init container rather than an image
+// volume: it works on every Kubernetes version and container runtime).
+// The container's env, mounts and resources are the template's too.
+func applyTemplate(spec *corev1.PodSpec, tpl *v1alpha1.RuntimeTemplate, opts Options, restricted *corev1.SecurityContext) {
+	spec.NodeSelector = tpl.NodeSelector
+	spec.Tolerations = tpl.Tolerations
+	spec.Affinity = tpl.Affinity
+	spec.PriorityClassName = tpl.PriorityClassName
+	spec.ImagePullSecrets = tpl.ImagePullSecrets
+	spec.Volumes = append(spec.Volumes, tpl.Volumes...)
+	rs := &spec.Containers[0]
+	if tpl.Resources != nil {
+		rs.Resources = *tpl.Resources
+	}
+	if tpl.Image == "" {
+		return
+	}
+	rs.Image = tpl.Image
+	rs.ImagePullPolicy = cmp.Or(tpl.ImagePullPolicy, corev1.PullIfNotPresent)
+	rs.Command = []string{BinDir + "/stoke"}
+	rs.VolumeMounts = append(rs.VolumeMounts, corev1.VolumeMount{Name: volumeBin, MountPath: BinDir, ReadOnly: true})
+	spec.InitContainers = []corev1.Container{{
+		Name:            ContainerInstall,
+		Image:           opts.Image,
+		ImagePullPolicy: opts.ImagePullPolicy,
+		Command:         []string{"stoke", "install-binary", BinDir + "/stoke"},
+		VolumeMounts:    []corev1.VolumeMount{{Name: volumeBin, MountPath: BinDir}},
+		SecurityContext: restricted,
+	}}
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: volumeBin, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 }
 
 // tokenVolume is what the ServiceAccount admission plugin would mount in
@@ -182,7 +232,8 @@ func tokenVolume() corev1.Volume {
 }
 
 // runtimeServerArgs are the runtime-server container's arguments: the
-// Runtime's server, its lambda configuration and invoke timeout.
+// Runtime's server, its lambda configuration, invoke timeout and the
+// environment its handlers get.
 func runtimeServerArgs(rt *v1alpha1.Runtime) []string {
 	args := []string{"runtime-server",
 		"--runtime", rt.Spec.Server,
@@ -193,6 +244,7 @@ func runtimeServerArgs(rt *v1alpha1.Runtime) []string {
 	if t := rt.Spec.DefaultInvokeTimeout; t != nil && t.Duration > 0 {
 		args = append(args, "--default-invoke-timeout", t.Duration.String())
 	}
+	args = append(args, podsource.HandlerEnvArgs(rt.Spec.Template)...)
 	return append(args, podsource.LambdaArgs(rt.Spec.Lambda)...)
 }
 

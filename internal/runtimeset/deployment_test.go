@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -164,5 +165,95 @@ func TestStatusCountsReadyPodsAndFreeSlots(t *testing.T) {
 	}
 	if st := Status(rt, pods, append(runs, over...)); st.FreeSlots != 1 {
 		t.Fatalf("free %d with pod b over-full, want 1 (pod a's)", st.FreeSlots)
+	}
+}
+
+// TestDeploymentWearsTheTemplate puts a platform team's template on the
+// Pods: the user's image in the runtime-server container with Stoke's
+// binary from an init container of Stoke's image, the template's env,
+// resources and mounts there only, the Pod's scheduling and volumes; and
+// runtimed unchanged, on Stoke's image with the only token.
+func TestDeploymentWearsTheTemplate(t *testing.T) {
+	rt := runtimeObj("ml", "python", 2, 4)
+	before := Deployment(rt, Options{Image: "stoke:1"})
+	cpu := resource.MustParse("500m")
+	rt.Spec.Template = &v1alpha1.RuntimeTemplate{
+		Image:     "registry.example.com/ml:1",
+		Resources: &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: cpu}},
+		Env: []corev1.EnvVar{{Name: "PYTHONPATH", Value: "/opt/lib"}, {Name: "HF_TOKEN", ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "hf"}, Key: "token"}}}},
+		Volumes:           []corev1.Volume{{Name: "models", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		VolumeMounts:      []corev1.VolumeMount{{Name: "models", MountPath: "/models"}},
+		NodeSelector:      map[string]string{"pool": "ml"},
+		Tolerations:       []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}},
+		Affinity:          &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{}},
+		PriorityClassName: "high",
+		ImagePullSecrets:  []corev1.LocalObjectReference{{Name: "regcred"}},
+	}
+	d := Deployment(rt, Options{Image: "stoke:1"})
+	if d.Annotations[AnnotationTemplateHash] == before.Annotations[AnnotationTemplateHash] {
+		t.Fatal("a template keeps the hash: the Deployment would not roll")
+	}
+	spec := d.Spec.Template.Spec
+	rs, rd := container(t, spec, ContainerRuntimeServer), container(t, spec, ContainerRuntimed)
+	if rs.Image != "registry.example.com/ml:1" || strings.Join(rs.Command, " ") != BinDir+"/stoke" {
+		t.Errorf("runtime-server image %q command %q, want the user's image running Stoke's copied binary", rs.Image, rs.Command)
+	}
+	if got := strings.Join(rs.Args, " "); !strings.Contains(got, "--handler-env *") {
+		t.Errorf("runtime-server args %q: a user's image gives its handlers the container's environment", got)
+	}
+	if rd.Image != "stoke:1" || strings.Join(rd.Command, " ") != "stoke" {
+		t.Errorf("runtimed image %q command %q, want Stoke's own", rd.Image, rd.Command)
+	}
+	if len(spec.InitContainers) != 1 {
+		t.Fatalf("%d init containers, want the one that copies stoke", len(spec.InitContainers))
+	}
+	ic := spec.InitContainers[0]
+	if ic.Name != ContainerInstall || ic.Image != "stoke:1" || strings.Join(ic.Command, " ") != "stoke install-binary "+BinDir+"/stoke" || mounts(ic)[volumeBin] != BinDir {
+		t.Errorf("init container %+v", ic)
+	}
+	if m := mounts(rs); m[volumeBin] != BinDir || m["models"] != "/models" || m[volumeToken] != "" {
+		t.Errorf("runtime-server mounts %v", m)
+	}
+	for _, vm := range rs.VolumeMounts {
+		if vm.Name == volumeBin && !vm.ReadOnly {
+			t.Error("the runtime-server container, which runs users' code, may write Stoke's binary")
+		}
+	}
+	if m := mounts(rd); m["models"] != "" || m[volumeToken] != tokenDir {
+		t.Errorf("runtimed mounts %v", m)
+	}
+	var env []string
+	for _, e := range rs.Env {
+		env = append(env, e.Name)
+	}
+	if got := strings.Join(env, ","); got != "POD_NAME,POD_NAMESPACE,POD_UID,POD_IP,PYTHONPATH,HF_TOKEN" {
+		t.Errorf("runtime-server env %s", got)
+	}
+	if len(rd.Env) != 4 {
+		t.Errorf("runtimed env %+v, want Stoke's four alone", rd.Env)
+	}
+	if q := rs.Resources.Requests[corev1.ResourceCPU]; q.Cmp(cpu) != 0 || len(rd.Resources.Requests) != 0 {
+		t.Errorf("resources: runtime-server %v, runtimed %v", rs.Resources, rd.Resources)
+	}
+	if spec.NodeSelector["pool"] != "ml" || len(spec.Tolerations) != 1 || spec.Affinity == nil || spec.PriorityClassName != "high" ||
+		len(spec.ImagePullSecrets) != 1 || spec.ServiceAccountName != ServiceAccount || *spec.AutomountServiceAccountToken {
+		t.Errorf("pod spec %+v", spec)
+	}
+	var vols []string
+	for _, v := range spec.Volumes {
+		vols = append(vols, v.Name)
+	}
+	if got := strings.Join(vols, ","); got != "run,workspace,tls,kube-api-access,models,stoke-bin" {
+		t.Errorf("volumes %s", got)
+	}
+
+	// Env alone, on Stoke's image: no init container, and the handlers
+	// get those names.
+	rt.Spec.Template = &v1alpha1.RuntimeTemplate{Env: []corev1.EnvVar{{Name: "PYTHONPATH", Value: "/opt/lib"}}}
+	spec = Deployment(rt, Options{Image: "stoke:1"}).Spec.Template.Spec
+	rs = container(t, spec, ContainerRuntimeServer)
+	if len(spec.InitContainers) != 0 || rs.Image != "stoke:1" || !strings.HasSuffix(strings.Join(rs.Args, " "), "--handler-env PYTHONPATH") {
+		t.Errorf("env alone: init %d, image %q, args %q", len(spec.InitContainers), rs.Image, rs.Args)
 	}
 }

@@ -10,11 +10,13 @@
 // stops a Pod's containers (SIGTERM, SIGKILL after the grace period;
 // everything a container started dies with it) and removes the Pod.
 //
-// What it does not model: images (an image name maps to a local binary;
-// the root file system is the host's), resources, cgroups and QoS (requests
+// What it does not model: images (an image name maps to a local binary,
+// or to a directory of files with an ENV (Config.Images); the root file
+// system is the host's), resources, cgroups and QoS (requests
 // count only for the scheduler), networking beyond loopback (no network
 // namespace, Services or DNS; every port of the host is reachable),
-// init and ephemeral containers, lifecycle hooks, volume updates and token
+// sidecar and ephemeral containers (init containers run in order, each to
+// success, before the others), lifecycle hooks, volume updates and token
 // refresh, kubectl logs/exec/port-forward (Agent.Exec and Agent.LogPath
 // instead), Events, eviction, and node status beyond a Ready Node with
 // fixed capacity. It must run as root (namespaces and mounts).
@@ -71,6 +73,10 @@ type Config struct {
 	// Stoke is the stoke binary for images whose name starts with "stoke"
 	// when Image is nil.
 	Stoke string
+	// Images are images of files rather than one binary, by name (looked
+	// up before Image): a user's image whose command comes from elsewhere,
+	// such as Stoke's binary copied into a volume by an init container.
+	Images map[string]Image
 	// RootDir holds the agent's state: Pod directories, volumes,
 	// container logs, the containers' roots (required; t.TempDir()).
 	RootDir string
@@ -94,6 +100,16 @@ type Config struct {
 	RestartBackoff, MaxRestartBackoff time.Duration
 	Logger                            *slog.Logger
 	Clock                             clock.WithTicker
+}
+
+// Image is an image of Config.Images: a directory of the host standing in
+// for the image's file system, bound read-only at ImageRoot in each of its
+// containers (the container's root is still the host's), and the image's
+// ENV, applied after Config.BaseEnv. A Python path in Env under ImageRoot
+// is how such an image carries modules that no other image has.
+type Image struct {
+	Root string
+	Env  []string
 }
 
 // ImageMap maps images: an image whose last path element starts with

@@ -23,6 +23,10 @@ import (
 // on the container's own root (a tmpfs), so it touches nothing of the host.
 const imageDir = "/.stoke-nodeagent/image"
 
+// ImageRoot is where a container of an image of Config.Images finds that
+// image's files (Image.Root), read-only, on the container's own root.
+const ImageRoot = "/.stoke-nodeagent/root"
+
 // killBound bounds the sweep of a container's session after its init is
 // gone (the PID namespace's end has killed everything already).
 const killBound = 5 * time.Second
@@ -32,6 +36,7 @@ const killBound = 5 * time.Second
 type container struct {
 	w    *podWorker
 	spec corev1.Container
+	init bool // an init container: runs to success, never restarted after
 
 	gen       int // counts starts; events carry it
 	proc      *proc.Process
@@ -64,6 +69,10 @@ func (c *container) shouldRun(policy corev1.RestartPolicy) bool {
 		return false
 	case c.term == nil:
 		return true
+	case c.init:
+		// An init container that failed runs again unless the Pod never
+		// restarts anything; one that succeeded is done.
+		return c.term.ExitCode != 0 && policy != corev1.RestartPolicyNever
 	case policy == corev1.RestartPolicyAlways:
 		return true
 	case policy == corev1.RestartPolicyOnFailure:
@@ -72,19 +81,31 @@ func (c *container) shouldRun(policy corev1.RestartPolicy) bool {
 	return false
 }
 
+// succeeded reports whether the container's last run exited 0 and it
+// is not running.
+func (c *container) succeeded() bool {
+	return c.proc == nil && c.term != nil && c.term.ExitCode == 0
+}
+
 // start runs the container: its init, in new mount, PID and UTS
 // namespaces and a session of its own, builds its file system and starts
 // the command.
 func (w *podWorker) start(ctx context.Context, c *container) error {
 	pod := w.pod
-	binary, err := w.a.cfg.Image(c.spec.Image)
-	if err != nil {
-		return err
+	// An image is files (Config.Images: bound at ImageRoot, with its ENV)
+	// or one binary (Config.Image: its entrypoint, inside the container
+	// whatever the Pod mounts over the host's directories, and first on
+	// its PATH).
+	files, isFiles := w.a.cfg.Images[c.spec.Image]
+	var binary, entrypoint, binDir string
+	if !isFiles {
+		var err error
+		if binary, err = w.a.cfg.Image(c.spec.Image); err != nil {
+			return err
+		}
+		entrypoint, binDir = path.Join(imageDir, filepath.Base(binary)), imageDir
 	}
-	// The image's program, inside the container whatever the Pod mounts
-	// over the host's directories, and first on its PATH.
-	entrypoint := path.Join(imageDir, filepath.Base(binary))
-	e, err := w.containerEnv(ctx, &c.spec, imageDir)
+	e, err := w.containerEnv(ctx, &c.spec, binDir, files.Env)
 	if err != nil {
 		return err
 	}
@@ -93,6 +114,9 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 		argv = append(argv, expand(s, e.get))
 	}
 	if len(argv) == 0 {
+		if entrypoint == "" {
+			return fmt.Errorf("image %q has no entrypoint here: give the container a command", c.spec.Image)
+		}
 		argv = append(argv, entrypoint)
 	}
 	for _, s := range c.spec.Args {
@@ -102,7 +126,11 @@ func (w *podWorker) start(ctx context.Context, c *container) error {
 	if err != nil {
 		return err
 	}
-	mounts = append([]mountSpec{{Source: binary, Target: entrypoint, ReadOnly: true}}, mounts...)
+	if isFiles {
+		mounts = append([]mountSpec{{Source: files.Root, Target: ImageRoot, ReadOnly: true}}, mounts...)
+	} else {
+		mounts = append([]mountSpec{{Source: binary, Target: entrypoint, ReadOnly: true}}, mounts...)
+	}
 	gen := c.gen + 1
 	cdir := filepath.Join(w.dir, "containers", c.spec.Name+"-"+strconv.Itoa(gen))
 	if err := os.MkdirAll(filepath.Join(cdir, "root"), 0o700); err != nil {

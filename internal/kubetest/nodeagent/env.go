@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,17 +39,17 @@ func (e *env) list() []string {
 // "kubernetes" Service (so that client-go's in-cluster config finds the
 // API server), envFrom, then env in order, each value expanded with the
 // variables defined before it.
-func (w *podWorker) containerEnv(ctx context.Context, c *corev1.Container, imageBin string) (*env, error) {
+func (w *podWorker) containerEnv(ctx context.Context, c *corev1.Container, imageBin string, imageEnv []string) (*env, error) {
 	pod := w.pod
 	e := &env{vals: map[string]string{}}
-	for _, kv := range w.a.cfg.BaseEnv {
+	for _, kv := range append(slices.Clip(w.a.cfg.BaseEnv), imageEnv...) {
 		k, v, _ := strings.Cut(kv, "=")
 		e.set(k, v)
 	}
-	// The image's program is on its PATH, first.
-	if path, ok := e.get("PATH"); ok && path != "" {
+	// A binary image's program is on its PATH, first.
+	if path, ok := e.get("PATH"); imageBin != "" && ok && path != "" {
 		e.set("PATH", imageBin+":"+path)
-	} else {
+	} else if imageBin != "" {
 		e.set("PATH", imageBin)
 	}
 	e.set("HOSTNAME", pod.Name)

@@ -613,3 +613,70 @@ func TestAPIServerAway(t *testing.T) {
 	}
 	waitPodGone(t, cs, ns, "p")
 }
+
+// TestInitContainersAndImageFiles runs a Pod with two init containers,
+// the first failing once: each runs to success, in order, before the Pod's
+// container starts, which runs an image of files (Config.Images) and
+// finds them at ImageRoot through its ENV.
+func TestInitContainersAndImageFiles(t *testing.T) {
+	c := kubetest.Shared(t)
+	ns := c.Namespace(t)
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "greeting.txt"), []byte("from the image\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := nodeagent.StartTest(t, nodeagent.Config{
+		RESTConfig: c.Config, NodeName: "stoke-node-init",
+		Image: nodeagent.ImageMap(stoke, map[string]string{"busybox": "/bin/sh"}),
+		Images: map[string]nodeagent.Image{"example.com/user:1": {
+			Root: root, Env: []string{"GREETING_FILE=" + nodeagent.ImageRoot + "/greeting.txt"},
+		}},
+		RestartBackoff: 100 * time.Millisecond,
+	})
+	shared := []corev1.VolumeMount{{Name: "shared", MountPath: "/shared"}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "init"},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{
+				{Name: "one", Image: "busybox", VolumeMounts: shared, Command: []string{"sh", "-c",
+					`if [ ! -f /shared/tried ]; then touch /shared/tried; exit 3; fi; echo one >> /shared/order`}},
+				{Name: "two", Image: "busybox", VolumeMounts: shared, Command: []string{"sh", "-c", `echo two >> /shared/order`}},
+			},
+			Containers: []corev1.Container{{
+				Name: "main", Image: "example.com/user:1", VolumeMounts: shared,
+				Command: []string{"/bin/sh", "-c", `cp /shared/order /shared/seen; cat "$GREETING_FILE" > /shared/greeting; exec sleep 3600`},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/shared/greeting"}}},
+					PeriodSeconds: 1,
+				},
+			}},
+			Volumes: []corev1.Volume{{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPod(t, cs, ns, "init", "Ready", ready)
+	if condition(p, corev1.PodInitialized) != corev1.ConditionTrue || len(p.Status.InitContainerStatuses) != 2 {
+		t.Fatalf("initialized %q, init statuses %+v", condition(p, corev1.PodInitialized), p.Status.InitContainerStatuses)
+	}
+	for i, st := range p.Status.InitContainerStatuses {
+		if st.State.Terminated == nil || st.State.Terminated.ExitCode != 0 {
+			t.Errorf("init container %s: %+v", st.Name, st.State)
+		}
+		if want := int32(1 - i); st.RestartCount != want {
+			t.Errorf("init container %s restarted %d times, want %d", st.Name, st.RestartCount, want)
+		}
+	}
+	for file, want := range map[string]string{"seen": "one\ntwo\n", "greeting": "from the image\n"} {
+		res, err := a.Exec(ctx, ns, "init", "main", []string{"cat", "/shared/" + file}, 30*time.Second)
+		if err != nil || res.ExitCode != 0 || res.Output != want {
+			t.Errorf("/shared/%s: %q (%v %d), want %q", file, res.Output, err, res.ExitCode, want)
+		}
+	}
+}

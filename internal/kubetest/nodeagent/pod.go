@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,6 +48,7 @@ type podWorker struct {
 	ready      bool // the sandbox (IP, directories, volumes) is set up
 	setUpErr   error
 	startTime  metav1.Time
+	inits      []*container // init containers, run in order to success first
 	containers []*container
 	written    *corev1.PodStatus
 
@@ -142,27 +144,53 @@ func (w *podWorker) sync(ctx context.Context) time.Duration {
 	}
 	if w.ready {
 		now := w.a.clock.Now()
+		// Init containers one at a time, each to success, before any other.
+		for _, c := range w.inits {
+			if c.succeeded() {
+				continue
+			}
+			if c.proc == nil && c.shouldRun(w.pod.Spec.RestartPolicy) {
+				next = minPositive(next, w.startAt(ctx, c, now))
+			}
+			break
+		}
 		for _, c := range w.containers {
-			if c.proc != nil || !c.shouldRun(w.pod.Spec.RestartPolicy) {
+			if !w.initialized() || c.proc != nil || !c.shouldRun(w.pod.Spec.RestartPolicy) {
 				continue
 			}
-			if wait := c.nextStart.Sub(now); wait > 0 {
-				c.waitingReason = "CrashLoopBackOff"
-				next = minPositive(next, wait)
-				continue
-			}
-			if err := w.start(ctx, c); err != nil {
-				w.log.Warn("start container", "container", c.spec.Name, "err", err)
-				c.waitingReason, c.waitingMessage = "CreateContainerError", err.Error()
-				c.nextStart = now.Add(setUpRetry)
-				next = minPositive(next, setUpRetry)
-			}
+			next = minPositive(next, w.startAt(ctx, c, now))
 		}
 	}
 	if !w.writeStatus(ctx) {
 		next = minPositive(next, setUpRetry) // the API server may be away: try again
 	}
 	return next
+}
+
+// startAt starts c unless its back-off has not ended at now; it returns
+// when to look again (0: on an event).
+func (w *podWorker) startAt(ctx context.Context, c *container, now time.Time) time.Duration {
+	if wait := c.nextStart.Sub(now); wait > 0 {
+		c.waitingReason = "CrashLoopBackOff"
+		return wait
+	}
+	if err := w.start(ctx, c); err != nil {
+		w.log.Warn("start container", "container", c.spec.Name, "err", err)
+		c.waitingReason, c.waitingMessage = "CreateContainerError", err.Error()
+		c.nextStart = now.Add(setUpRetry)
+		return setUpRetry
+	}
+	return 0
+}
+
+// initialized reports whether every init container has succeeded.
+func (w *podWorker) initialized() bool {
+	for _, c := range w.inits {
+		if !c.succeeded() {
+			return false
+		}
+	}
+	return true
 }
 
 func minPositive(a, b time.Duration) time.Duration {
@@ -190,6 +218,9 @@ func (w *podWorker) setUp(ctx context.Context) error {
 		return err
 	}
 	if w.containers == nil {
+		for i := range w.pod.Spec.InitContainers {
+			w.inits = append(w.inits, &container{spec: w.pod.Spec.InitContainers[i], w: w, init: true})
+		}
 		for i := range w.pod.Spec.Containers {
 			w.containers = append(w.containers, &container{spec: w.pod.Spec.Containers[i], w: w})
 		}
@@ -248,7 +279,7 @@ func (w *podWorker) terminate(ctx context.Context) {
 // forwards it to the command), SIGKILL to those left after grace.
 func (w *podWorker) killAll(grace time.Duration) {
 	var wg sync.WaitGroup
-	for _, c := range w.containers {
+	for _, c := range append(slices.Clip(w.inits), w.containers...) {
 		c.noRestart = true
 		wg.Add(1)
 		go func() { defer wg.Done(); c.stop(grace) }()

@@ -95,6 +95,14 @@ func (w *podWorker) status(old corev1.PodStatus) corev1.PodStatus {
 	default:
 		s.Phase = corev1.PodPending
 	}
+	initFailed := false
+	for _, c := range w.inits {
+		s.InitContainerStatuses = append(s.InitContainerStatuses, c.status())
+		initFailed = initFailed || (c.proc == nil && c.term != nil && c.term.ExitCode != 0 && !c.shouldRun(policy))
+	}
+	if initFailed { // for good: the Pod never restarts it
+		s.Phase = corev1.PodFailed
+	}
 	if old.Phase == corev1.PodSucceeded || old.Phase == corev1.PodFailed {
 		s.Phase = old.Phase // terminal phases are final
 	}
@@ -127,7 +135,7 @@ func (w *podWorker) status(old corev1.PodStatus) corev1.PodStatus {
 	}
 	mine := []corev1.PodCondition{
 		cond(corev1.PodReadyToStartContainers, w.ready, "", ""),
-		cond(corev1.PodInitialized, true, "", ""),
+		cond(corev1.PodInitialized, len(w.pod.Spec.InitContainers) == 0 || w.ready && w.initialized(), "ContainersNotInitialized", ""),
 		cond(corev1.ContainersReady, containersReady, reason, msg),
 		cond(corev1.PodReady, ready, readyReason, readyMsg),
 	}
