@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -14,8 +16,11 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/cli"
+	"stoke.dev/stoke/internal/client"
 	"stoke.dev/stoke/internal/httpapi"
 	"stoke.dev/stoke/internal/lambda/lambdasim"
+	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/testdeps"
 )
 
@@ -23,13 +28,18 @@ const lambdaAccessKey = "AKIDSTOKEE2E"
 
 // startLambda starts a simulator and points the AWS configuration of the
 // stoke up processes this test starts at it.
-func startLambda(t testing.TB, concurrency int) *lambdasim.Simulator {
+// opts change the simulator's configuration.
+func startLambda(t testing.TB, concurrency int, opts ...func(*lambdasim.Config)) *lambdasim.Simulator {
 	t.Helper()
 	rie, err := testdeps.Path("aws-lambda-rie")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim, err := lambdasim.New(lambdasim.Config{RIE: rie, Dir: t.TempDir(), AccessKeyID: lambdaAccessKey, Concurrency: concurrency})
+	cfg := lambdasim.Config{RIE: rie, Dir: t.TempDir(), AccessKeyID: lambdaAccessKey, Concurrency: concurrency}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	sim, err := lambdasim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,4 +346,103 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestLambdaSetupFailureAndCancel: a task whose function Lambda refuses
+// never ran, so it fails with reason BackendSetupFailed, which the default
+// retry policy retries like the other infrastructure failures (it used to
+// end NonZeroExit, exit code 1, as if the program had failed, and was not
+// retried); and `stoke cancel --wait` of a task whose CreateFunction hangs
+// ends the Run Cancelled within the issue's 1 s (it took the relay's 10 s
+// kill grace and reported 137).
+func TestLambdaSetupFailureAndCancel(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		hold     bool
+		refuse   int // CreateFunction calls still to refuse
+		held     = make(chan struct{})
+		holdOnce sync.Once
+	)
+	refuseNext := func() {
+		mu.Lock()
+		refuse = 1
+		mu.Unlock()
+	}
+	startLambda(t, 100, func(c *lambdasim.Config) {
+		c.BeforeCreate = func(ctx context.Context, _ string) *lambdasim.Refusal {
+			mu.Lock()
+			h, r := hold, refuse > 0
+			refuse = max(0, refuse-1)
+			mu.Unlock()
+			if h {
+				holdOnce.Do(func() { close(held) })
+				<-ctx.Done() // hangs until the caller gives up
+				return &lambdasim.Refusal{Status: http.StatusInternalServerError, Type: "ServiceException", Message: "held"}
+			}
+			if r {
+				return &lambdasim.Refusal{Status: http.StatusForbidden, Type: "AccessDeniedException", Message: "refused by the test"}
+			}
+			return nil
+		}
+	})
+	u := startUp(t, t.TempDir())
+	launcher := filepath.Join(t.TempDir(), "launcher")
+	if err := os.WriteFile(launcher, []byte("#!/usr/bin/env bash\nexec -a bootstrap "+stokeBin+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u.applyLambdaRuntime(t, "lambda-bash", "bash", launcher)
+	w := u.watchRuns(t)
+
+	// One at a time, each one's first CreateFunction refused.
+	ended := func(name string) func(map[string]*v1alpha1.Run) bool {
+		return func(runs map[string]*v1alpha1.Run) bool {
+			return runs[name] != nil && runs[name].Status.Phase.Terminal()
+		}
+	}
+	refuseNext()
+	u.createRun(t, newRun("refused", task("lambda-bash", "t.sh", "echo never\n")))
+	w.until(t, 120*time.Second, "the refused task ended", ended("refused"))
+	retried := task("lambda-bash", "t.sh", "echo ran\n")
+	retried.RetryPolicy = &v1alpha1.RetryPolicy{MaxAttempts: 2} // the default retryable reasons
+	refuseNext()
+	u.createRun(t, newRun("retried", retried))
+	runs := w.until(t, 120*time.Second, "the retried task ended", ended("retried"))
+	if r := runs["refused"]; r.Status.Phase != v1alpha1.PhaseFailed || r.Status.Reason != string(retry.BackendSetupFailed) ||
+		r.Status.ExitCode == nil || *r.Status.ExitCode != -1 || !containsAll(r.Status.Message, "AccessDeniedException", "refused by the test") {
+		t.Errorf("refused: %s / %s, exit %v, %q; want Failed / BackendSetupFailed, -1, with AWS's refusal", r.Status.Phase, r.Status.Reason, r.Status.ExitCode, r.Status.Message)
+	}
+	if r := runs["retried"]; r.Status.Phase != v1alpha1.PhaseSucceeded || r.Status.Attempt != 2 {
+		t.Errorf("retried: %s / %s attempt %d, %q; want Succeeded at attempt 2", r.Status.Phase, r.Status.Reason, r.Status.Attempt, r.Status.Message)
+	}
+	sawRetry := false
+	for _, ev := range w.events("retried") {
+		sawRetry = sawRetry || (ev.run.Status.Phase == v1alpha1.PhasePending && ev.run.Status.Reason == string(retry.BackendSetupFailed))
+	}
+	if !sawRetry {
+		t.Errorf("retried: never Pending with reason BackendSetupFailed")
+	}
+
+	mu.Lock()
+	hold = true
+	mu.Unlock()
+	u.createRun(t, newRun("held", task("lambda-bash", "t.sh", "echo held\n")))
+	select {
+	case <-held:
+	case <-time.After(120 * time.Second):
+		t.Fatal("the held task's CreateFunction was never called")
+	}
+	c, err := client.New(client.Config{Server: u.URL, Token: u.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What `stoke cancel held --wait` does, bounded by the issue's 1 s.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	if err := cli.Cancel(ctx, c, "default", "held", true, cli.Streams{Out: &out, Err: &out}); err != nil {
+		t.Fatalf("cancel --wait of a task whose CreateFunction hangs: %v (%s)", err, out.String())
+	}
+	if got := out.String(); got != "run/held Cancelled\n" {
+		t.Fatalf("cancel --wait printed %q; want run/held Cancelled", got)
+	}
 }

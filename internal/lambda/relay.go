@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -64,7 +65,16 @@ type relayResponse struct {
 	Task    *payload.TaskResult `json:"task,omitempty"`
 	Outputs map[string]string   `json:"outputs,omitempty"`
 	Error   string              `json:"error,omitempty"`
+	// SetupFailed: Error came before the task's invocation was sent (the
+	// package, CreateFunction, waiting until Active): the task never ran.
+	SetupFailed bool `json:"setupFailed,omitempty"`
 }
+
+// setupError is a failure of runTask before the invocation is sent.
+type setupError struct{ err error }
+
+func (e *setupError) Error() string { return e.err.Error() }
+func (e *setupError) Unwrap() error { return e.err }
 
 type relay struct {
 	s      *Server
@@ -143,7 +153,8 @@ func (r *relay) handle(conn net.Conn) {
 	}()
 	resp, err := r.s.runTask(ctx, req)
 	if err != nil {
-		resp = relayResponse{Error: err.Error()}
+		var se *setupError
+		resp = relayResponse{Error: err.Error(), SetupFailed: errors.As(err, &se)}
 	}
 	writeRelay(conn, resp)
 }
@@ -183,7 +194,7 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	defer cancel()
 	env := map[string]string{}
 	for k, v := range userEnv(req.Env, req.WorkingDir) {
-		if k != "STOKE_OUTPUTS" {
+		if k != "STOKE_OUTPUTS" && k != runtime.EnvSetupFailure { // the relay's, not the task's
 			env[k] = v
 		}
 	}
@@ -192,10 +203,10 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 		MemoryMB: s.cfg.MemoryMB, TimeoutSecs: int32(fnTimeout / time.Second),
 	})
 	if err != nil {
-		return relayResponse{}, err
+		return relayResponse{}, &setupError{fmt.Errorf("task %s: %w", uid, err)}
 	}
 	if err := s.acquire(ctx, p, uid); err != nil {
-		return relayResponse{}, err
+		return relayResponse{}, &setupError{fmt.Errorf("task %s: %w", uid, err)}
 	}
 	defer s.release(p.name)
 	left := time.Until(deadline)
@@ -222,6 +233,22 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	return relayResponse{Task: resp.Task, Outputs: resp.Outputs}, nil
 }
 
+// setupFailed tells the core, through the file it named
+// ($STOKE_SETUP_FAILURE), that the task never ran because its function
+// could not be set up, and returns err.
+func setupFailed(err error) error {
+	if f := os.Getenv(runtime.EnvSetupFailure); f != "" {
+		if werr := os.WriteFile(f, []byte(bounds.Truncate(err.Error(), bounds.Message)), 0o600); werr != nil {
+			return fmt.Errorf("%w (and telling the runtime server failed: %v)", err, werr)
+		}
+	}
+	return err
+}
+
+// exitTerminated is the shell's exit code of a program that SIGTERM ended
+// (proc.ExitCode), the relay's when it is stopped.
+const exitTerminated = 128 + int(syscall.SIGTERM)
+
 // Relay is the relay process's side (`stoke lambda-relay`): it sends the
 // task to the Runtime Server at socket and replays its end on stdout,
 // stderr, $STOKE_OUTPUTS and the returned exit code.
@@ -233,15 +260,29 @@ func Relay(ctx context.Context, socket, entrypoint string, timeout time.Duration
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
-		return 1, fmt.Errorf("lambda relay: %w", err)
+		err = fmt.Errorf("lambda relay: the runtime server cannot be reached: %w", err)
+		return 1, setupFailed(err)
 	}
 	defer conn.Close()
+	// Cancel and timeout end the relay with SIGTERM, which ends ctx:
+	// closing the connection then ends the Runtime Server's side of the
+	// task at once, whatever AWS call it is waiting on (a CreateFunction
+	// that hangs), and the relay exits as a program that SIGTERM ended,
+	// without using the core's kill grace.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
 	b, _ := json.Marshal(relayRequest{WorkingDir: wd, Env: os.Environ(), Entrypoint: entrypoint, Args: args, TimeoutMillis: timeout.Milliseconds()})
 	if _, err := conn.Write(append(b, '\n')); err != nil {
+		if ctx.Err() != nil {
+			return exitTerminated, nil
+		}
 		return 1, fmt.Errorf("lambda relay: %w", err)
 	}
 	line, err := bufio.NewReader(io.LimitReader(conn, 4*bounds.CapturedStream)).ReadBytes('\n')
 	if err != nil {
+		if ctx.Err() != nil {
+			return exitTerminated, nil
+		}
 		return 1, fmt.Errorf("lambda relay: no answer from the runtime server: %w", err)
 	}
 	var resp relayResponse
@@ -249,6 +290,9 @@ func Relay(ctx context.Context, socket, entrypoint string, timeout time.Duration
 		return 1, fmt.Errorf("lambda relay: %w", err)
 	}
 	if resp.Error != "" {
+		if resp.SetupFailed {
+			return 1, setupFailed(errors.New(resp.Error))
+		}
 		return 1, errors.New(resp.Error)
 	}
 	_, _ = io.WriteString(stdout, resp.Task.Stdout)
@@ -271,4 +315,11 @@ func Relay(ctx context.Context, socket, entrypoint string, timeout time.Duration
 	return int(resp.Task.ExitCode), nil
 }
 
-var _ runtime.Adapter = (*Server)(nil)
+// RelaysTasks is true: a task's process only relays it (runtime.Relayer),
+// and a failure to set up its function is not the task's.
+func (s *Server) RelaysTasks() bool { return true }
+
+var (
+	_ runtime.Adapter = (*Server)(nil)
+	_ runtime.Relayer = (*Server)(nil)
+)

@@ -39,6 +39,10 @@ const (
 	// PodGone: the assigned pod vanished or stopped heart-beating and was
 	// fenced by the stale reaper.
 	PodGone Reason = "PodGone"
+	// BackendSetupFailed: the backend a task runs on could not be set up
+	// for it (on a lambda Runtime, its function was refused or Lambda was
+	// unreachable), so the task never ran.
+	BackendSetupFailed Reason = "BackendSetupFailed"
 )
 
 // Reasons retried only when spec.retryPolicy.retryableReasons lists them.
@@ -76,13 +80,13 @@ const (
 const Restarted Reason = "Restarted"
 
 var (
-	defaultRetryable = []Reason{RuntimeExecute, RegistrationFailed, ExecutionLost, PodGone}
+	defaultRetryable = []Reason{RuntimeExecute, RegistrationFailed, ExecutionLost, PodGone, BackendSetupFailed}
 	neverRetried     = []Reason{Cancelled, IncompatibleRuntime, InvalidSpec, IdleTimeout, Unknown}
 )
 
 // DefaultRetryableReasons returns the reasons retried when
 // spec.retryPolicy.retryableReasons is empty: RuntimeExecute,
-// RegistrationFailed, ExecutionLost and PodGone.
+// RegistrationFailed, ExecutionLost, PodGone and BackendSetupFailed.
 func DefaultRetryableReasons() []Reason { return slices.Clone(defaultRetryable) }
 
 // Backoff defaults and cap (docs/runs.md: doubling, capped at 60 s).

@@ -343,7 +343,7 @@ func TestNotBeforeNotWaiting(t *testing.T) {
 
 func TestDefaultRetryableReasons(t *testing.T) {
 	got := DefaultRetryableReasons()
-	want := []Reason{RuntimeExecute, RegistrationFailed, ExecutionLost, PodGone}
+	want := []Reason{RuntimeExecute, RegistrationFailed, ExecutionLost, PodGone, BackendSetupFailed}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}

@@ -49,6 +49,24 @@ type Adapter interface {
 	TaskCommand(entrypoint string, args []string, timeout time.Duration) ([]string, error)
 }
 
+// Relayer is implemented by an adapter whose task command does not run the
+// task but relays it to a backend that must first be set up for it (the
+// lambda Runtime Server: packaging, CreateFunction). When RelaysTasks is
+// true the core names a file in the command's environment
+// ($STOKE_SETUP_FAILURE, EnvSetupFailure) where the command writes why that
+// setup failed: the task never ran, so the execution ends FAILED with no
+// exit code (-1) and backend_setup_failed, an infrastructure failure that
+// runtimed retries by default, rather than with the command's exit status
+// as if the program had failed. Other adapters' programs never see the
+// variable, so they cannot claim the outcome.
+type Relayer interface {
+	RelaysTasks() bool
+}
+
+// EnvSetupFailure names the file of a Relayer's task command (see
+// Relayer).
+const EnvSetupFailure = "STOKE_SETUP_FAILURE"
+
 // FunctionSpec is what an adapter needs to load one function.
 type FunctionSpec struct {
 	RunUID     string

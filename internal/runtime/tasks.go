@@ -170,7 +170,10 @@ type execution struct {
 	state    pb.ExecutionState
 	exitCode int32
 	errMsg   string
-	outputs  map[string]string
+	// setupFailed: a Relayer's backend could not be set up; the task
+	// never ran (backend_setup_failed).
+	setupFailed bool
+	outputs     map[string]string
 	// The captured streams once terminal; the buffers are released then.
 	finalStdout, finalStderr string
 	// scratchRemoved is set by finish, before done is closed, when the
@@ -229,10 +232,12 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 	}
 }
 
-// An execution's scratch directory holds these two names.
+// An execution's scratch directory holds these names.
 const (
 	scratchTmp     = "tmp"     // its TMPDIR
 	scratchOutputs = "outputs" // its $STOKE_OUTPUTS file
+	// scratchSetupFailure is a Relayer's $STOKE_SETUP_FAILURE file.
+	scratchSetupFailure = "setup-failure"
 )
 
 // scratchPool is the DirPool of emptied scratch directories, in the
@@ -263,7 +268,7 @@ func (e *execution) isTerminal() bool {
 func (e *execution) status(full bool) *pb.StatusResponse {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := &pb.StatusResponse{Id: e.id, State: e.state, ExitCode: e.exitCode}
+	r := &pb.StatusResponse{Id: e.id, State: e.state, ExitCode: e.exitCode, BackendSetupFailed: e.setupFailed}
 	if !full {
 		return r
 	}

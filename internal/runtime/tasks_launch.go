@@ -17,6 +17,8 @@ type launch struct {
 	envPath string // the child's PATH, to resolve argv[0] in
 	env     []string
 	outputs string // the $STOKE_OUTPUTS file
+	// setupFailure is a Relayer's $STOKE_SETUP_FAILURE file, "" otherwise.
+	setupFailure string
 }
 
 // taskEnv builds the child's environment: the minimal base, the request's
@@ -107,7 +109,7 @@ func (t *Tasks) start(e *execution, l launch) {
 	e.state = pb.ExecutionState_EXECUTION_STATE_RUNNING
 	e.mu.Unlock()
 	e.log.Info("execution started", "pid", p.Pid(), "command", l.argv[0], "timeout", e.timeout)
-	go t.supervise(e, p, outR, errR, l.outputs, started)
+	go t.supervise(e, p, outR, errR, l, started)
 }
 
 func closeAll(files ...*os.File) {

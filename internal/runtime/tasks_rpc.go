@@ -79,6 +79,10 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	}
 	l := launch{argv: argv, dir: workingDir, outputs: filepath.Join(scratch, scratchOutputs)}
 	l.env, l.envPath = taskEnv(baseEnvWith(t.cfg.BaseEnv, workingDir, tmp), req.GetEnv(), l.outputs)
+	if r, ok := t.cfg.Adapter.(Relayer); ok && r.RelaysTasks() {
+		l.setupFailure = filepath.Join(scratch, scratchSetupFailure)
+		l.env = append(l.env, EnvSetupFailure+"="+l.setupFailure) // after the request's env: it wins
+	}
 	// The scratch directory's name is unique and random: the scope's.
 	scope := filepath.Base(scratch)
 	if t.cfg.Scopes != nil {

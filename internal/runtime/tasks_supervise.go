@@ -18,7 +18,7 @@ import (
 
 // supervise waits for e's process to exit, its timeout, Cancel or Close,
 // kills the group, drains the output and records the outcome.
-func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, outputsFile string, started time.Time) {
+func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, l launch, started time.Time) {
 	defer t.wg.Done()
 
 	drained := make(chan struct{})
@@ -87,11 +87,18 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, ou
 	code := p.ExitCode()
 	var outs map[string]string
 	state, msg := stopState, stopMsg
+	setupFailure, setupFailed := readSetupFailure(l.setupFailure)
 	switch {
 	case state != pb.ExecutionState_EXECUTION_STATE_UNSPECIFIED:
+	case setupFailed:
+		// The relayed task never ran: no exit code is the program's.
+		state, code, msg = pb.ExecutionState_EXECUTION_STATE_FAILED, noExitCode, setupFailure
+		e.mu.Lock()
+		e.setupFailed = true
+		e.mu.Unlock()
 	case code == 0 && p.Err() == nil:
 		var err error
-		if outs, err = outputs.ReadFile(outputsFile); err != nil {
+		if outs, err = outputs.ReadFile(l.outputs); err != nil {
 			state, msg = pb.ExecutionState_EXECUTION_STATE_FAILED, "invalid outputs: "+err.Error()
 		} else {
 			state = pb.ExecutionState_EXECUTION_STATE_SUCCEEDED
@@ -103,6 +110,29 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, ou
 	}
 	t.finish(e, state, int32(code), msg, outs)
 	e.log.Info("execution finished", "state", stateLabel(state), "exit_code", code, "duration", time.Since(started))
+}
+
+// readSetupFailure reads a Relayer's $STOKE_SETUP_FAILURE file (path ""
+// for other adapters): whether its command wrote one, and what, bounded to
+// bounds.Message.
+func readSetupFailure(path string) (string, bool) {
+	if path == "" {
+		return "", false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, bounds.Message))
+	if err != nil {
+		return "", false
+	}
+	msg := strings.TrimSpace(string(b))
+	if msg == "" {
+		msg = "the backend could not be set up for the task"
+	}
+	return bounds.Truncate(msg, bounds.Message), true
 }
 
 // exitMessage explains a non-zero exit with the end of stderr, where an

@@ -99,7 +99,10 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 		w.finish(ctx, v1alpha1.PhaseTimeout, string(retry.Timeout), fmt.Sprintf("exceeded its timeout of %s", time.Duration(secs)*time.Second), setResult)
 	default:
 		reason := retry.NonZeroExit
-		if exit < 0 {
+		switch {
+		case st.GetBackendSetupFailed():
+			reason = retry.BackendSetupFailed // never ran: its backend was not there
+		case exit < 0:
 			reason = retry.RuntimeExecute // the program never ran
 		}
 		_, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {

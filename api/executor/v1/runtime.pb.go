@@ -334,9 +334,15 @@ type StatusResponse struct {
 	Stderr       string                 `protobuf:"bytes,5,opt,name=stderr,proto3" json:"stderr,omitempty"`
 	ErrorMessage string                 `protobuf:"bytes,6,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	// KEY=VALUE lines the program wrote to $STOKE_OUTPUTS, validated.
-	Outputs       map[string]string `protobuf:"bytes,7,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Outputs map[string]string `protobuf:"bytes,7,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The program never ran because the backend the Runtime Server runs it
+	// on could not be set up for it (the lambda Runtime Server: its function
+	// refused or unreachable). state is FAILED, exit_code -1 and
+	// error_message says why. An additive extension: older clients see a
+	// FAILED execution that never ran.
+	BackendSetupFailed bool `protobuf:"varint,8,opt,name=backend_setup_failed,json=backendSetupFailed,proto3" json:"backend_setup_failed,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -416,6 +422,13 @@ func (x *StatusResponse) GetOutputs() map[string]string {
 		return x.Outputs
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetBackendSetupFailed() bool {
+	if x != nil {
+		return x.BackendSetupFailed
+	}
+	return false
 }
 
 type ListRequest struct {
@@ -1868,7 +1881,7 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x0fExecuteResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x1f\n" +
 	"\rStatusRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xc5\x02\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xf7\x02\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x121\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1b.executor.v1.ExecutionStateR\x05state\x12\x1b\n" +
@@ -1876,7 +1889,8 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x06stdout\x18\x04 \x01(\tR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x05 \x01(\tR\x06stderr\x12#\n" +
 	"\rerror_message\x18\x06 \x01(\tR\ferrorMessage\x12B\n" +
-	"\aoutputs\x18\a \x03(\v2(.executor.v1.StatusResponse.OutputsEntryR\aoutputs\x1a:\n" +
+	"\aoutputs\x18\a \x03(\v2(.executor.v1.StatusResponse.OutputsEntryR\aoutputs\x120\n" +
+	"\x14backend_setup_failed\x18\b \x01(\bR\x12backendSetupFailed\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\r\n" +

@@ -41,8 +41,8 @@ const (
 //
 // Runtime executes one-shot programs. The first six RPCs and their fields are
 // wire-compatible with existing executor.v1 Runtime Servers; Wait, the
-// outputs field and the TIMED_OUT/CANCELLED states are additive extensions
-// that older clients ignore.
+// outputs and backend_setup_failed fields and the TIMED_OUT/CANCELLED
+// states are additive extensions that older clients ignore.
 type RuntimeClient interface {
 	// Starts an execution and returns at once. Repeating an id returns the
 	// existing execution and never starts a second process.
@@ -147,8 +147,8 @@ func (c *runtimeClient) Wait(ctx context.Context, in *StatusRequest, opts ...grp
 //
 // Runtime executes one-shot programs. The first six RPCs and their fields are
 // wire-compatible with existing executor.v1 Runtime Servers; Wait, the
-// outputs field and the TIMED_OUT/CANCELLED states are additive extensions
-// that older clients ignore.
+// outputs and backend_setup_failed fields and the TIMED_OUT/CANCELLED
+// states are additive extensions that older clients ignore.
 type RuntimeServer interface {
 	// Starts an execution and returns at once. Repeating an id returns the
 	// existing execution and never starts a second process.

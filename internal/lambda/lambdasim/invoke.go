@@ -24,6 +24,9 @@ const tailBytes = 4 << 10
 
 func (s *Simulator) invoke(w http.ResponseWriter, r *http.Request) {
 	name := nameOf(r.PathValue("name"))
+	if s.cfg.BeforeInvoke != nil && refused(w, s.cfg.BeforeInvoke(r.Context(), name)) {
+		return
+	}
 	if t := r.Header.Get("X-Amz-Invocation-Type"); t != "" && t != "RequestResponse" {
 		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "the simulator serves only RequestResponse invocations, not "+t)
 		return

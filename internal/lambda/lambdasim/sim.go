@@ -68,7 +68,32 @@ type Config struct {
 	// DeleteFunction request comes, before the function is looked up: a
 	// test holds a deletion in flight with it.
 	BeforeDelete func(name string)
+	// BeforeCreate and BeforeInvoke, when set, are called with the
+	// request's context and the function's name when a CreateFunction or
+	// Invoke request comes, before the simulator acts on it: a test holds
+	// the call there (an API that hangs: the context ends when the caller
+	// goes away), or refuses it by returning a Refusal.
+	BeforeCreate func(ctx context.Context, name string) *Refusal
+	BeforeInvoke func(ctx context.Context, name string) *Refusal
 	Logger       *slog.Logger
+}
+
+// Refusal is an AWS error a hook answers a call with: the HTTP status and
+// the error type (e.g. 403 AccessDeniedException, 500 ServiceException,
+// which the SDK's control-plane client retries).
+type Refusal struct {
+	Status  int
+	Type    string
+	Message string
+}
+
+// refused answers r when there is one.
+func refused(w http.ResponseWriter, r *Refusal) bool {
+	if r == nil {
+		return false
+	}
+	writeError(w, r.Status, r.Type, r.Message)
+	return true
 }
 
 // Simulator is the Lambda control plane. Close stops every sandbox.
@@ -333,6 +358,9 @@ func (s *Simulator) createFunction(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "cannot read the request: "+err.Error())
+		return
+	}
+	if s.cfg.BeforeCreate != nil && refused(w, s.cfg.BeforeCreate(r.Context(), req.FunctionName)) {
 		return
 	}
 	switch {
