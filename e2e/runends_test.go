@@ -22,7 +22,7 @@ import (
 func TestRunEnds(t *testing.T) {
 	u := startUp(t, t.TempDir(), "--finished-run-ttl", "2s")
 	t.Cleanup(func() { u.stop(t) })
-	s := &cliServer{u.Up}
+	s := &cliServer{Up: u.Up}
 	w := u.watchRuns(t)
 
 	t.Run("finished runs expire unless they keep their own TTL", func(t *testing.T) {

@@ -120,7 +120,7 @@ func BenchmarkTaskOutput100MB(b *testing.B) {
 // invocation's ID, and not to stoke up's own log.
 func TestFunctionOutputGoesToItsLog(t *testing.T) {
 	u := startUp(t, t.TempDir())
-	s := &cliServer{u.Up}
+	s := &cliServer{Up: u.Up}
 	w := u.watchRuns(t)
 	run := newRun("printer", v1alpha1.RunSpec{Runtime: "python",
 		Mode: v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "printer.handle"}},

@@ -32,21 +32,22 @@ it or give the new one another name. An object without a namespace goes to
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
-				return finish(cliError("-f is required: a file, or - for standard input"))
+				return cf.finish(cliError("-f is required: a file, or - for standard input"))
 			}
+			c, err := cf.client()
+			if err != nil {
+				return cf.finish(err)
+			}
+			defer c.Close()
 			var objs []manifest.Object
 			for _, name := range files {
 				parsed, err := parseManifest(name, cf.namespace)
 				if err != nil {
-					return finish(err)
+					return cf.finish(err)
 				}
 				objs = append(objs, parsed...)
 			}
-			c, err := cf.client()
-			if err != nil {
-				return finish(err)
-			}
-			return finish(cli.Apply(cmd.Context(), c, objs, streams()))
+			return cf.finish(cli.Apply(cmd.Context(), c, objs, streams()))
 		},
 	}
 	cf.register(cmd)

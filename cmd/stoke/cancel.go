@@ -20,13 +20,14 @@ stays until deleted. --wait returns once it has ended.`,
 		Example: `  stoke cancel task-x7k2p
   stoke cancel fn-q9d3a --wait`,
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeRunNames(&cf),
+		ValidArgsFunction: completeRunNames(&cf, nil),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
-			return finish(cli.Cancel(cmd.Context(), c, cf.namespace, args[0], wait, streams()))
+			defer c.Close()
+			return cf.finish(cli.Cancel(cmd.Context(), c, cf.namespace, args[0], wait, streams()))
 		},
 	}
 	cf.register(cmd)

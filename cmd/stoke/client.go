@@ -10,36 +10,51 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cli"
 	"stoke.dev/stoke/internal/client"
+	"stoke.dev/stoke/internal/client/connect"
 	"stoke.dev/stoke/internal/errdefs"
 )
 
-// clientFlags are the flags every client command shares: where the server
-// is, how to authenticate, and the namespace.
+// clientFlags are the flags every client command shares: which backend
+// (a standalone server, or a cluster through a kubeconfig context; the
+// rule is internal/client/connect's), how to authenticate, and the
+// namespace.
 type clientFlags struct {
-	settings  client.Settings
+	flags connect.Flags
+	// namespace is the namespace the command works in, once client has
+	// resolved it (-n, else the kubeconfig context's, else default).
 	namespace string
+	// target is where the command went, once client has chosen.
+	target client.Target
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.settings.Server, "server", "", "API server URL (default $"+client.EnvServer+", else http://127.0.0.1:7070)")
-	fl.StringVar(&f.settings.Token, "token", "", "API token (default $"+client.EnvToken+", else the token file of --data-dir)")
-	fl.StringVar(&f.settings.DataDir, "data-dir", "", "data directory of a local \"stoke up\", for its token file (default $"+client.EnvDataDir+", else the user's state directory)")
-	fl.StringVar(&f.settings.CACert, "ca-cert", "", "PEM file of CA certificates to trust for an https:// server (default $"+client.EnvCACert+")")
-	fl.StringVarP(&f.namespace, "namespace", "n", client.DefaultNamespace, "namespace")
+	fl.StringVar(&f.flags.Server, "server", "", "standalone: API server URL (default $"+client.EnvServer+", else the URL of the local stoke up, else http://127.0.0.1:7070)")
+	fl.StringVar(&f.flags.Token, "token", "", "standalone: API token (default $"+client.EnvToken+", else the token file of --data-dir)")
+	fl.StringVar(&f.flags.DataDir, "data-dir", "", "standalone: data directory of a local \"stoke up\", for its token file (default $"+client.EnvDataDir+", else the user's state directory)")
+	fl.StringVar(&f.flags.CACert, "ca-cert", "", "PEM file of CA certificates to trust for an https:// --server or --gateway (default $"+client.EnvCACert+")")
+	fl.StringVar(&f.flags.Kubeconfig, "kubeconfig", "", "cluster: kubeconfig file, as kubectl reads it (default $KUBECONFIG, else ~/.kube/config)")
+	fl.StringVar(&f.flags.Context, "context", "", "cluster: kubeconfig context (default: the current context)")
+	fl.StringVar(&f.flags.Gateway, "gateway", "", "cluster: the gateway's URL for invoke, exec and logs (default: through the API server's service proxy)")
+	fl.StringVarP(&f.flags.Namespace, "namespace", "n", "", "namespace (default: the kubeconfig context's on a cluster, else "+client.DefaultNamespace+")")
 	_ = cmd.MarkFlagDirname("data-dir")
 	_ = cmd.MarkFlagFilename("ca-cert", "pem", "crt")
+	_ = cmd.MarkFlagFilename("kubeconfig")
 }
 
-// client resolves the settings (flag, environment, default) into a client.
-func (f *clientFlags) client() (*client.Client, error) {
-	cfg, err := client.Resolve(f.settings, os.Getenv)
+// client opens the backend the flags and environment choose (see
+// internal/client/connect) and resolves the namespace; the caller closes
+// it.
+func (f *clientFlags) client() (*connect.Conn, error) {
+	c, err := connect.Open(f.flags, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg)
+	f.namespace, f.target = c.Namespace, c.Target()
+	return c, nil
 }
 
 // streams are the process's standard streams.
@@ -48,37 +63,41 @@ func streams() cli.Streams {
 }
 
 // finish turns a client command's result into what main reports: a
-// one-line error with a hint, and for an *cli.ExitError its exit status.
-func finish(err error) error {
+// one-line error with a hint for the backend the command chose, and for
+// an *cli.ExitError its exit status.
+func (f *clientFlags) finish(err error) error {
 	var ee *cli.ExitError
 	if errors.As(err, &ee) {
 		if ee.Err != nil {
-			ee.Err = cli.Hint(ee.Err)
+			ee.Err = cli.HintFor(f.target, ee.Err)
 		}
 		return ee
 	}
 	if err == nil {
 		return nil
 	}
-	return cli.Hint(err)
+	return cli.HintFor(f.target, err)
 }
 
 // completeRunNames completes the names of Runs in the command's namespace
-// by asking the server; without a server it offers nothing.
-func completeRunNames(f *clientFlags) cobra.CompletionFunc {
+// that reachable accepts (nil: every Run; invoke and exec pass the
+// gateway's own rules, gateway.Invocable and gateway.Execable) by asking
+// the backend; without one it offers nothing.
+func completeRunNames(f *clientFlags, reachable func(*v1alpha1.Run) bool) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		return completeNames(cmd, f, cli.KindRun, toComplete)
+		return completeNames(cmd, f, cli.KindRun, toComplete, reachable)
 	}
 }
 
-func completeNames(cmd *cobra.Command, f *clientFlags, kind cli.Kind, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+func completeNames(cmd *cobra.Command, f *clientFlags, kind cli.Kind, prefix string, reachable func(*v1alpha1.Run) bool) ([]cobra.Completion, cobra.ShellCompDirective) {
 	c, err := f.client()
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
+	defer c.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
 	defer cancel()
 	var names []string
@@ -95,8 +114,10 @@ func completeNames(cmd *cobra.Command, f *clientFlags, kind cli.Kind, prefix str
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		for _, r := range list.Items {
-			names = append(names, r.Name)
+		for i := range list.Items {
+			if reachable == nil || reachable(&list.Items[i]) {
+				names = append(names, list.Items[i].Name)
+			}
 		}
 	}
 	var out []cobra.Completion
@@ -130,7 +151,7 @@ func completeKindAndName(f *clientFlags) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		switch len(args) {
 		case 0:
-			names, dir := completeNames(cmd, f, cli.KindRun, toComplete)
+			names, dir := completeNames(cmd, f, cli.KindRun, toComplete, nil)
 			for _, k := range []string{"run", "runtime"} {
 				if strings.HasPrefix(k, toComplete) {
 					names = append(names, k)
@@ -142,7 +163,7 @@ func completeKindAndName(f *clientFlags) cobra.CompletionFunc {
 			if err != nil {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
-			return completeNames(cmd, f, kind, toComplete)
+			return completeNames(cmd, f, kind, toComplete, nil)
 		}
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}

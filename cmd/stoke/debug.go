@@ -117,11 +117,11 @@ container).`,
 			if len(args) == 1 {
 				name = args[0]
 			}
-			if socket != "" && (process != "" || cf.settings.DataDir != "") {
+			if socket != "" && (process != "" || cf.flags.DataDir != "") {
 				return cliError("--socket names the process alone: no --process or --data-dir with it")
 			}
 			if socket == "" {
-				dir, err := client.DataDir(cf.settings.DataDir, os.Getenv)
+				dir, err := client.DataDir(cf.flags.DataDir, os.Getenv)
 				if err != nil {
 					return err
 				}
@@ -130,10 +130,11 @@ container).`,
 					if err != nil {
 						return "", err
 					}
+					defer c.Close()
 					return cli.RunPod(ctx, c, cf.namespace, run)
 				}
 				if socket, err = up.FindDebugSocket(cmd.Context(), dir, process, runPod); err != nil {
-					return finish(err)
+					return cf.finish(err)
 				}
 			}
 			q := url.Values{}

@@ -23,13 +23,14 @@ Runtime (spec and pods) for people. A bare NAME is a Run.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, name, err := kindAndName(args)
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
 			c, err := cf.client()
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
-			return finish(cli.Describe(cmd.Context(), c, kind, cf.namespace, name, time.Now(), streams()))
+			defer c.Close()
+			return cf.finish(cli.Describe(cmd.Context(), c, kind, cf.namespace, name, time.Now(), streams()))
 		},
 	}
 	cf.register(cmd)

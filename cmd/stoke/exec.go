@@ -3,7 +3,9 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cli"
+	"stoke.dev/stoke/internal/gateway"
 )
 
 func newExecCommand() *cobra.Command {
@@ -35,14 +37,15 @@ command and everything it started (exit 130). An exec never changes the Run.`,
 			if len(args) > 0 {
 				return nil, cobra.ShellCompDirectiveDefault // the command's own words
 			}
-			return completeRunNames(&cf)(cmd, args, toComplete)
+			return completeRunNames(&cf, func(r *v1alpha1.Run) bool { return gateway.Execable(r) == nil })(cmd, args, toComplete)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
-			return finish(cli.Exec(cmd.Context(), c, cf.namespace, args[0], args[1:], o, streams()))
+			defer c.Close()
+			return cf.finish(cli.Exec(cmd.Context(), c, cf.namespace, args[0], args[1:], o, streams()))
 		},
 	}
 	cf.register(cmd)

@@ -20,7 +20,9 @@ func newGetCommand() *cobra.Command {
 		Short: "List Runs or Runtimes, or show one",
 		Long: `get prints Runs or Runtimes as a table (-o wide adds columns), as JSON or
 YAML (-o json|yaml, the objects as the API serves them), or as kind/name
-lines (-o name). -w keeps printing every change until Ctrl-C.`,
+lines (-o name). -w keeps printing every change until Ctrl-C; a deleted
+object's row shows Deleted as its phase, and --output-watch-events adds each
+change's type (ADDED, MODIFIED, DELETED) as kubectl does.`,
 		Example: `  stoke get runs
   stoke get runs -A -o wide
   stoke get run task-x7k2p -o yaml
@@ -36,33 +38,36 @@ lines (-o name). -w keeps printing every change until Ctrl-C.`,
 				if err != nil {
 					return nil, cobra.ShellCompDirectiveNoFileComp
 				}
-				return completeNames(cmd, &cf, kind, toComplete)
+				return completeNames(cmd, &cf, kind, toComplete, nil)
 			}
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, err := cli.ParseKind(args[0])
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
 			if o.Format, err = printer.ParseFormat(format); err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
-			o.Kind, o.Namespace, o.Now = kind, cf.namespace, time.Now
+			o.Kind, o.Now = kind, time.Now
 			if len(args) == 2 {
 				o.Name = args[1]
 			}
 			c, err := cf.client()
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
-			return finish(cli.Get(cmd.Context(), c, o, streams()))
+			defer c.Close()
+			o.Namespace = cf.namespace
+			return cf.finish(cli.Get(cmd.Context(), c, o, streams()))
 		},
 	}
 	cf.register(cmd)
 	f := cmd.Flags()
 	f.StringVarP(&format, "output", "o", "", "output format: wide, json, yaml or name")
 	f.BoolVarP(&o.Watch, "watch", "w", false, "after the current objects, print every change")
+	f.BoolVar(&o.WatchEvents, "output-watch-events", false, "with -w, print each change's type (ADDED, MODIFIED, DELETED) as kubectl does")
 	f.BoolVarP(&o.AllNamespaces, "all-namespaces", "A", false, "objects of every namespace")
 	f.StringVarP(&o.LabelSelector, "selector", "l", "", "label selector, e.g. team=platform,tier!=batch")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]cobra.Completion{"wide", "json", "yaml", "name"}, cobra.ShellCompDirectiveNoFileComp))

@@ -5,7 +5,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cli"
+	"stoke.dev/stoke/internal/gateway"
 )
 
 func newInvokeCommand() *cobra.Command {
@@ -20,23 +22,26 @@ func newInvokeCommand() *cobra.Command {
 		Long: `invoke sends one JSON input to a Ready function and prints its output. The
 input is -d's JSON text, @FILE for a file's content, or - for standard
 input; without -d it is {}. A handler failure prints "errorType: message"
-(and its stack trace, when the runtime gives one) on stderr and exits 1. The
-call reaches the function at most once: it is never retried.`,
+(and its stack trace, when the runtime gives one) on stderr and exits 1; an
+invocation that runs out of time (--timeout, else the Runtime's default)
+exits 124, as a task does. The call reaches the function at most once: it is
+never retried.`,
 		Example: `  stoke invoke echo -d '{"name":"world"}'
   stoke invoke hello -d @event.json -v
   echo '{"n":3}' | stoke invoke hello -d - --timeout 5s`,
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeRunNames(&cf),
+		ValidArgsFunction: completeRunNames(&cf, func(r *v1alpha1.Run) bool { return gateway.Invocable(r) == nil }),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			input, err := cli.ReadInput(data, os.Stdin)
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
 			c, err := cf.client()
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
-			return finish(cli.Invoke(cmd.Context(), c, cf.namespace, args[0], input, o, streams()))
+			defer c.Close()
+			return cf.finish(cli.Invoke(cmd.Context(), c, cf.namespace, args[0], input, o, streams()))
 		},
 	}
 	cf.register(cmd)

@@ -22,13 +22,14 @@ reason and message (Timeout, Cancelled, Failed (PodGone), ...).`,
 		Example: `  stoke logs task-x7k2p
   stoke logs -f fn-q9d3a --timestamps`,
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeRunNames(&cf),
+		ValidArgsFunction: completeRunNames(&cf, nil),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client()
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
-			return finish(cli.Logs(cmd.Context(), c, cf.namespace, args[0], o, streams()))
+			defer c.Close()
+			return cf.finish(cli.Logs(cmd.Context(), c, cf.namespace, args[0], o, streams()))
 		},
 	}
 	cf.register(cmd)

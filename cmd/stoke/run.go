@@ -51,25 +51,27 @@ most 1 MiB, regular files, directories and symlinks to files inside it).`,
   stoke invoke echo -d '{"name":"world"}'`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Args, o.Namespace, o.LookupEnv = args, cf.namespace, os.LookupEnv
+			o.Args, o.LookupEnv = args, os.LookupEnv
 			if cmd.Flags().Changed("source") && o.Source == "" {
-				return finish(cliError("--source must not be empty"))
+				return cf.finish(cliError("--source must not be empty"))
 			}
 			run, err := runspec.Build(o)
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
 			if opts.Remove && o.IsFunction() {
-				return finish(cliError("--rm applies to tasks only; delete a function with stoke delete"))
+				return cf.finish(cliError("--rm applies to tasks only; delete a function with stoke delete"))
 			}
 			c, err := cf.client()
 			if err != nil {
-				return finish(err)
+				return cf.finish(err)
 			}
+			defer c.Close()
+			run.Namespace = cf.namespace
 			if o.IsFunction() {
-				return finish(cli.RunFunction(cmd.Context(), c, run, opts, streams()))
+				return cf.finish(cli.RunFunction(cmd.Context(), c, run, opts, streams()))
 			}
-			return finish(cli.RunTask(cmd.Context(), c, run, opts, streams()))
+			return cf.finish(cli.RunTask(cmd.Context(), c, run, opts, streams()))
 		},
 	}
 	// Flags stop at the first argument, so that a task's own flags need
@@ -93,7 +95,7 @@ most 1 MiB, regular files, directories and symlinks to files inside it).`,
 	f.BoolVarP(&opts.Quiet, "quiet", "q", false, "print no notes (retries, outputs, hints) on stderr")
 	_ = cmd.MarkFlagRequired("runtime")
 	_ = cmd.RegisterFlagCompletionFunc("runtime", func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		return completeNames(cmd, &cf, cli.KindRuntime, toComplete)
+		return completeNames(cmd, &cf, cli.KindRuntime, toComplete, nil)
 	})
 	return cmd
 }

@@ -97,7 +97,11 @@ renewed within its duration. It exits 0 when ready and 1, saying why, when not.`
 			return sidecar.Probe(ctx, socket)
 		},
 	}
-	cmd.Flags().StringVar(&socket, "socket", sidecar.DefaultProbeSocket, "runtimed's probe socket (its --probe-socket)")
+	cmd.Flags().StringVar(&socket, "probe-socket", sidecar.DefaultProbeSocket, "runtimed's probe socket (its --probe-socket)")
+	// The name before stoke controller probe and this one agreed; Pods
+	// made by older controllers still pass it.
+	cmd.Flags().StringVar(&socket, "socket", sidecar.DefaultProbeSocket, "runtimed's probe socket")
+	_ = cmd.Flags().MarkDeprecated("socket", "use --probe-socket, as stoke runtimed and stoke controller probe do")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long the probe may take")
 	return cmd
 }

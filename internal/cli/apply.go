@@ -24,7 +24,7 @@ import (
 // an error, since a Run cannot change: it is reported, the rest is still
 // applied, and Apply fails at the end. A server that cannot be reached
 // stops the apply: the rest would fail the same way.
-func Apply(ctx context.Context, c *client.Client, objs []manifest.Object, s Streams) error {
+func Apply(ctx context.Context, c client.API, objs []manifest.Object, s Streams) error {
 	var runtimes, runs []manifest.Object
 	for _, o := range objs {
 		switch {
@@ -45,7 +45,7 @@ func Apply(ctx context.Context, c *client.Client, objs []manifest.Object, s Stre
 				return r.err
 			}
 			failed++
-			s.note("%s: %v", o.Ref(), Hint(r.err))
+			s.note("%s: %v", o.Ref(), HintFor(c.Target(), r.err))
 			return nil
 		}
 		fmt.Fprintln(s.Out, r.result)
@@ -111,7 +111,7 @@ type applyResult struct {
 	err    error
 }
 
-func applyRuntime(ctx context.Context, c *client.Client, rt *v1alpha1.Runtime) (string, error) {
+func applyRuntime(ctx context.Context, c client.API, rt *v1alpha1.Runtime) (string, error) {
 	ref := "runtime/" + rt.Name
 	existing, err := c.GetRuntime(ctx, rt.Namespace, rt.Name)
 	verb := "configured"
@@ -129,7 +129,7 @@ func applyRuntime(ctx context.Context, c *client.Client, rt *v1alpha1.Runtime) (
 	return ref + " " + verb, nil
 }
 
-func applyRun(ctx context.Context, c *client.Client, run *v1alpha1.Run) (string, error) {
+func applyRun(ctx context.Context, c client.API, run *v1alpha1.Run) (string, error) {
 	created, err := c.CreateRun(ctx, run)
 	if err == nil {
 		return Ref(created) + " created", nil

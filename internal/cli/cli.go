@@ -69,10 +69,15 @@ func interrupted() error { return &ExitError{Code: ExitInterrupted} }
 // Run it started).
 const cleanupTimeout = 10 * time.Second
 
-// Hint makes err a one-line message for a person: the lines of a joined
-// error become one, a server that cannot be reached gets a hint to start
-// one, and a refused token a hint where tokens come from.
-func Hint(err error) error {
+// Hint is HintFor a standalone server.
+func Hint(err error) error { return HintFor(client.Target{Mode: client.Standalone}, err) }
+
+// HintFor makes err a one-line message for a person: the lines of a
+// joined error become one, and a backend that cannot be reached or that
+// refused the credentials gets a hint that fits its mode — for a
+// standalone server, to start one or where tokens come from; for a
+// cluster, which kubeconfig context was used.
+func HintFor(t client.Target, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -83,6 +88,8 @@ func Hint(err error) error {
 	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
 	var unreachable *client.UnreachableError
 	switch {
+	case t.Mode == client.Cluster && (errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrUnauthenticated) || errors.Is(err, errdefs.ErrPermissionDenied)):
+		msg += fmt.Sprintf(" (cluster: kubeconfig context %q, API server %s; chosen by %s)", t.Context, t.Server, t.Why)
 	case errors.As(err, &unreachable):
 		msg += `; is "stoke up" running? (--server or ` + client.EnvServer + ` name another server)`
 	case errors.Is(err, errdefs.ErrUnauthenticated) && !strings.Contains(msg, "--token"):
@@ -126,7 +133,7 @@ func firstLine(s string) string {
 // done holds for it: now, or after a later change seen through a watch
 // started from the version it was read at. A Run that is deleted first
 // is an error wrapping errdefs.ErrNotFound.
-func waitRun(ctx context.Context, c *client.Client, ns, name, uid string, done func(*v1alpha1.Run) bool) (*v1alpha1.Run, error) {
+func waitRun(ctx context.Context, c client.API, ns, name, uid string, done func(*v1alpha1.Run) bool) (*v1alpha1.Run, error) {
 	run, err := c.GetRun(ctx, ns, name)
 	if err != nil {
 		return nil, err

@@ -117,7 +117,7 @@ func TestHint(t *testing.T) {
 	}
 }
 
-func TestEndpoint(t *testing.T) {
+func TestInvokeURL(t *testing.T) {
 	c, err := client.New(client.Config{Server: "https://stoke.example/prefix"})
 	if err != nil {
 		t.Fatal(err)
@@ -127,8 +127,8 @@ func TestEndpoint(t *testing.T) {
 		"/v1/namespaces/d/runs/f/u/invoke":                      "https://stoke.example/prefix/v1/namespaces/d/runs/f/u/invoke",
 	} {
 		run := &v1alpha1.Run{Status: v1alpha1.RunStatus{Endpoint: ep}}
-		if got := cli.Endpoint(c, run); got != want {
-			t.Errorf("Endpoint(%q) = %q, want %q", ep, got, want)
+		if got := c.InvokeURL(run); got != want {
+			t.Errorf("InvokeURL(%q) = %q, want %q", ep, got, want)
 		}
 	}
 }

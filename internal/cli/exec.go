@@ -32,7 +32,7 @@ type ExecOptions struct {
 // with -t and a raw terminal Ctrl-C is a byte for the remote terminal)
 // ends the session, which kills the remote command with everything it
 // started, and exits 130.
-func Exec(ctx context.Context, c *client.Client, ns, name string, command []string, o ExecOptions, s Streams) error {
+func Exec(ctx context.Context, c client.API, ns, name string, command []string, o ExecOptions, s Streams) error {
 	req := exec.Request{RunUID: ns + "/" + name, Command: command, Stdin: o.Stdin, TTY: o.TTY}
 	in, inTerm := s.In.(*os.File)
 	inTerm = inTerm && term.IsTerminal(int(in.Fd()))

@@ -43,14 +43,16 @@ type GetOptions struct {
 	AllNamespaces bool
 	LabelSelector string
 	Watch         bool
-	Format        printer.Format
+	// WatchEvents prints each watch event's type (--output-watch-events).
+	WatchEvents bool
+	Format      printer.Format
 	// Now is time.Now outside tests.
 	Now func() time.Time
 }
 
 // Get lists or gets Runs or Runtimes and prints them; with Watch it then
 // prints every change until ctx ends (Ctrl-C: ExitInterrupted).
-func Get(ctx context.Context, c *client.Client, o GetOptions, s Streams) error {
+func Get(ctx context.Context, c client.API, o GetOptions, s Streams) error {
 	if o.AllNamespaces && o.Name != "" {
 		return errdefs.InvalidArgument("--all-namespaces", "cannot be used with a name")
 	}
@@ -59,6 +61,9 @@ func Get(ctx context.Context, c *client.Client, o GetOptions, s Streams) error {
 		ns = ""
 	}
 	p := printer.New(s.Out, o.Format, o.AllNamespaces, o.Now)
+	if o.WatchEvents {
+		p.ShowWatchEvents()
+	}
 	if o.Watch {
 		err := watchObjects(ctx, c, o, ns, p)
 		if ctx.Err() != nil {
@@ -108,9 +113,9 @@ func inNamespace(ns string) string {
 	return " in namespace " + ns
 }
 
-// watchObjects prints the current objects, then every change (a deleted
-// object is printed as it was last seen).
-func watchObjects(ctx context.Context, c *client.Client, o GetOptions, ns string, p *printer.Printer) error {
+// watchObjects prints the current objects, then every change; a deletion
+// is shown as one (printer.RunEvent).
+func watchObjects(ctx context.Context, c client.API, o GetOptions, ns string, p *printer.Printer) error {
 	opts := client.ListOptions{LabelSelector: o.LabelSelector}
 	if o.Kind == KindRun {
 		w, err := c.WatchRuns(ctx, ns, opts)
@@ -128,7 +133,7 @@ func watchObjects(ctx context.Context, c *client.Client, o GetOptions, ns string
 
 // printEvents prints each watched object named name ("" for all) until the
 // watch ends, and closes it.
-func printEvents[T any](w *client.Watch[T], name string, nameOf func(*T) string, show func(*T) error) error {
+func printEvents[T any](w *client.Watch[T], name string, nameOf func(*T) string, show func(string, *T) error) error {
 	defer w.Close()
 	for {
 		ev, err := w.Next()
@@ -136,7 +141,7 @@ func printEvents[T any](w *client.Watch[T], name string, nameOf func(*T) string,
 			return endOfWatch(err)
 		}
 		if name == "" || nameOf(ev.Object) == name {
-			if err := show(ev.Object); err != nil {
+			if err := show(string(ev.Type), ev.Object); err != nil {
 				return err
 			}
 		}
@@ -151,7 +156,7 @@ func endOfWatch(err error) error {
 }
 
 // Describe prints one Run or Runtime for people.
-func Describe(ctx context.Context, c *client.Client, kind Kind, ns, name string, now time.Time, s Streams) error {
+func Describe(ctx context.Context, c client.API, kind Kind, ns, name string, now time.Time, s Streams) error {
 	if kind == KindRuntime {
 		rt, err := c.GetRuntime(ctx, ns, name)
 		if err != nil {

@@ -28,7 +28,7 @@ type LogsOptions struct {
 // Logs copies a Run's log to s: stdout records to Out, stderr records to
 // Err. With Follow it keeps copying until the Run is terminal and then
 // notes on Err how it ended (its end state, exit code or reason).
-func Logs(ctx context.Context, c *client.Client, ns, name string, o LogsOptions, s Streams) error {
+func Logs(ctx context.Context, c client.API, ns, name string, o LogsOptions, s Streams) error {
 	var followed *v1alpha1.Run
 	if o.Follow {
 		// Its UID, to tell at the end this Run from one created again
@@ -72,7 +72,7 @@ func Logs(ctx context.Context, c *client.Client, ns, name string, o LogsOptions,
 // noteEnd notes on Err how a followed Run ended, once its log stream has
 // ended: its end state, or that it was deleted. A stream that ended before
 // the Run did (the server stopped) is an error.
-func noteEnd(ctx context.Context, c *client.Client, followed *v1alpha1.Run, s Streams) error {
+func noteEnd(ctx context.Context, c client.API, followed *v1alpha1.Run, s Streams) error {
 	run, err := c.GetRun(ctx, followed.Namespace, followed.Name)
 	switch {
 	case ctx.Err() != nil:
@@ -142,8 +142,9 @@ type InvokeOptions struct {
 
 // Invoke calls a Ready function Run once and writes its output to Out
 // (with a final newline when it has none). A handler failure is an error
-// "errorType: errorMessage", its stack trace written to Err first.
-func Invoke(ctx context.Context, c *client.Client, ns, name string, input []byte, o InvokeOptions, s Streams) error {
+// "errorType: errorMessage", its stack trace written to Err first; an
+// invocation that ran out of time exits ExitTimeout, as a task does.
+func Invoke(ctx context.Context, c client.API, ns, name string, input []byte, o InvokeOptions, s Streams) error {
 	run, err := c.GetRun(ctx, ns, name)
 	if err != nil {
 		return err
@@ -173,6 +174,10 @@ func Invoke(ctx context.Context, c *client.Client, ns, name string, input []byte
 			return fmt.Errorf("%s is %s, not Ready: %w", Ref(run), printer.PhaseOf(run), err)
 		}
 	}
+	if errors.Is(err, errdefs.ErrDeadlineExceeded) {
+		// Ran out of time, as a task that times out does.
+		return &ExitError{Code: ExitTimeout, Err: fmt.Errorf("invoking %s: %w", Ref(run), err)}
+	}
 	if err != nil {
 		return fmt.Errorf("invoking %s: %w", Ref(run), err)
 	}
@@ -192,7 +197,7 @@ func Invoke(ctx context.Context, c *client.Client, ns, name string, input []byte
 
 // Cancel asks the server to cancel a Run; with wait, it returns once the
 // Run is terminal and prints how it ended.
-func Cancel(ctx context.Context, c *client.Client, ns, name string, wait bool, s Streams) error {
+func Cancel(ctx context.Context, c client.API, ns, name string, wait bool, s Streams) error {
 	run, err := c.CancelRun(ctx, ns, name)
 	if err != nil {
 		return err
@@ -213,34 +218,5 @@ func Cancel(ctx context.Context, c *client.Client, ns, name string, wait bool, s
 		return err
 	}
 	fmt.Fprintf(s.Out, "%s %s\n", Ref(final), final.Status.Phase)
-	return nil
-}
-
-// Delete deletes a Run or a Runtime; with wait, it returns once a Run is
-// gone (a function drains and unregisters first).
-func Delete(ctx context.Context, c *client.Client, kind Kind, ns, name string, wait bool, s Streams) error {
-	if kind == KindRuntime {
-		if _, err := c.DeleteRuntime(ctx, ns, name); err != nil {
-			return err
-		}
-		fmt.Fprintf(s.Out, "runtime/%s deleted\n", name)
-		return nil
-	}
-	run, err := c.DeleteRun(ctx, ns, name)
-	if err != nil {
-		return err
-	}
-	if wait {
-		_, err := waitRun(ctx, c, run.Namespace, run.Name, string(run.UID), func(*v1alpha1.Run) bool { return false })
-		switch {
-		case ctx.Err() != nil:
-			return interrupted()
-		case errors.Is(err, errdefs.ErrNotFound):
-			// Gone: what waiting for.
-		case err != nil:
-			return err
-		}
-	}
-	fmt.Fprintf(s.Out, "%s deleted\n", Ref(run))
 	return nil
 }

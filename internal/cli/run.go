@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -29,7 +28,7 @@ type RunOptions struct {
 
 // createRun creates run. With opts.Detach it prints the Run's name and
 // returns no Run: the caller is done.
-func createRun(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) (*v1alpha1.Run, error) {
+func createRun(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunOptions, s Streams) (*v1alpha1.Run, error) {
 	created, err := c.CreateRun(ctx, run)
 	if ctx.Err() != nil {
 		return nil, interrupted()
@@ -50,7 +49,7 @@ func createRun(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts Ru
 // code, ExitTimeout, or ExitFailed with a message. Ctrl-C (ctx ending)
 // asks the server to cancel the Run (and, with opts.Remove, deletes it)
 // and returns ExitInterrupted.
-func RunTask(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) error {
+func RunTask(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunOptions, s Streams) error {
 	created, err := createRun(ctx, c, run, opts, s)
 	if created == nil || err != nil {
 		return err
@@ -78,7 +77,7 @@ func RunTask(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunO
 }
 
 // followTask streams the Run's log to s and returns the Run once terminal.
-func followTask(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) (*v1alpha1.Run, error) {
+func followTask(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunOptions, s Streams) (*v1alpha1.Run, error) {
 	ns, name := run.Namespace, run.Name
 	var attempt int32
 	logs, err := c.Logs(ctx, ns, name, true)
@@ -162,11 +161,11 @@ func endState(run *v1alpha1.Run) string {
 // cancelAfterInterrupt asks the server to cancel a Run this command
 // started, and with remove then deletes it, with a context of its own
 // since ctx has ended.
-func cancelAfterInterrupt(ctx context.Context, c *client.Client, run *v1alpha1.Run, remove bool, s Streams) {
+func cancelAfterInterrupt(ctx context.Context, c client.API, run *v1alpha1.Run, remove bool, s Streams) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if _, err := c.CancelRun(cctx, run.Namespace, run.Name); err != nil {
-		s.note("interrupted; cancelling %s failed: %v", Ref(run), Hint(err))
+		s.note("interrupted; cancelling %s failed: %v", Ref(run), HintFor(c.Target(), err))
 		return
 	}
 	if !remove {
@@ -174,7 +173,7 @@ func cancelAfterInterrupt(ctx context.Context, c *client.Client, run *v1alpha1.R
 		return
 	}
 	if _, err := c.DeleteRun(cctx, run.Namespace, run.Name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		s.note("interrupted; cancelled %s, deleting it failed: %v", Ref(run), Hint(err))
+		s.note("interrupted; cancelled %s, deleting it failed: %v", Ref(run), HintFor(c.Target(), err))
 		return
 	}
 	s.note("interrupted; cancelled and deleted %s", Ref(run))
@@ -185,7 +184,7 @@ func cancelAfterInterrupt(ctx context.Context, c *client.Client, run *v1alpha1.R
 // A Run that ends before it is Ready is an ExitFailed error naming why
 // (the whole message, e.g. a traceback, goes to Err first). Ctrl-C before
 // Ready cancels the Run.
-func RunFunction(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts RunOptions, s Streams) error {
+func RunFunction(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunOptions, s Streams) error {
 	created, err := createRun(ctx, c, run, opts, s)
 	if created == nil || err != nil {
 		return err
@@ -206,7 +205,7 @@ func RunFunction(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts 
 		}
 		return &ExitError{Code: ExitFailed, Err: errors.New(endState(ready))}
 	}
-	endpoint := Endpoint(c, ready)
+	endpoint := c.InvokeURL(ready)
 	fmt.Fprintln(s.Out, endpoint)
 	if !opts.Quiet {
 		// Stoke knows nothing of the input a handler expects, so the hint
@@ -216,24 +215,4 @@ func RunFunction(ctx context.Context, c *client.Client, run *v1alpha1.Run, opts 
 		fmt.Fprintf(s.Err, "  curl -H \"Authorization: Bearer $%s\" -d '{}' %s\n", client.EnvToken, endpoint)
 	}
 	return nil
-}
-
-// Endpoint is a Run's status.endpoint as an absolute URL: a path is
-// resolved against the server's URL.
-func Endpoint(c *client.Client, run *v1alpha1.Run) string {
-	ep := run.Status.Endpoint
-	u, err := url.Parse(ep)
-	if err != nil || u.IsAbs() {
-		return ep
-	}
-	base, err := url.Parse(c.Server())
-	if err != nil {
-		return ep
-	}
-	if strings.HasPrefix(ep, "/") {
-		base.Path = strings.TrimSuffix(base.Path, "/") + u.Path
-		base.RawQuery = u.RawQuery
-		return base.String()
-	}
-	return base.ResolveReference(u).String()
 }

@@ -10,7 +10,7 @@ import (
 // RunPod is the pod the Run name in ns is on (its status.assignedPod),
 // for `stoke debug pprof --process RUN`. A Run on no pod (not yet
 // assigned, or ended) is an error saying its phase.
-func RunPod(ctx context.Context, c *client.Client, ns, name string) (string, error) {
+func RunPod(ctx context.Context, c client.API, ns, name string) (string, error) {
 	run, err := c.GetRun(ctx, ns, name)
 	if err != nil {
 		return "", err

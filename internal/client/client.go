@@ -26,6 +26,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 )
@@ -59,13 +61,23 @@ type Config struct {
 	// must not have a Timeout: watches and followed logs are long-lived;
 	// every call is bounded by its context instead.
 	HTTPClient *http.Client
+	// Upgrade, if set, opens exec's WebSocket instead of a
+	// websocket.Dialer built from HTTPClient's transport, as gorilla's
+	// Dialer.DialContext does (its response, for a refused upgrade, is
+	// read as an error answer): for a transport that authenticates on its
+	// own, such as a kubeconfig's.
+	Upgrade func(ctx context.Context, url string, h http.Header, subprotocols []string) (*websocket.Conn, *http.Response, error)
+	// Why says how this server was chosen, for Target.
+	Why string
 }
 
 // Client calls one Stoke server. It is safe for concurrent use.
 type Client struct {
-	base  *url.URL
-	token string
-	hc    *http.Client
+	base    *url.URL
+	token   string
+	hc      *http.Client
+	upgrade func(ctx context.Context, url string, h http.Header, subprotocols []string) (*websocket.Conn, *http.Response, error)
+	why     string
 }
 
 // New returns a Client for cfg.
@@ -81,7 +93,7 @@ func New(cfg Config) (*Client, error) {
 			return nil, err
 		}
 	}
-	return &Client{base: base, token: cfg.Token, hc: hc}, nil
+	return &Client{base: base, token: cfg.Token, hc: hc, upgrade: cfg.Upgrade, why: cfg.Why}, nil
 }
 
 // ParseServerURL checks a server URL: http or https, a host, no query. A

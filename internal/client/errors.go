@@ -67,8 +67,15 @@ func readError(resp *http.Response) error {
 	b, _ := readBounded(resp.Body, MaxErrorBody) // a body over the bound is treated as not JSON
 	var body httpapi.ErrorBody
 	if err := json.Unmarshal(b, &body); err != nil || (body.ErrorType == "" && body.ErrorMessage == "") {
-		// Not Stoke's error shape: a proxy in between, or an old server.
-		body = httpapi.ErrorBody{ErrorMessage: fmt.Sprintf("%s %s: %s", resp.Request.Method, resp.Request.URL.Path, statusLine(resp.StatusCode, b))}
+		// Not Stoke's error shape: a Kubernetes API server's Status (its
+		// service proxy's own answers), a proxy in between, or an old
+		// server.
+		msg := statusLine(resp.StatusCode, b)
+		var st struct{ Kind, Message string }
+		if json.Unmarshal(b, &st) == nil && st.Kind == "Status" && st.Message != "" {
+			msg = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, st.Message)
+		}
+		body = httpapi.ErrorBody{ErrorMessage: fmt.Sprintf("%s %s: %s", resp.Request.Method, resp.Request.URL.Path, msg)}
 	}
 	if body.InvocationID == "" {
 		body.InvocationID = resp.Header.Get(httpapi.HeaderInvocationID)

@@ -49,26 +49,18 @@ func (e *wsExecutor) Start(ctx context.Context, req exec.Request) (exec.Session,
 	default:
 		u.Scheme = "ws"
 	}
-	d := websocket.Dialer{
-		Subprotocols:     []string{channel.Protocol},
-		HandshakeTimeout: handshakeTimeout,
-		Proxy:            http.ProxyFromEnvironment,
-		ReadBufferSize:   bounds.ExecFrame + 1,
-		WriteBufferSize:  bounds.ExecFrame + 1,
-	}
-	if tr, ok := e.c.hc.Transport.(*http.Transport); ok && tr != nil {
-		d.TLSClientConfig = tr.TLSClientConfig
-		if tr.DialContext != nil {
-			d.NetDialContext = tr.DialContext
-		}
-	}
 	h := http.Header{}
 	if e.c.token != "" {
 		h.Set("Authorization", "Bearer "+e.c.token)
 	}
-	conn, resp, err := d.DialContext(ctx, u.String(), h)
+	upgrade := e.c.upgrade
+	if upgrade == nil {
+		upgrade = e.c.dialWebSocket
+	}
+	conn, resp, err := upgrade(ctx, u.String(), h, []string{channel.Protocol})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			defer resp.Body.Close()
 			return nil, readError(resp)
 		}
 		return nil, &UnreachableError{Server: e.c.base.String(), Err: err}
@@ -86,4 +78,22 @@ func (e *wsExecutor) Start(ctx context.Context, req exec.Request) (exec.Session,
 		return s, nil
 	}
 	return channel.NewSession(conn, req), nil
+}
+
+// dialWebSocket opens a WebSocket with the HTTP client's TLS settings.
+func (c *Client) dialWebSocket(ctx context.Context, u string, h http.Header, subprotocols []string) (*websocket.Conn, *http.Response, error) {
+	d := websocket.Dialer{
+		Subprotocols:     subprotocols,
+		HandshakeTimeout: handshakeTimeout,
+		Proxy:            http.ProxyFromEnvironment,
+		ReadBufferSize:   bounds.ExecFrame + 1,
+		WriteBufferSize:  bounds.ExecFrame + 1,
+	}
+	if tr, ok := c.hc.Transport.(*http.Transport); ok && tr != nil {
+		d.TLSClientConfig = tr.TLSClientConfig
+		if tr.DialContext != nil {
+			d.NetDialContext = tr.DialContext
+		}
+	}
+	return d.DialContext(ctx, u, h)
 }

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/httpapi"
@@ -87,4 +90,21 @@ func (c *Client) Invoke(ctx context.Context, ns, name, uid string, input []byte,
 		}
 	}
 	return res, nil
+}
+
+// InvokeURL implements API: a Run's status.endpoint as an absolute URL,
+// a path resolved against the server's URL (its path prefix kept).
+func (c *Client) InvokeURL(run *v1alpha1.Run) string {
+	ep := run.Status.Endpoint
+	u, err := url.Parse(ep)
+	if err != nil || u.IsAbs() {
+		return ep
+	}
+	base := *c.base
+	if strings.HasPrefix(ep, "/") {
+		base.Path = strings.TrimSuffix(base.Path, "/") + u.Path
+		base.RawQuery = u.RawQuery
+		return base.String()
+	}
+	return base.ResolveReference(u).String()
 }

@@ -36,9 +36,14 @@ type Event[T any] struct {
 // Close ends it. Cancelling the context the watch was opened with also
 // ends it.
 type Watch[T any] struct {
-	body io.ReadCloser
-	sc   *bufio.Scanner
-	path string
+	next  func() (Event[T], error)
+	close func() error
+}
+
+// NewWatch is a Watch whose events come from next and which close ends,
+// for a backend other than *Client.
+func NewWatch[T any](next func() (Event[T], error), close func() error) *Watch[T] {
+	return &Watch[T]{next: next, close: close}
 }
 
 func watch[T any](ctx context.Context, c *Client, u *url.URL) (*Watch[T], error) {
@@ -48,16 +53,22 @@ func watch[T any](ctx context.Context, c *Client, u *url.URL) (*Watch[T], error)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxObject)
-	return &Watch[T]{body: resp.Body, sc: sc, path: u.Path}, nil
+	return NewWatch(func() (Event[T], error) { return nextEvent[T](sc, u.Path) }, resp.Body.Close), nil
 }
 
 // Next returns the next event. It returns io.EOF when the server closed
 // the stream without an ERROR event, and an error for an ERROR event (an
 // *APIError when the event carries Stoke's error body), a line over
 // MaxObject, or a cancelled context.
-func (w *Watch[T]) Next() (Event[T], error) {
-	for w.sc.Scan() {
-		line := w.sc.Bytes()
+func (w *Watch[T]) Next() (Event[T], error) { return w.next() }
+
+// Close ends the watch.
+func (w *Watch[T]) Close() error { return w.close() }
+
+// nextEvent reads the next event of a watch answer.
+func nextEvent[T any](sc *bufio.Scanner, path string) (Event[T], error) {
+	for sc.Scan() {
+		line := sc.Bytes()
 		if len(line) == 0 {
 			continue
 		}
@@ -66,26 +77,26 @@ func (w *Watch[T]) Next() (Event[T], error) {
 			Object json.RawMessage `json:"object"`
 		}
 		if err := json.Unmarshal(line, &raw); err != nil {
-			return Event[T]{}, fmt.Errorf("watch %s: decoding an event: %w", w.path, err)
+			return Event[T]{}, fmt.Errorf("watch %s: decoding an event: %w", path, err)
 		}
 		switch raw.Type {
 		case Added, Modified, Deleted:
 		case Error:
-			return Event[T]{}, watchError(w.path, raw.Object)
+			return Event[T]{}, watchError(path, raw.Object)
 		default:
-			return Event[T]{}, fmt.Errorf("watch %s: unknown event type %q", w.path, raw.Type)
+			return Event[T]{}, fmt.Errorf("watch %s: unknown event type %q", path, raw.Type)
 		}
 		obj := new(T)
 		if err := json.Unmarshal(raw.Object, obj); err != nil {
-			return Event[T]{}, fmt.Errorf("watch %s: decoding a %s object: %w", w.path, raw.Type, err)
+			return Event[T]{}, fmt.Errorf("watch %s: decoding a %s object: %w", path, raw.Type, err)
 		}
 		return Event[T]{Type: raw.Type, Object: obj}, nil
 	}
-	if err := w.sc.Err(); err != nil {
+	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return Event[T]{}, errdefs.Errorf(errdefs.ErrTooLarge, "watch %s: an event exceeds %d bytes", w.path, MaxObject)
+			return Event[T]{}, errdefs.Errorf(errdefs.ErrTooLarge, "watch %s: an event exceeds %d bytes", path, MaxObject)
 		}
-		return Event[T]{}, fmt.Errorf("watch %s: %w", w.path, err)
+		return Event[T]{}, fmt.Errorf("watch %s: %w", path, err)
 	}
 	return Event[T]{}, io.EOF
 }
@@ -99,6 +110,3 @@ func watchError(path string, obj json.RawMessage) error {
 	}
 	return errdefs.Errorf(errdefs.ErrUnavailable, "watch %s ended by the server", path)
 }
-
-// Close ends the watch.
-func (w *Watch[T]) Close() error { return w.body.Close() }

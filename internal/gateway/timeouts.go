@@ -44,9 +44,7 @@ func (t Timeouts) withDefaults() Timeouts {
 // Server returns an HTTP server of the gateway with its timeouts.
 func (g *Gateway) Server() *http.Server {
 	t := g.cfg.Timeouts
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle}
-	srv.RegisterOnShutdown(g.failed.Close) // its flush timer ends with the server
-	return srv
+	return &http.Server{Handler: g, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle}
 }
 
 // nextWrite gives a stream's next write the server's write timeout.

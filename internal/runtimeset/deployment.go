@@ -146,7 +146,7 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 							},
 							ReadinessProbe: &corev1.Probe{
 								ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
-									Command: []string{"stoke", "runtimed", "probe", "--socket", ProbeSocket},
+									Command: []string{"stoke", "runtimed", "probe", "--probe-socket", ProbeSocket},
 								}},
 								// Ready at the first success; NotReady after
 								// three failures, so that one probe slowed by a

@@ -92,7 +92,7 @@ func TestDeploymentFollowsThePodConventions(t *testing.T) {
 	if m := mounts(rd); m[volumeTLS] != TLSDir || m[volumeToken] != tokenDir {
 		t.Errorf("runtimed mounts %v", m)
 	}
-	if rd.ReadinessProbe == nil || rd.ReadinessProbe.Exec == nil || strings.Join(rd.ReadinessProbe.Exec.Command, " ") != "stoke runtimed probe --socket /var/run/stoke/runtimed/probe.sock" {
+	if rd.ReadinessProbe == nil || rd.ReadinessProbe.Exec == nil || strings.Join(rd.ReadinessProbe.Exec.Command, " ") != "stoke runtimed probe --probe-socket /var/run/stoke/runtimed/probe.sock" {
 		t.Errorf("runtimed readiness probe %+v", rd.ReadinessProbe)
 	}
 	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == volumeTLS })

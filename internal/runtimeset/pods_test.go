@@ -52,7 +52,7 @@ func TestRuntimePodsBecomeReady(t *testing.T) {
 		}
 		for _, p := range pods.Items {
 			t.Logf("pod %s: phase %s, conditions %+v", p.Name, p.Status.Phase, p.Status.Conditions)
-			res, err := agent.Exec(context.Background(), ns, p.Name, runtimeset.ContainerRuntimed, []string{"stoke", "runtimed", "probe", "--socket", runtimeset.ProbeSocket}, 5*time.Second)
+			res, err := agent.Exec(context.Background(), ns, p.Name, runtimeset.ContainerRuntimed, []string{"stoke", "runtimed", "probe", "--probe-socket", runtimeset.ProbeSocket}, 5*time.Second)
 			t.Logf("pod %s: the probe by hand: %+v %v", p.Name, res, err)
 			for _, ctr := range p.Spec.Containers {
 				path, err := agent.LogPath(ns, p.Name, ctr.Name)

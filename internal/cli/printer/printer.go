@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,7 +54,23 @@ type Printer struct {
 
 	widths  []int
 	started bool // a watch wrote its header, or its first YAML document
+	// watchEvents prints each watch event's type (kubectl's
+	// --output-watch-events).
+	watchEvents bool
 }
+
+// Watch event types, as a watch delivers them.
+const (
+	Added    = "ADDED"
+	Modified = "MODIFIED"
+	Deleted  = "DELETED"
+)
+
+// ShowWatchEvents makes the events of a watch print their type, as
+// kubectl's --output-watch-events does: an EVENT column first in a
+// table, {"type": ..., "object": ...} in JSON and YAML, "TYPE kind/name"
+// with -o name.
+func (p *Printer) ShowWatchEvents() { p.watchEvents = true }
 
 // New returns a Printer writing to out. With allNamespaces, tables start
 // with a NAMESPACE column. now is time.Now outside tests.
@@ -84,10 +101,19 @@ func (p *Printer) Run(run *v1alpha1.Run) error {
 	return p.table(p.runHeader(), [][]string{p.runRow(run)}, false)
 }
 
-// RunEvent prints one Run of a watch: a row (the header before the first),
-// one JSON object per line, or a YAML document.
-func (p *Printer) RunEvent(run *v1alpha1.Run) error {
-	return p.event(run, p.runHeader, func() []string { return p.runRow(run) })
+// RunEvent prints one Run of a watch (event is Added, Modified or
+// Deleted): a row (the header before the first), one JSON object per
+// line, or a YAML document. A deleted Run's row shows Deleted as its
+// phase, since its last phase no longer holds (with ShowWatchEvents the
+// EVENT column says so instead).
+func (p *Printer) RunEvent(event string, run *v1alpha1.Run) error {
+	return p.event(event, run, p.runHeader, func() []string {
+		row := p.runRow(run)
+		if event == Deleted && !p.watchEvents && p.format != Name {
+			row[slices.Index(p.runHeader(), "PHASE")] = "Deleted"
+		}
+		return row
+	})
 }
 
 // Runtimes prints a list of Runtimes.
@@ -112,12 +138,22 @@ func (p *Printer) Runtime(rt *v1alpha1.Runtime) error {
 	return p.table(p.runtimeHeader(), [][]string{p.runtimeRow(rt)}, false)
 }
 
-// RuntimeEvent prints one Runtime of a watch.
-func (p *Printer) RuntimeEvent(rt *v1alpha1.Runtime) error {
-	return p.event(rt, p.runtimeHeader, func() []string { return p.runtimeRow(rt) })
+// RuntimeEvent prints one Runtime of a watch; with ShowWatchEvents its
+// event type too.
+func (p *Printer) RuntimeEvent(event string, rt *v1alpha1.Runtime) error {
+	return p.event(event, rt, p.runtimeHeader, func() []string { return p.runtimeRow(rt) })
 }
 
-func (p *Printer) event(obj any, header func() []string, row func() []string) error {
+func (p *Printer) event(event string, obj any, header func() []string, row func() []string) error {
+	if p.watchEvents {
+		header0, row0 := header, row
+		header = func() []string { return append([]string{"EVENT"}, header0()...) }
+		row = func() []string { return append([]string{event}, row0()...) }
+		obj = struct {
+			Type   string `json:"type"`
+			Object any    `json:"object"`
+		}{event, obj}
+	}
 	switch p.format {
 	case JSON:
 		b, err := json.Marshal(obj)
@@ -134,7 +170,12 @@ func (p *Printer) event(obj any, header func() []string, row func() []string) er
 		_, err = fmt.Fprintf(p.out, "---\n%s", b)
 		return err
 	case Name:
-		_, err := fmt.Fprintln(p.out, row()[0])
+		r := row()
+		if p.watchEvents {
+			_, err := fmt.Fprintln(p.out, r[0], r[1])
+			return err
+		}
+		_, err := fmt.Fprintln(p.out, r[0])
 		return err
 	}
 	if !p.started {
@@ -156,7 +197,7 @@ func (p *Printer) event(obj any, header func() []string, row func() []string) er
 // watchMinimums returns, per column of header, a placeholder as wide as
 // a typical value of that column.
 func watchMinimums(header []string) []string {
-	typical := map[string]int{"NAMESPACE": 10, "NAME": 16, "RUNTIME": 8, "MODE": 8, "PHASE": 9,
+	typical := map[string]int{"EVENT": 8, "NAMESPACE": 10, "NAME": 16, "RUNTIME": 8, "MODE": 8, "PHASE": 9,
 		"REASON": 12, "POD": 14, "SERVER": 6}
 	out := make([]string, len(header))
 	for i, h := range header {

@@ -114,9 +114,15 @@ func TestWatchRowsKeepTheirColumns(t *testing.T) {
 	var b bytes.Buffer
 	p := printer.New(&b, printer.Table, false, clock)
 	for _, r := range runs() {
-		if err := p.RunEvent(&r); err != nil {
+		if err := p.RunEvent(printer.Added, &r); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A deleted Run is not printed as it was last seen (Ready): its
+	// phase column says it is gone.
+	deleted := runs()[1]
+	if err := p.RunEvent(printer.Deleted, &deleted); err != nil {
+		t.Fatal(err)
 	}
 	golden(t, "runs-watch.txt", b.Bytes())
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
@@ -159,7 +165,7 @@ func TestObjectsAsJSONAndYAML(t *testing.T) {
 	p := printer.New(&b, printer.JSON, false, clock)
 	rs := runs()
 	for i := range rs {
-		if err := p.RunEvent(&rs[i]); err != nil {
+		if err := p.RunEvent(printer.Modified, &rs[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,7 +175,7 @@ func TestObjectsAsJSONAndYAML(t *testing.T) {
 	b.Reset()
 	p = printer.New(&b, printer.YAML, false, clock)
 	for i := range rs {
-		if err := p.RunEvent(&rs[i]); err != nil {
+		if err := p.RunEvent(printer.Modified, &rs[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -202,5 +208,36 @@ func TestParseFormat(t *testing.T) {
 	}
 	if _, err := printer.ParseFormat("xml"); err == nil || !strings.Contains(err.Error(), "wide, json, yaml, name") {
 		t.Errorf("ParseFormat(xml) = %v", err)
+	}
+}
+
+func TestWatchEventsAreShownOnRequest(t *testing.T) {
+	rs := runs()
+	var b bytes.Buffer
+	p := printer.New(&b, printer.Table, false, clock)
+	p.ShowWatchEvents()
+	for _, ev := range []string{printer.Added, printer.Deleted} {
+		if err := p.RunEvent(ev, &rs[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "EVENT ") || !strings.HasPrefix(lines[1], "ADDED ") ||
+		!strings.HasPrefix(lines[2], "DELETED ") || !strings.Contains(lines[2], " Ready ") {
+		t.Errorf("a table with --output-watch-events:\n%s", b.String())
+	}
+
+	b.Reset()
+	p = printer.New(&b, printer.JSON, false, clock)
+	p.ShowWatchEvents()
+	if err := p.RunEvent(printer.Deleted, &rs[1]); err != nil {
+		t.Fatal(err)
+	}
+	var ev struct {
+		Type   string
+		Object v1alpha1.Run
+	}
+	if err := json.Unmarshal(b.Bytes(), &ev); err != nil || ev.Type != printer.Deleted || ev.Object.Name != rs[1].Name {
+		t.Errorf("-o json --output-watch-events: %v\n%s", err, b.String())
 	}
 }
