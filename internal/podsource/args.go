@@ -1,6 +1,7 @@
 package podsource
 
 import (
+	"regexp"
 	"strconv"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -29,6 +30,10 @@ func LambdaArgs(l *v1alpha1.LambdaSpec) []string {
 	return args
 }
 
+// envName is what a handler's env name may be: internal/validation's
+// rule, and the Runtime Server's.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // HandlerEnvArgs are the `stoke runtime-server` flags that give every
 // handler a Runtime's env: the names of spec.template.env, whose values
 // the server has in its own environment (a Kubernetes container's env,
@@ -45,7 +50,11 @@ func HandlerEnvArgs(tpl *v1alpha1.RuntimeTemplate) []string {
 	}
 	args := make([]string, 0, 2*len(tpl.Env))
 	for _, e := range tpl.Env {
-		args = append(args, "--handler-env", e.Name)
+		// A name no handler env can carry (one the CRD could not refuse)
+		// stays the container's alone.
+		if envName.MatchString(e.Name) {
+			args = append(args, "--handler-env", e.Name)
+		}
 	}
 	return args
 }
