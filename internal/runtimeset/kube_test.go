@@ -246,6 +246,19 @@ func TestRuntimeBecomesPodsAndGoesWithThem(t *testing.T) {
 		return false
 	})
 
+	// So does a template change: the Pods get the template's env.
+	c.Kubectl(t, "patch", "-n", ns, "runtime", "bash", "--type=merge", "-p", `{"spec":{"template":{"env":[{"name":"GREETING","value":"hi"}]}}}`)
+	until(t, cl, ns, &appsv1.DeploymentList{}, &appsv1.Deployment{}, "the template's env in the Pods", func(items []client.Object) bool {
+		for _, o := range items {
+			if d := o.(*appsv1.Deployment); d.Name == "bash" {
+				rs := d.Spec.Template.Spec.Containers[0]
+				return slices.ContainsFunc(rs.Env, func(e corev1.EnvVar) bool { return e.Name == "GREETING" && e.Value == "hi" }) &&
+					slices.Contains(rs.Args, "GREETING")
+			}
+		}
+		return false
+	})
+
 	c.Kubectl(t, "delete", "-n", ns, "runtime", "bash", "--wait=false")
 	until(t, cl, ns, &appsv1.DeploymentList{}, &appsv1.Deployment{}, "the bash Deployment gone", func(items []client.Object) bool {
 		return !slices.ContainsFunc(items, func(o client.Object) bool { return o.GetName() == "bash" })
