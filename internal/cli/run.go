@@ -212,7 +212,11 @@ func RunFunction(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunO
 		// shows none: both send {}, and -d gives the function its own.
 		s.note("%s is Ready; invoke it with (-d JSON for an input other than {})", Ref(ready))
 		fmt.Fprintf(s.Err, "  stoke invoke %s%s\n", ready.Name, namespaceFlag(ready.Namespace))
-		fmt.Fprintf(s.Err, "  curl -H \"Authorization: Bearer $%s\" -d '{}' %s\n", client.EnvToken, endpoint)
+		if c.Target().Mode == client.Standalone {
+			// On a cluster the URL is the API server's proxy, which takes
+			// the kubeconfig's credentials, not a token of Stoke's.
+			fmt.Fprintf(s.Err, "  curl -H \"Authorization: Bearer $%s\" -d '{}' %s\n", client.EnvToken, endpoint)
+		}
 	}
 	return nil
 }
