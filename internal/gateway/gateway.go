@@ -22,6 +22,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/httpapi"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/logsummary"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/store"
 )
@@ -97,6 +98,10 @@ type Config struct {
 	// Timeouts are the HTTP server's (see Server); zero fields take
 	// DefaultTimeouts.
 	Timeouts Timeouts
+	// FailedInvokeLog configures the summary of failed invocations in the
+	// log (Logger, Message and KeyAttr are the gateway's): at most one line
+	// per function per Interval (default logsummary.DefaultInterval).
+	FailedInvokeLog logsummary.Config
 }
 
 // Gateway serves the HTTP API.
@@ -106,6 +111,9 @@ type Gateway struct {
 	mux *http.ServeMux
 	// streams holds a token per open watch or followed log.
 	streams chan struct{}
+	// failed logs failed invocations, summed up per function per
+	// interval: a flood of 429s writes a few lines, not one per call.
+	failed *logsummary.Summariser
 }
 
 // New returns the gateway's HTTP handler.
@@ -127,7 +135,11 @@ func New(cfg Config) *Gateway {
 	if cfg.Logs == nil && cfg.API != nil {
 		cfg.Logs = storeLogReader(cfg.API, cfg.LogFollowPoll)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), streams: make(chan struct{}, cfg.MaxStreams)}
+	fl := cfg.FailedInvokeLog
+	fl.Logger, fl.Level, fl.Message, fl.KeyAttr = cfg.Logger, slog.LevelInfo, "invocations failed", "run"
+	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), streams: make(chan struct{}, cfg.MaxStreams),
+		failed: logsummary.New(fl)}
+	cfg.Metrics.countSummarised(g.failed)
 	g.route(invokePath, "invoke", runAccess("create", "invoke"), g.invoke)
 	if cfg.Logs != nil {
 		g.route(logsPath, "logs", runAccess("get", "log"), g.logs)

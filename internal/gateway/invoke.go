@@ -79,7 +79,7 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 				err = errdefs.FromGRPC(err)
 			}
 		}
-		g.log.Info("invoke", "run_uid", uid, "invocation_id", invID, "status", errdefs.HTTPStatus(err), "duration", time.Since(start), "error", err)
+		g.failed.Record(ns+"/"+name, strconv.Itoa(errdefs.HTTPStatus(err)), "invocation "+invID+" of run_uid "+uid+": "+err.Error())
 		writeError(w, err, invID)
 		return
 	}

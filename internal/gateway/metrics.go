@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/logsummary"
 )
 
 // Metrics is the Prometheus registry of a standalone Stoke: invocations by
@@ -99,6 +100,19 @@ func (m *Metrics) observeRequest(route string, status int, d time.Duration) {
 // MustRegister adds collectors of the gateway's composition (the
 // Kubernetes gateway's authorization cache) to the registry.
 func (m *Metrics) MustRegister(cs ...prometheus.Collector) { m.reg.MustRegister(cs...) }
+
+// countSummarised serves how many failed invocations the log summed up
+// rather than logged one by one.
+func (m *Metrics) countSummarised(s *logsummary.Summariser) {
+	if m == nil {
+		return
+	}
+	// A second gateway on the same registry keeps the first's.
+	_ = m.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "stoke_invocation_log_lines_summarised_total",
+		Help: "Failed invocations counted into a per-function summary line of the server log rather than logged on their own (stoke_invocations_total counts them all by code).",
+	}, func() float64 { return float64(s.Summarised()) }))
+}
 
 func (m *Metrics) observeAPI(method string, status int) {
 	if m == nil {

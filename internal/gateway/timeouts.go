@@ -44,7 +44,9 @@ func (t Timeouts) withDefaults() Timeouts {
 // Server returns an HTTP server of the gateway with its timeouts.
 func (g *Gateway) Server() *http.Server {
 	t := g.cfg.Timeouts
-	return &http.Server{Handler: g, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle}
+	srv.RegisterOnShutdown(g.failed.Close) // its flush timer ends with the server
+	return srv
 }
 
 // nextWrite gives a stream's next write the server's write timeout.

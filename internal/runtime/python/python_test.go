@@ -149,6 +149,13 @@ func TestInvoke(t *testing.T) {
 			want:    `{"module":"pkg.sub.mod","got":5}`,
 		},
 		{
+			name:    "namespace package module",
+			files:   map[string]string{"ns/sub/mod.py": "def run(event):\n    return {'module': __name__}\n"},
+			handler: "ns.sub.mod.run",
+			input:   `5`,
+			want:    `{"module":"ns.sub.mod"}`,
+		},
+		{
 			name: "context",
 			files: map[string]string{"handler.py": `
 def handle(event, context):
@@ -580,6 +587,15 @@ func TestLoadFailure(t *testing.T) {
 		{"no parameters", map[string]string{"handler.py": "def handle():\n    pass\n"}, "handler.handle", "TypeError", "takes no positional argument"},
 		{"exception at import", map[string]string{"handler.py": "import os\n\nraise RuntimeError('boom at import')\n"}, "handler.handle", "RuntimeError", `boom at import (at File "`},
 		{"sys.exit at import", map[string]string{"handler.py": "import sys\nsys.exit(3)\n"}, "handler.handle", "SystemExit", "SystemExit: 3"},
+		// A handler's module is a file of the Run's source, never one of
+		// the interpreter's: os.system would run its input as a command.
+		{"loaded stdlib module", nil, "os.system", "ImportError", "module 'os' is not from the Run's source"},
+		{"stdlib module", nil, "json.dumps", "ImportError", "module 'json' is not from the Run's source"},
+		{"stdlib package module", nil, "email.utils.quote", "ImportError", "module 'email' is not from the Run's source"},
+		{"built-in module", nil, "_imp.create_builtin", "ImportError", "module '_imp' is not from the Run's source"},
+		{"stdlib module beside a source", map[string]string{"handler.py": echoHandler}, "subprocess.getoutput", "ImportError", "module 'subprocess' is not from the Run's source"},
+		{"shadowing a loaded module", map[string]string{"os.py": "def system(event):\n    return event\n"}, "os.system", "ImportError", "module 'os' is not from the Run's source"},
+		{"stdlib module in a source package", map[string]string{"pkg/__init__.py": "", "pkg/json.py": "x = 1\n"}, "pkg.json.x", "TypeError", "not callable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := newRecorder()

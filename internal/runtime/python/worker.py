@@ -316,6 +316,58 @@ def _read_request():
             buf[end:total], remaining)
 
 
+def _from_source(workdir, module_name):
+    """Raises ImportError unless module_name and every package above it
+    are imported from files under workdir (the Run's source): a module of
+    the standard library or of site-packages, or one the interpreter holds
+    already, is no handler (handler: os.system would run its input as a
+    shell command). Each level's spec is found as the import system finds
+    it (sys.meta_path in order) and checked before anything of it runs; a
+    package above the module is imported once checked (it is the source's
+    own code, which the module's import would run anyway); a namespace
+    package has no code and passes on to its contents."""
+    root = os.path.join(os.path.realpath(workdir), '')
+    parts = module_name.split('.')
+    path = None
+    for i in range(len(parts)):
+        name = '.'.join(parts[:i + 1])
+        loaded = sys.modules.get(name)
+        if loaded is not None and i == 0:
+            raise ImportError(f'module {name!r} is not from the Run\'s source: '
+                              'the interpreter has loaded it already; a '
+                              'handler\'s module must be a file of the source',
+                              name=name)
+        spec = getattr(loaded, '__spec__', None)
+        if loaded is None:
+            for finder in sys.meta_path:
+                find = getattr(finder, 'find_spec', None)
+                if find is not None:
+                    spec = find(name, path)
+                    if spec is not None:
+                        break
+            if spec is None:
+                raise ModuleNotFoundError(f'No module named {name!r}', name=name)
+        where = getattr(spec, 'origin', None)
+        if getattr(spec, 'has_location', False):
+            ok = os.path.realpath(where).startswith(root)
+        else:
+            # Built in, frozen, or a namespace package (no origin, only
+            # portions: its contents are checked in turn).
+            ok = spec is not None and where is None and \
+                spec.submodule_search_locations is not None
+        if not ok:
+            raise ImportError(f'module {name!r} is not from the Run\'s source: '
+                              f'it is {where or "built in"}; a handler\'s '
+                              'module must be a file of the source', name=name)
+        if i + 1 < len(parts):
+            __import__(name)
+            path = getattr(sys.modules[name], '__path__', None)
+            if path is None:
+                raise ModuleNotFoundError(
+                    f'No module named {parts[i + 1]!r} in {name!r}: '
+                    f'{name!r} is not a package', name=name)
+
+
 def _load(workdir, handler, limits):
     """Imports the handler; returns (function, takes_context) or exits after
     reporting INIT_ERROR."""
@@ -329,6 +381,8 @@ def _load(workdir, handler, limits):
         pass
     module_name, _, attr = handler.rpartition('.')
     try:
+        if module_name:
+            _from_source(workdir, module_name)
         __import__(module_name)
         module = sys.modules[module_name]
         try:
