@@ -114,6 +114,10 @@ def handle(event):
 	// gateway does not retry it. It never hangs until the client's timeout.
 	if r := <-slow; r.err != nil || r.status != http.StatusServiceUnavailable {
 		t.Errorf("the invocation in flight at the kill: %d %s %v (client timeout: %v), want 503", r.status, r.body, r.err, isTimeout(r.err))
+	} else if r.header.Get("Retry-After") == "" {
+		// The function comes back (it has attempts left): every 503 says
+		// when to try again (docs/http-api.md).
+		t.Errorf("the invocation in flight at the kill: 503 without Retry-After: %s", bytes.TrimSpace(r.body))
 	} else {
 		t.Logf("the invocation in flight answered %d %s %v after the kill", r.status, bytes.TrimSpace(r.body), time.Since(killed).Round(time.Millisecond))
 	}
@@ -126,6 +130,7 @@ def handle(event):
 	// 503, none takes the client timeout.
 	var n503 int
 	errorTypes := map[string]int{}
+	noRetryAfter := map[string]int{} // error message → count
 	deadline := time.Now().Add(60 * time.Second)
 	for i := 1; ; i++ {
 		if time.Now().After(deadline) {
@@ -143,9 +148,12 @@ def handle(event):
 			t.Fatalf("invocation %d after the kill: %d %s, want 200 or 503", i, r.status, r.body)
 		}
 		n503++
-		var body struct{ ErrorType string }
+		var body struct{ ErrorType, ErrorMessage string }
 		_ = json.Unmarshal(r.body, &body)
 		errorTypes[body.ErrorType]++
+		if r.header.Get("Retry-After") == "" {
+			noRetryAfter[body.ErrorMessage]++
+		}
 		time.Sleep(20 * time.Millisecond) // pacing the calls, not waiting for an event
 	}
 	t.Logf("fn answered again %v after the kill; %d answers 503 in between, by errorType: %v",
@@ -154,6 +162,9 @@ def handle(event):
 	// Ready for that long, so calls paced at 20 ms must have seen the gap.
 	if n503 == 0 {
 		t.Error("no 503 between the kill and the next 200: the gap was not seen")
+	}
+	if len(noRetryAfter) > 0 {
+		t.Errorf("503s without Retry-After for a function that came back, by message: %v", noRetryAfter)
 	}
 
 	after := u.getRun(t, "fn")

@@ -69,17 +69,21 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 		InvocationId: invID, Input: body, ContentType: invokeContentType(r), TimeoutMillis: timeoutMs,
 	})
 	if err != nil {
+		detail := err.Error()
 		if st, ok := status.FromError(err); ok {
 			if st.Code() == codes.Unavailable {
 				// The transport's own words ("error reading from server:
-				// EOF") mean nothing to a caller; the pod went away.
-				err = errdefs.Errorf(errdefs.ErrUnavailable,
-					"run %s/%s: its runtime pod stopped answering (the invocation may have run): %s", ns, name, st.Message())
+				// EOF", the path of a socket) mean nothing to a caller and
+				// are the server's, for its log. The pod went away or is
+				// restarting its worker: the Run gets another pod, or ends
+				// and says so on the next call.
+				err = errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,
+					"run %s/%s: its runtime pod stopped answering (the invocation may have run)", ns, name), NotReadyRetry)
 			} else {
 				err = errdefs.FromGRPC(err)
 			}
 		}
-		g.failed.Record(ns+"/"+name, strconv.Itoa(errdefs.HTTPStatus(err)), "invocation "+invID+" of run_uid "+uid+": "+err.Error())
+		g.failed.Record(ns+"/"+name, strconv.Itoa(errdefs.HTTPStatus(err)), "invocation "+invID+" of run_uid "+uid+": "+detail)
 		writeError(w, err, invID)
 		return
 	}

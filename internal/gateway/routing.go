@@ -14,16 +14,23 @@ import (
 const NotReadyRetry = time.Second
 
 // Invocable is the one rule both modes' Routers apply to the Run an
-// invocation names: a task, or a Run that has ended, is
-// FailedPrecondition; a function that is not Ready yet (registering, or
+// invocation names: a task, or a Run that has ended or is being deleted
+// or cancelled, is FailedPrecondition (503 without Retry-After: it will
+// not be Ready again); a function that is not Ready yet (registering, or
 // registered again after a restart) is Unavailable with a Retry-After.
 func Invocable(run *v1alpha1.Run) error {
 	phase := run.Status.Phase
 	switch {
 	case run.Spec.Mode.Function == nil:
 		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is a task, not a function", run.Namespace, run.Name)
+	case run.DeletionTimestamp != nil:
+		// Its finalizers hold it; runtimed has let its registration go.
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is being deleted (since %s): it takes no more invocations",
+			run.Namespace, run.Name, run.DeletionTimestamp.UTC().Format(time.RFC3339))
 	case phase.Terminal():
 		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is %s, not Ready", run.Namespace, run.Name, phase)
+	case run.Spec.CancelRequested:
+		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s/%s is being cancelled: it takes no more invocations", run.Namespace, run.Name)
 	case phase != v1alpha1.PhaseReady:
 		if phase == "" {
 			phase = v1alpha1.PhasePending

@@ -99,6 +99,9 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string)
 	defer ticker.Stop()
 	for {
 		if cancelReq, deleted := w.stopRequested(); cancelReq || deleted {
+			if deleted {
+				w.markTerminating(ctx)
+			}
 			unregister(false)
 			if !deleted {
 				w.finish(ctx, v1alpha1.PhaseCancelled, string(retry.Cancelled), "cancelled", nil)
@@ -172,6 +175,36 @@ func (w *worker) markReady(ctx context.Context) bool {
 		w.log.Info("function ready", "endpoint", updated.Status.Endpoint)
 	}
 	return updated != nil
+}
+
+// TerminatingReason is the reason (of status.reason and of the Ready
+// condition, False) of a function Run being deleted: finalizers may hold
+// it for long, and it no longer takes invocations.
+const TerminatingReason = "Terminating"
+
+// markTerminating records that the Run is being deleted, unless it is
+// gone already: a client's finalizer may hold it long after runtimed let
+// its registration go, and it must not show Ready meanwhile.
+func (w *worker) markTerminating(ctx context.Context) {
+	if _, gone := w.current(); gone {
+		return
+	}
+	now := metav1.NewTime(w.d.cfg.Now())
+	_, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
+		if r.DeletionTimestamp == nil || r.Status.Reason == TerminatingReason {
+			return false
+		}
+		r.Status.Reason = TerminatingReason
+		r.Status.Message = "the Run is being deleted: it takes no more invocations"
+		meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{
+			Type: "Ready", Status: metav1.ConditionFalse, Reason: TerminatingReason, Message: r.Status.Message,
+			ObservedGeneration: r.Generation, LastTransitionTime: now,
+		})
+		return true
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("marking terminating", "error", err)
+	}
 }
 
 // addFinalizer makes a delete wait for runtimed's clean-up; it returns the

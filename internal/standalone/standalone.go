@@ -598,7 +598,7 @@ func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer,
 	if pd == nil {
 		return nil, gateway.PodGone(run)
 	}
-	return pd.d.Proxy(), nil
+	return &routedHop{FunctionRuntimeServer: pd.d.Proxy(), s: s, run: run}, nil
 }
 
 // Route finds a Ready function's proxy hop from the informer's memory —

@@ -288,7 +288,7 @@ func (p *Printer) runRow(run *v1alpha1.Run) []string {
 	if p.format == Name {
 		return []string{"run/" + run.Name}
 	}
-	r := []string{run.Name, run.Spec.Runtime, Mode(run), string(PhaseOf(run)), orDash(run.Status.Attempt), p.age(run.CreationTimestamp.Time)}
+	r := []string{run.Name, run.Spec.Runtime, Mode(run), StatusOf(run), orDash(run.Status.Attempt), p.age(run.CreationTimestamp.Time)}
 	if p.format == Wide {
 		exit := "-"
 		if run.Status.ExitCode != nil {
@@ -359,6 +359,16 @@ func PhaseOf(run *v1alpha1.Run) v1alpha1.Phase {
 		return v1alpha1.PhasePending
 	}
 	return run.Status.Phase
+}
+
+// StatusOf is what a table shows in a Run's PHASE column: its phase, or
+// Terminating while it is being deleted (finalizers may hold it), as
+// kubectl shows a Pod.
+func StatusOf(run *v1alpha1.Run) string {
+	if run.DeletionTimestamp != nil {
+		return "Terminating"
+	}
+	return string(PhaseOf(run))
 }
 
 func dash(s string) string {

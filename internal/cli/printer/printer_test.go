@@ -241,3 +241,17 @@ func TestWatchEventsAreShownOnRequest(t *testing.T) {
 		t.Errorf("-o json --output-watch-events: %v\n%s", err, b.String())
 	}
 }
+
+// A Run being deleted shows Terminating, as kubectl shows a Pod, whatever
+// its phase.
+func TestTerminatingRun(t *testing.T) {
+	run := runs()[1] // a Ready function
+	run.DeletionTimestamp = ptr(at(time.Second))
+	var b bytes.Buffer
+	if err := printer.New(&b, printer.Table, false, clock).Runs(&v1alpha1.RunList{Items: []v1alpha1.Run{run}}); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(b.String(), "\n"); len(lines) < 2 || !strings.Contains(lines[1], " Terminating ") || strings.Contains(lines[1], "Ready") {
+		t.Errorf("a Run being deleted:\n%s", b.String())
+	}
+}
