@@ -51,6 +51,9 @@ bench:
 	$(BENCH) 'BootstrapEcho' -benchtime 500x ./internal/lambda/bootstrap/
 	$(BENCH) 'RegisterToReady' -benchtime 10x ./internal/lambda/
 	$(BENCH) 'ServerInvoke' -benchtime 500x ./internal/lambda/
+	$(BENCH) 'ExecAgentRoundTrip' -benchtime 2000x ./internal/lambda/
+	$(BENCH) 'ExecAgentThroughput' -benchtime 3x ./internal/lambda/
+	$(BENCH) 'TaskStartToAgent' -benchtime 10x ./internal/lambda/
 	$(BENCH) 'LambdaInvoke' -benchtime 500x ./e2e/
 	$(BENCH) 'Kube/Throughput' -benchtime 1x -timeout 40m ./e2e/
 	$(BENCH) 'Kube/CreateToSucceeded' -benchtime 200x -timeout 30m ./e2e/

@@ -69,51 +69,7 @@ func TestExecCLI(t *testing.T) {
 		}
 	})
 
-	t.Run("terminal", func(t *testing.T) {
-		cmd := cliCommand(t.Context(), s.env(), "exec", "-it", "shell", "--", "bash", "--norc", "--noprofile")
-		term, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer term.Close()
-		screen := exectest.NewScreen()
-		go func() { _, _ = io.Copy(screen, term) }()
-		typed := func(s string) {
-			if _, err := io.WriteString(term, s); err != nil {
-				t.Fatal(err)
-			}
-		}
-		typed("echo $((6*7))\r")
-		screen.Expect(t, "42\r\n")
-		// Resizing the local terminal sends SIGWINCH to the CLI, which
-		// resizes the remote one.
-		if err := pty.Setsize(term, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(time.Minute)
-		for {
-			typed(`printf 'S%sE\n' "$(stty size)"` + "\r")
-			if strings.HasSuffix(screen.Expect(t, "E\r\n"), "S30 100") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the remote terminal did not follow the resize")
-			}
-			time.Sleep(20 * time.Millisecond) // the resize travels apart from the typed bytes
-		}
-		marker := exectest.Marker()
-		typed("sleep " + marker + "\r")
-		exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 1 })
-		typed("\x03") // raw mode: a byte for the remote terminal, not a local SIGINT
-		exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 0 })
-		typed("echo alive-$?\r")
-		screen.Expect(t, "alive-130")
-		typed("exit 3\r")
-		var ee *exec.ExitError
-		if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
-			t.Fatalf("stoke exec -it: %v, want exit 3", err)
-		}
-	})
+	t.Run("terminal", func(t *testing.T) { execTerminal(t, s.env(), "shell") })
 
 	t.Run("Ctrl-C without a terminal", func(t *testing.T) {
 		marker := exectest.Marker()
@@ -215,4 +171,53 @@ func awaitSleeps(t *testing.T, marker string, n int) {
 		}
 		return count == n
 	})
+}
+
+// execTerminal drives `stoke exec -it RUN -- bash` in a real terminal:
+// typed input, a resize seen by stty size, Ctrl-C interrupting a
+// foreground sleep, and exit 3 as the CLI's exit code.
+func execTerminal(t *testing.T, env []string, run string) {
+	cmd := cliCommand(t.Context(), env, "exec", "-it", run, "--", "bash", "--norc", "--noprofile")
+	term, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Close()
+	screen := exectest.NewScreen()
+	go func() { _, _ = io.Copy(screen, term) }()
+	typed := func(s string) {
+		if _, err := io.WriteString(term, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	typed("echo $((6*7))\r")
+	screen.Expect(t, "42\r\n")
+	// Resizing the local terminal sends SIGWINCH to the CLI, which
+	// resizes the remote one.
+	if err := pty.Setsize(term, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		typed(`printf 'S%sE\n' "$(stty size)"` + "\r")
+		if strings.HasSuffix(screen.Expect(t, "E\r\n"), "S30 100") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the remote terminal did not follow the resize")
+		}
+		time.Sleep(20 * time.Millisecond) // the resize travels apart from the typed bytes
+	}
+	marker := exectest.Marker()
+	typed("sleep " + marker + "\r")
+	exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 1 })
+	typed("\x03") // raw mode: a byte for the remote terminal, not a local SIGINT
+	exectest.AwaitProcesses(t, marker, func(n int) bool { return n == 0 })
+	typed("echo alive-$?\r")
+	screen.Expect(t, "alive-130")
+	typed("exit 3\r")
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("stoke exec -it: %v, want exit 3", err)
+	}
 }

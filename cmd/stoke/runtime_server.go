@@ -10,6 +10,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/cli"
+	"stoke.dev/stoke/internal/exec/agent"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runuser"
@@ -59,13 +60,13 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 				return err
 			}
 			if cfg.Runtime == "lambda" {
-				lcfg.StateDir, lcfg.Logger = cfg.StateDir, cfg.Logger
+				lcfg.StateDir, lcfg.Logger, lcfg.AgentMetrics = cfg.StateDir, cfg.Logger, agent.NewMetrics()
 				srv, err := lambda.New(cmd.Context(), lcfg)
 				if err != nil {
 					return err
 				}
 				defer srv.Close()
-				cfg.Adapter = srv
+				cfg.Adapter, cfg.Exec, cfg.Collectors = srv, srv.Executor, lcfg.AgentMetrics.Collectors()
 			}
 			stop, err := serveDebug(debugSocket)
 			if err != nil {
@@ -84,6 +85,11 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 	f.Int32Var(&lcfg.MemoryMB, "lambda-memory", lambda.DefaultMemoryMB, "lambda: the functions' memory in MB")
 	f.StringVar(&lcfg.NamePrefix, "lambda-name-prefix", lambda.DefaultNamePrefix, "lambda: the start of every function name")
 	f.StringVar(&lcfg.Bootstrap, "lambda-bootstrap", "", "lambda: the stoke binary to package as bootstrap (default: this one)")
+	f.StringVar(&lcfg.AgentListen, "lambda-agent-listen", "127.0.0.1:0", "lambda: where exec's reverse agents connect; TLS (--lambda-agent-cert/-key) unless a loopback address")
+	f.StringVar(&lcfg.AgentURL, "lambda-agent-url", "", "lambda: the public wss:// URL of --lambda-agent-listen the functions dial (default: its own address, reachable from this machine only)")
+	f.StringVar(&lcfg.AgentCert, "lambda-agent-cert", "", "lambda: the agent endpoint's TLS certificate (PEM file)")
+	f.StringVar(&lcfg.AgentKey, "lambda-agent-key", "", "lambda: the agent endpoint's TLS key (PEM file)")
+	f.DurationVar(&lcfg.AgentWait, "lambda-agent-wait", agent.DefaultWait, "lambda: how long an exec waits for its Run's agent to connect before it fails")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9090", "gRPC listen address: host:port, or unix:PATH for a Unix socket")
 	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "directory every working_dir must resolve inside (required)")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory for private per-registration files (default: a temporary directory)")

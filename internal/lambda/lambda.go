@@ -38,6 +38,7 @@ import (
 
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/exec/agent"
 	"stoke.dev/stoke/internal/lambda/payload"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/bash"
@@ -79,12 +80,35 @@ type Config struct {
 	Client *awslambda.Client
 	// Observe, when set, is told how long each step of placing a function
 	// took: "package", "create" (CreateFunction), "active" (waiting until
-	// Active) and "ping" (the first invocation, which loads the handler).
+	// Active) and "ping" (the first invocation, which loads the handler);
+	// for tasks, "task" (the invocation, to its answer) and "agent" (from
+	// the invocation's start to its agent's connection).
 	Observe func(step string, d time.Duration)
 	// StateDir holds the relay socket of tasks (a private directory).
 	StateDir string
-	Logger   *slog.Logger
+	// AgentListen is where exec's reverse agents connect (default
+	// 127.0.0.1:0); anything but a loopback address needs TLS, AgentCert
+	// and AgentKey (PEM files).
+	AgentListen         string
+	AgentCert, AgentKey string
+	// AgentURL is what the bootstraps dial: wss://, or ws:// to a
+	// loopback address (default: AgentListen's address, which only a
+	// sandbox on this machine reaches).
+	AgentURL string
+	// AgentWait bounds how long an exec waits for its Run's agent
+	// (default agent.DefaultWait).
+	AgentWait time.Duration
+	// SandboxIdle is how long a function's exec sandbox stays with no
+	// session open (default DefaultSandboxIdle).
+	SandboxIdle time.Duration
+	// AgentMetrics, when set, receives the endpoint's metrics.
+	AgentMetrics *agent.Metrics
+	Logger       *slog.Logger
 }
+
+// closeGrace is how long Close waits for the invocations of cancelled
+// tasks and released sandboxes to end before it gives them up.
+const closeGrace = 5 * time.Second
 
 // Server is the Lambda adapter with its AWS client.
 type Server struct {
@@ -97,9 +121,23 @@ type Server struct {
 	inner runtime.Adapter // validates handlers
 	boot  *bootstrapEntry
 	relay *relay
+	// agents is the reverse agents' endpoint; agentHTTP serves it.
+	agents    *agent.Endpoint
+	agentHTTP *http.Server
+	bg        sync.WaitGroup // exec sandboxes' invocations, task kills
+	// bgCtx bounds what bg runs; Close cancels it after a grace.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 
-	mu   sync.Mutex
-	refs map[string]int // registrations and tasks per function name
+	mu sync.Mutex
+	// taskGrants are the grants of the tasks' invocations by taskKey;
+	// sandboxes those of the functions' exec sandboxes; instances the
+	// loaded registration of each function Run.
+	taskGrants map[string]*agent.Grant
+	sandboxes  map[string]*agent.Grant
+	instances  map[string]*instance
+	closing    bool
+	refs       map[string]int // registrations and tasks per function name
 	// deleting holds, per function name, a channel closed once the
 	// deletion that its last user's release started has ended: a new user
 	// of that name waits for it, or the deletion would take the function
@@ -136,6 +174,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.MemoryMB == 0 {
 		cfg.MemoryMB = DefaultMemoryMB
+	}
+	if cfg.SandboxIdle <= 0 {
+		cfg.SandboxIdle = DefaultSandboxIdle
 	}
 	if cfg.TaskTimeout <= 0 || cfg.TaskTimeout > DefaultTaskTimeout {
 		cfg.TaskTimeout = DefaultTaskTimeout
@@ -181,11 +222,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	inv := invokeClient(c)
+	agents, agentHTTP, err := startAgentEndpoint(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inv: inv, warm: newWarm(inv), inner: inner,
-		boot: bootstrapFor(cfg.Bootstrap), refs: map[string]int{}, deleting: map[string]chan struct{}{}}
+		boot: bootstrapFor(cfg.Bootstrap), refs: map[string]int{}, deleting: map[string]chan struct{}{},
+		agents: agents, agentHTTP: agentHTTP, taskGrants: map[string]*agent.Grant{}, sandboxes: map[string]*agent.Grant{},
+		instances: map[string]*instance{}}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	r, err := newRelay(s, cfg.StateDir)
 	if err != nil {
 		s.warm.close()
+		_ = agentHTTP.Close()
+		agents.Close()
 		return nil, err
 	}
 	s.relay = r
@@ -194,9 +244,38 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Close stops accepting task relays and waits for the ones in flight.
+// Close stops accepting task relays and waits for the ones in flight,
+// releases the exec sandboxes and closes the agents' endpoint.
 func (s *Server) Close() error {
 	err := s.relay.close()
+	s.mu.Lock()
+	s.closing = true
+	var uids []string
+	for uid := range s.instances {
+		uids = append(uids, uid)
+	}
+	s.mu.Unlock()
+	for _, uid := range uids {
+		s.closeSandboxes(uid)
+	}
+	// The tasks' agents were told to kill them (the relays' calls
+	// ended); invocations that do not end within the grace are given up.
+	done := make(chan struct{})
+	go func() {
+		s.bg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(closeGrace)
+	select {
+	case <-done:
+	case <-t.C:
+		s.bgCancel()
+		<-done
+	}
+	t.Stop()
+	s.bgCancel()
+	_ = s.agentHTTP.Close()
+	s.agents.Close()
 	s.warm.close()
 	return err
 }
@@ -242,6 +321,9 @@ func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Ins
 		return nil, fmt.Errorf("function %s: %w", p.name, err)
 	}
 	fs.Logger.Info("lambda function ready", "function", p.name)
+	s.mu.Lock()
+	s.instances[fs.RunUID] = inst
+	s.mu.Unlock()
 	return inst, nil
 }
 
@@ -526,6 +608,14 @@ func (i *instance) Done() <-chan struct{} { return i.done }
 // Close gives up this registration's hold; the last one deletes the
 // function.
 func (i *instance) Close() error {
-	i.closeOnce.Do(func() { i.s.release(i.name) })
+	i.closeOnce.Do(func() {
+		i.s.mu.Lock()
+		if i.s.instances[i.uid] == i {
+			delete(i.s.instances, i.uid)
+		}
+		i.s.mu.Unlock()
+		i.s.closeSandboxes(i.uid)
+		i.s.release(i.name)
+	})
 	return nil
 }

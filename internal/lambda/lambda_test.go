@@ -118,7 +118,7 @@ func newServer(t testing.TB, sim *lambdasim.Simulator, runtime string, observe .
 
 // serve makes c serve srv, with room for cold starts on a loaded machine.
 func serve(c *server.Config, srv *lambda.Server) {
-	c.Adapter = srv
+	c.Adapter, c.Exec = srv, srv.Executor
 	c.InitTimeout = 90 * time.Second
 	c.DefaultInvokeTimeout = 60 * time.Second
 }

@@ -36,8 +36,11 @@ import (
 // Lambda has no way to stop a running invocation, so the task is given its
 // deadline in the event: the bootstrap kills its process group there, a
 // moment after Stoke's own (taskSlack), and the function's timeout is the
-// task's, not Lambda's 15 minutes. A cancelled task runs on in Lambda until
-// that deadline (best effort; exec's reverse agent makes cancel real).
+// task's, not Lambda's 15 minutes. A cancelled task would run on in Lambda until
+// that deadline, unless the agent the invocation hosts (agent.go) kills it:
+// a cancel, or the core's timeout, kills the relay, and the server tells
+// the task's agent to kill the task's process group, which ends the
+// invocation.
 
 // taskSlack is how long after Stoke's deadline the bootstrap kills a task:
 // the core's timer, which ends the relay at the deadline, decides the
@@ -208,27 +211,80 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	if err := s.acquire(ctx, p, uid); err != nil {
 		return relayResponse{}, &setupError{fmt.Errorf("task %s: %w", uid, err)}
 	}
-	defer s.release(p.name)
+	released := false
+	defer func() {
+		if !released {
+			s.release(p.name)
+		}
+	}()
 	left := time.Until(deadline)
 	if left <= 0 {
 		return relayResponse{}, errdefs.Errorf(errdefs.ErrDeadlineExceeded, "task %s: its timeout passed before Lambda could run it", uid)
 	}
+	// The invocation carries a grant for its agent, valid until the
+	// function's timeout: exec into the task, and its cancel, go through
+	// the agent.
+	grant, creds := s.taskGrant(req.WorkingDir, uid, time.Now().Add(fnTimeout))
 	ev, err := json.Marshal(payload.Request{Kind: payload.KindTask, TimeoutMillis: max(1, left.Milliseconds()),
-		Task: &payload.Task{Entrypoint: req.Entrypoint, Args: req.Args}})
+		Task: &payload.Task{Entrypoint: req.Entrypoint, Args: req.Args}, Agent: creds})
 	if err != nil {
+		s.dropTaskGrant(req.WorkingDir, grant)
 		return relayResponse{}, err
 	}
-	// Not on a warm goroutine: a task may hold one for minutes.
-	out, err := s.inv.Invoke(ctx, &awslambda.InvokeInput{FunctionName: aws.String(p.name), Payload: ev})
-	if err != nil {
-		return relayResponse{}, fmt.Errorf("task %s: %w", uid, awsError("Invoke", err))
+	// Not on a warm goroutine: a task may hold one for minutes. The call
+	// outlives a cancel (the relay killed), which the agent turns into a
+	// kill of the task in the sandbox, so that the invocation ends; the
+	// function is deleted after it.
+	type answer struct {
+		out *awslambda.InvokeOutput
+		err error
 	}
-	resp, err := decode(out)
+	answered := make(chan answer, 1)
+	ictx, icancel := context.WithDeadline(s.bgCtx, deadline.Add(taskAnswerRoom))
+	released = true // by the invocation's goroutine
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer icancel()
+		defer s.release(p.name)
+		defer s.dropTaskGrant(req.WorkingDir, grant)
+		start := time.Now()
+		if s.cfg.Observe != nil {
+			go func() {
+				if grant.Await(ictx) == nil {
+					s.observe("agent", start)
+				}
+			}()
+		}
+		out, err := s.inv.Invoke(ictx, &awslambda.InvokeInput{FunctionName: aws.String(p.name), Payload: ev})
+		s.observe("task", start)
+		answered <- answer{out, err}
+	}()
+	var a answer
+	select {
+	case a = <-answered:
+	case <-ctx.Done():
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			s.killTask(grant, uid)
+		}()
+		return relayResponse{}, fmt.Errorf("task %s: %w", uid, ctx.Err())
+	}
+	if a.err != nil {
+		return relayResponse{}, fmt.Errorf("task %s: %w", uid, awsError("Invoke", a.err))
+	}
+	resp, err := decode(a.out)
 	if err != nil {
 		return relayResponse{}, err
 	}
 	if resp.Task == nil {
 		return relayResponse{}, errdefs.Errorf(errdefs.ErrInternal, "lambda: the task's answer has no result")
+	}
+	if notice := grant.Expired(); notice != "" && resp.Task.State != "EXECUTION_STATE_SUCCEEDED" {
+		// What ended it: the invocation's deadline, which the agent
+		// announced (the seed's lifetime_expired).
+		resp.Task.Message = notice + ": " + resp.Task.Message
 	}
 	return relayResponse{Task: resp.Task, Outputs: resp.Outputs}, nil
 }
@@ -268,7 +324,8 @@ func Relay(ctx context.Context, socket, entrypoint string, timeout time.Duration
 	// closing the connection then ends the Runtime Server's side of the
 	// task at once, whatever AWS call it is waiting on (a CreateFunction
 	// that hangs), and the relay exits as a program that SIGTERM ended,
-	// without using the core's kill grace.
+	// without using the core's kill grace; the server then has the task
+	// killed in its sandbox by its agent.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	b, _ := json.Marshal(relayRequest{WorkingDir: wd, Env: os.Environ(), Entrypoint: entrypoint, Args: args, TimeoutMillis: timeout.Milliseconds()})
@@ -297,6 +354,11 @@ func Relay(ctx context.Context, socket, entrypoint string, timeout time.Duration
 	}
 	_, _ = io.WriteString(stdout, resp.Task.Stdout)
 	_, _ = io.WriteString(stderr, resp.Task.Stderr)
+	if resp.Task.Message != "" && resp.Task.ExitCode != 0 {
+		// Why it failed, as the sandbox saw it (no space left, the
+		// invocation's deadline), at the end of the task's stderr.
+		_, _ = io.WriteString(stderr, "stoke: "+resp.Task.Message+"\n")
+	}
 	if f := os.Getenv("STOKE_OUTPUTS"); f != "" && len(resp.Outputs) > 0 {
 		if err := outputs.Validate(resp.Outputs); err != nil {
 			return 1, err

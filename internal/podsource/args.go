@@ -27,6 +27,14 @@ func LambdaArgs(l *v1alpha1.LambdaSpec) []string {
 	if l.Bootstrap != "" {
 		args = append(args, "--lambda-bootstrap", l.Bootstrap)
 	}
+	for _, f := range []struct{ flag, v string }{
+		{"--lambda-agent-listen", l.AgentListen}, {"--lambda-agent-url", l.AgentURL},
+		{"--lambda-agent-cert", l.AgentCert}, {"--lambda-agent-key", l.AgentKey},
+	} {
+		if f.v != "" {
+			args = append(args, f.flag, f.v)
+		}
+	}
 	return args
 }
 

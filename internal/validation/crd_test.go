@@ -63,6 +63,10 @@ var crdBounds = map[string]map[string][]int64{
 		"spec.template.tolerations maxItems":        {maxTemplateList},
 		"spec.template.imagePullSecrets maxItems":   {maxTemplateList},
 		"spec.template.priorityClassName maxLength": {maxPriorityClass},
+		"spec.lambda.agentListen maxLength":         {maxAgentListen},
+		"spec.lambda.agentURL maxLength":            {maxAgentURL},
+		"spec.lambda.agentCert maxLength":           {bounds.Path},
+		"spec.lambda.agentKey maxLength":            {bounds.Path},
 	},
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -31,8 +33,12 @@ const (
 
 // Lambda's own limits on what spec.lambda configures.
 const (
-	maxRoleARN     = 2048
-	maxNamePrefix  = 32
+	maxRoleARN    = 2048
+	maxNamePrefix = 32
+	// maxAgentListen and maxAgentURL bound spec.lambda.agentListen and
+	// agentURL.
+	maxAgentListen = 256
+	maxAgentURL    = 2048
 	minLambdaMemMB = 128
 	maxLambdaMemMB = 10240
 )
@@ -203,6 +209,42 @@ func validateLambda(e *errorList, s *v1alpha1.RuntimeSpec, p *field.Path) {
 	if l.Bootstrap != "" && (!strings.HasPrefix(l.Bootstrap, "/") || len(l.Bootstrap) > bounds.Path) {
 		e.add(p.Child("bootstrap"), "%s is not an absolute path", quote(l.Bootstrap))
 	}
+	for name, v := range map[string]string{"agentCert": l.AgentCert, "agentKey": l.AgentKey} {
+		if v != "" && (!strings.HasPrefix(v, "/") || len(v) > bounds.Path) {
+			e.add(p.Child(name), "%s is not an absolute path", quote(v))
+		}
+	}
+	if (l.AgentCert == "") != (l.AgentKey == "") {
+		e.add(p.Child("agentKey"), "agentCert and agentKey go together")
+	}
+	if l.AgentListen != "" {
+		host, _, err := net.SplitHostPort(l.AgentListen)
+		switch {
+		case err != nil || len(l.AgentListen) > maxAgentListen:
+			e.add(p.Child("agentListen"), "%s is not host:port", quote(l.AgentListen))
+		case l.AgentCert == "" && !IsLoopback(host):
+			e.add(p.Child("agentListen"), "%s is not a loopback address: it needs agentCert and agentKey (TLS)", quote(l.AgentListen))
+		}
+	}
+	if l.AgentURL != "" {
+		u, err := url.Parse(l.AgentURL)
+		switch {
+		case err != nil || len(l.AgentURL) > maxAgentURL || u.Host == "" || (u.Scheme != "ws" && u.Scheme != "wss"):
+			e.add(p.Child("agentURL"), "%s is not a ws:// or wss:// URL", quote(l.AgentURL))
+		case u.Scheme == "ws" && !IsLoopback(u.Hostname()):
+			e.add(p.Child("agentURL"), "%s: plaintext (ws://) to a loopback address only; use wss://", quote(l.AgentURL))
+		}
+	}
+}
+
+// IsLoopback reports whether host (a name or an address, without port)
+// is this machine's loopback: the one place plaintext is allowed.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 func validateTypeMeta(e *errorList, tm metav1.TypeMeta, kind string) {

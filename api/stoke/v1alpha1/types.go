@@ -476,6 +476,30 @@ type LambdaSpec struct {
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:Pattern=`^(/.*)?$`
 	Bootstrap string `json:"bootstrap,omitempty"`
+	// AgentListen is where exec's reverse agents, dialling back from the
+	// functions, connect: host:port (default 127.0.0.1:0, which only
+	// sandboxes on the pods' machine reach). Anything but a loopback
+	// address needs AgentCert and AgentKey.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	AgentListen string `json:"agentListen,omitempty"`
+	// AgentURL is the public URL of AgentListen that the functions dial:
+	// wss://HOST[:PORT]/v1/agent, or ws:// to a loopback address
+	// (default: AgentListen's own address).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^(wss?://.*)?$`
+	AgentURL string `json:"agentURL,omitempty"`
+	// AgentCert and AgentKey are the absolute paths, on the machine that
+	// runs the pods, of the agent endpoint's TLS certificate and key (PEM).
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^(/.*)?$`
+	AgentCert string `json:"agentCert,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^(/.*)?$`
+	AgentKey string `json:"agentKey,omitempty"`
 }
 
 // RuntimeStatus reports the pool's pods.

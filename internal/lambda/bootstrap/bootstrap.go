@@ -8,8 +8,9 @@
 // outputs and error shape.
 //
 // Each event is a payload.Request. The loop reads one event at a time (Lambda
-// sends a sandbox one invocation at a time) and has one dispatch point,
-// where the reverse agent of exec will dial back before the call runs.
+// sends a sandbox one invocation at a time) and has one dispatch point. A
+// task's event, and an exec sandbox's, make the bootstrap serve exec's
+// reverse agent (internal/exec/agent) while it runs.
 package bootstrap
 
 import (
@@ -276,6 +277,8 @@ func (b *Bootstrap) dispatch(ctx context.Context, ev event) (*payload.Response, 
 		return b.invoke(ctx, ev.requestID, req)
 	case payload.KindTask:
 		return b.task(ctx, ev, req)
+	case payload.KindAgent:
+		return b.sandbox(ctx, ev, req)
 	}
 	return nil, &payload.Error{Type: payload.ErrorBadRequest, Message: fmt.Sprintf("unknown request kind %q", req.Kind)}
 }
@@ -351,13 +354,19 @@ func (b *Bootstrap) task(ctx context.Context, ev event, req payload.Request) (*p
 			b.log.Warn("forgetting the task failed", "request_id", requestID, "error", err)
 		}
 	}()
+	stopAgent := b.taskAgent(ctx, ev, req)
+	defer stopAgent()
 	st, err := b.tasks.Wait(context.WithoutCancel(ctx), &pb.StatusRequest{Id: requestID})
 	if err != nil {
 		return nil, errorPayload(err)
 	}
+	msg := st.GetErrorMessage()
+	if st.GetState() != pb.ExecutionState_EXECUTION_STATE_SUCCEEDED {
+		msg, _ = noSpace(b.cfg.TmpDir, st.GetStderr(), msg)
+	}
 	return &payload.Response{Outputs: st.GetOutputs(), Task: &payload.TaskResult{
 		State: st.GetState().String(), ExitCode: st.GetExitCode(),
-		Stdout: st.GetStdout(), Stderr: st.GetStderr(), Message: st.GetErrorMessage(),
+		Stdout: st.GetStdout(), Stderr: st.GetStderr(), Message: msg,
 	}}, nil
 }
 

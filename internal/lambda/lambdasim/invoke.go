@@ -169,6 +169,10 @@ func (sb *sandbox) invoke(ctx context.Context, requestID string, body []byte, ti
 		return errorResult("Sandbox.Failure", "reading the sandbox's answer: "+err.Error())
 	}
 	switch {
+	case resp.Header.Get("Error-Type") == "Sandbox.Timedout":
+		// The RIE's own timeout (the function's, which it counts from
+		// the end of init, as Lambda does): the sandbox is discarded.
+		return errorResult("Sandbox.Timedout", fmt.Sprintf("%s %s %s", start.UTC().Format(time.RFC3339), requestID, strings.TrimSpace(string(out))))
 	case len(out) > bounds.LambdaPayload:
 		return result{body: mustJSON(map[string]string{"errorType": "Function.ResponseSizeTooLarge",
 			"errorMessage": "Response payload size exceeded maximum allowed payload size (6291556 bytes)."}), functionError: true, keep: true}

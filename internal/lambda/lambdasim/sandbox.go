@@ -178,8 +178,11 @@ func sandboxEnv(conf configuration, task, tmp string) []string {
 		"AWS_LAMBDA_FUNCTION_NAME=" + conf.FunctionName,
 		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=" + strconv.Itoa(int(conf.MemorySize)),
-		// The simulator enforces the timeout itself, killing the sandbox.
-		"AWS_LAMBDA_FUNCTION_TIMEOUT=" + strconv.Itoa(int(conf.Timeout)+60),
+		// The function's own: the RIE gives each invocation its deadline
+		// (Lambda-Runtime-Deadline-Ms) from it, counted after init as on
+		// Lambda, which the bootstrap's deadline notice reads. The
+		// simulator enforces the timeout too, killing the sandbox.
+		"AWS_LAMBDA_FUNCTION_TIMEOUT=" + strconv.Itoa(int(conf.Timeout)),
 		"AWS_REGION=" + Region,
 		"AWS_DEFAULT_REGION=" + Region,
 		"AWS_ACCESS_KEY_ID=SIMULATED",

@@ -304,11 +304,13 @@ func awaitLines(t *testing.T, f *os.File, n int) {
 
 func TestTimeoutKillsTheSandbox(t *testing.T) {
 	sim, c := start(t, 10)
-	create(t, c, "fn-t", "h.handle", 1)
+	// 3 s: time for a fresh sandbox's first invocation on a loaded
+	// machine, which the RIE bounds by the timeout as Lambda does.
+	create(t, c, "fn-t", "h.handle", 3)
 	// A cold invocation has Lambda's init limit on top of the timeout:
 	// warm the sandbox first.
 	invoke(t, c, "fn-t", map[string]int{"n": 0})
-	out := invoke(t, c, "fn-t", map[string]float64{"sleep": 5})
+	out := invoke(t, c, "fn-t", map[string]float64{"sleep": 10})
 	var perr struct{ ErrorType, ErrorMessage string }
 	if aws.ToString(out.FunctionError) != "Unhandled" || json.Unmarshal(out.Payload, &perr) != nil || perr.ErrorType != "Sandbox.Timedout" {
 		t.Fatalf("timed-out invocation = %s, function error %q", out.Payload, aws.ToString(out.FunctionError))

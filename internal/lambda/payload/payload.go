@@ -14,6 +14,7 @@ package payload
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strconv"
 )
 
@@ -26,6 +27,10 @@ const (
 	// KindPing answers once the handler is loaded: an init failure makes
 	// it fail with the init error.
 	KindPing = "ping"
+	// KindAgent hosts exec's reverse agent alone, in a sandbox of the
+	// function (the same code, env and working directory), until the
+	// Runtime Server releases it or the invocation's timeout.
+	KindAgent = "agent"
 )
 
 // Configuration the Runtime Server puts in the function's environment for
@@ -66,6 +71,20 @@ type Request struct {
 	TimeoutMillis int64           `json:"timeoutMillis,omitempty"`
 	Input         json.RawMessage `json:"input,omitempty"`
 	Task          *Task           `json:"task,omitempty"`
+	// Agent, on a task or an agent request, makes the bootstrap dial back
+	// to the Runtime Server and serve exec sessions into the Run while the
+	// invocation lasts. Its secret is valid for this invocation only and
+	// is never logged.
+	Agent *Agent `json:"agent,omitempty"`
+}
+
+// Agent is how the reverse agent dials back (internal/exec/agent's
+// Credentials, in this format's own type).
+type Agent struct {
+	URL    string `json:"url"`
+	ID     string `json:"id"`
+	Secret string `json:"secret"`
+	RunUID string `json:"runUid"`
 }
 
 // InvokeEvent is the event of a KindInvoke Request. input must be valid
@@ -133,4 +152,9 @@ type Error struct {
 	Type       string   `json:"errorType"`
 	Message    string   `json:"errorMessage"`
 	StackTrace []string `json:"stackTrace,omitempty"`
+}
+
+// LogValue keeps the secret out of any log that is handed an Agent.
+func (a Agent) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("url", a.URL), slog.String("id", a.ID), slog.String("secret", "REDACTED"))
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/exec"
@@ -34,7 +36,14 @@ type Config struct {
 	Runtime string // "bash" or "python"
 	// Adapter, when set, is served instead of the built-in adapter that
 	// Runtime names (the lambda runtime brings its own).
-	Adapter       runtime.Adapter
+	Adapter runtime.Adapter
+	// Exec, when set, makes the exec service of an adapter whose Runs do
+	// not run on this machine (lambda: through each Run's reverse agent),
+	// given the core's targets, which say whether a Run is live here;
+	// nil runs sessions here (exec.Local).
+	Exec func(exec.Targets) exec.Executor
+	// Collectors are more metrics to serve (the lambda agents').
+	Collectors    []prometheus.Collector
 	Listen        string // host:port
 	WorkspaceRoot string // every working_dir must lie inside it
 	// StateDir holds private per-registration and per-execution files;
@@ -282,9 +291,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	execs := exec.NewLocal(exec.LocalConfig{Targets: runtime.ExecTargets(tasks, fns), Scopes: scopes, Logger: log, User: cfg.RunAs})
-	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns, Exec: exec.NewGRPCServer(execs),
-		Metrics: NewMetrics(fns.RegistrationStates)})
+	targets := runtime.ExecTargets(tasks, fns)
+	execs := exec.NewLocal(exec.LocalConfig{Targets: targets, Scopes: scopes, Logger: log, User: cfg.RunAs})
+	var executor exec.Executor = execs
+	if cfg.Exec != nil {
+		executor = cfg.Exec(targets)
+	}
+	metrics := NewMetrics(fns.RegistrationStates)
+	metrics.reg.MustRegister(cfg.Collectors...)
+	g := NewGRPC(log, Services{Runtime: tasks, Functions: fns, Exec: exec.NewGRPCServer(executor), Metrics: metrics})
 	log.Info("runtime server listening", "addr", lis.Addr().String(), "workspace_root", ws.Root(), "run_log_dir", runLogDir,
 		"gomaxprocs", goruntime.GOMAXPROCS(0), "run_as_user", cfg.RunAs.String())
 	if cfg.OnListen != nil {

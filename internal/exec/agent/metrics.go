@@ -1,0 +1,48 @@
+package agent
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are an Endpoint's Prometheus metrics.
+type Metrics struct {
+	connected prometheus.Gauge
+	redials   prometheus.Counter
+	refused   prometheus.Counter
+	sessions  prometheus.Counter
+	open      prometheus.Gauge
+	bytes     *prometheus.CounterVec
+	in, out   prometheus.Counter
+}
+
+// NewMetrics returns unregistered metrics; Collectors lists them.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stoke_agent_connected",
+			Help: "Reverse agents connected to this Runtime Server now."}),
+		redials: prometheus.NewCounter(prometheus.CounterOpts{Name: "stoke_agent_redials_total",
+			Help: "Connections of an agent that had been connected before (a redial after a drop)."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "stoke_agent_refused_total",
+			Help: "Agent connections refused with 401 (unknown, wrong, expired or already used secret)."}),
+		sessions: prometheus.NewCounter(prometheus.CounterOpts{Name: "stoke_agent_sessions_total",
+			Help: "Exec sessions started through a reverse agent."}),
+		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stoke_agent_sessions_open",
+			Help: "Exec sessions open through a reverse agent now."}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stoke_agent_bytes_total",
+			Help: "Bytes on agent connections (WebSocket payload), by direction: in from the agents, out to them."}, []string{"direction"}),
+	}
+	m.in, m.out = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
+	return m
+}
+
+// Collectors are the metrics to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.connected, m.redials, m.refused, m.sessions, m.open, m.bytes}
+}
+
+func (m *Metrics) count(in, out int) {
+	if in > 0 {
+		m.in.Add(float64(in))
+	}
+	if out > 0 {
+		m.out.Add(float64(out))
+	}
+}

@@ -1,0 +1,106 @@
+package bootstrap
+
+import (
+	"context"
+	"time"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/exec/agent"
+	"stoke.dev/stoke/internal/lambda/payload"
+)
+
+// serveAgent serves exec's reverse agent for one invocation: sessions run
+// in base's working directory and env and end with it, or with the
+// deadline notice (agent.DefaultNoticeLead before Lambda's deadline),
+// whichever comes first. kill (a task's) and release (a sandbox's) are
+// what the Runtime Server may ask for. The returned stop ends the agent
+// and every session, killing what they started.
+func (b *Bootstrap) serveAgent(ctx context.Context, deadline time.Time, a *payload.Agent, base exec.Target, kill func(string), release func()) (stop func()) {
+	msg := "lifetime_expired: the Lambda invocation hosting this Run reaches its deadline"
+	if !deadline.IsZero() {
+		msg += " at " + deadline.UTC().Format(time.RFC3339)
+	}
+	lt := agent.NewLifetime(deadline, agent.DefaultNoticeLead, msg)
+	log := b.log.With("run_uid", a.RunUID)
+	local := exec.NewLocal(exec.LocalConfig{Targets: lt.Targets(oneTarget{base}), Logger: log})
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	cfg := agent.ServeConfig{
+		Credentials: agent.Credentials{URL: a.URL, ID: a.ID, Secret: a.Secret, RunUID: a.RunUID},
+		Exec:        local, Lifetime: lt, KillTask: kill, Release: release, Logger: log,
+	}
+	if release != nil {
+		// A sandbox hosts the agent alone: it ends when the agent cannot
+		// reach its Runtime Server any more.
+		cfg.GiveUp = 3 * agent.DefaultWait
+	}
+	go func() {
+		defer close(done)
+		err := agent.Serve(actx, cfg)
+		if err != nil {
+			log.Warn("the reverse agent stopped", "error", err)
+			if release != nil {
+				release()
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		local.Close()
+		lt.Stop()
+	}
+}
+
+// oneTarget is the sandbox's one Run: the Runtime Server has routed the
+// request here already.
+type oneTarget struct{ t exec.Target }
+
+func (o oneTarget) ExecTarget(runUID, _ string) (exec.Target, error) {
+	select {
+	case <-o.t.Ended:
+		return exec.Target{}, errdefs.Errorf(errdefs.ErrNotRunning, "run %s: %s", runUID, o.t.Reason())
+	default:
+		return o.t, nil
+	}
+}
+
+// sandbox hosts the agent alone in a sandbox of the function, for exec:
+// sessions run in the registration's working directory and env, like a
+// debug container, until the Runtime Server releases the sandbox (no
+// session needs it) or the invocation's deadline.
+func (b *Bootstrap) sandbox(ctx context.Context, ev event, req payload.Request) (*payload.Response, *payload.Error) {
+	if b.fns == nil || req.Agent == nil {
+		return nil, &payload.Error{Type: payload.ErrorBadRequest, Message: "an exec sandbox needs a function and an agent"}
+	}
+	target, err := b.fns.ExecTarget(b.reg)
+	if err != nil {
+		return nil, errorPayload(err)
+	}
+	rctx, release := context.WithCancel(ctx)
+	defer release()
+	stop := b.serveAgent(rctx, ev.deadline, req.Agent, target, nil, release)
+	<-rctx.Done()
+	stop()
+	return &payload.Response{}, nil
+}
+
+// taskAgent serves the task's agent, when the request has one, until
+// stop: its sessions end with the task.
+func (b *Bootstrap) taskAgent(ctx context.Context, ev event, req payload.Request) (stop func()) {
+	if req.Agent == nil {
+		return func() {}
+	}
+	target, err := b.tasks.ExecTarget(ev.requestID)
+	if err != nil {
+		b.log.Warn("no exec target for the task's agent", "error", err)
+		return func() {}
+	}
+	kill := func(reason string) {
+		b.log.Info("the task is killed at the Runtime Server's request", "reason", reason)
+		_, _ = b.tasks.Cancel(context.WithoutCancel(ctx), &pb.CancelRequest{Id: ev.requestID})
+	}
+	return b.serveAgent(ctx, ev.deadline, req.Agent, target, kill, nil)
+}
