@@ -87,10 +87,10 @@ func (c *wsConn) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// Close sends a close frame (gorilla lets WriteControl run beside a
+// write) and closes the connection, which ends a write blocked on it.
 func (c *wsConn) Close() error {
-	c.wmu.Lock()
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-	c.wmu.Unlock()
 	return c.ws.Close()
 }
 
@@ -100,7 +100,14 @@ func (c *wsConn) SetDeadline(t time.Time) error {
 	if err := c.ws.SetReadDeadline(t); err != nil {
 		return err
 	}
+	return c.SetWriteDeadline(t)
+}
+func (c *wsConn) SetReadDeadline(t time.Time) error { return c.ws.SetReadDeadline(t) }
+
+// SetWriteDeadline takes the write lock: gorilla keeps the deadline in a
+// field its writes read (gRPC sets it once, around its handshake).
+func (c *wsConn) SetWriteDeadline(t time.Time) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	return c.ws.SetWriteDeadline(t)
 }
-func (c *wsConn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
-func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
