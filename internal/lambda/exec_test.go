@@ -13,8 +13,10 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/exec/exectest"
+	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/lambda/lambdasim"
 	"stoke.dev/stoke/internal/runtime/runtimetest"
+	"stoke.dev/stoke/internal/runtime/server"
 )
 
 // startTask starts a task on e that runs script with env, and waits until
@@ -130,13 +132,18 @@ func awaitSandbox(t *testing.T, mark string, n int) {
 	}
 }
 
-// A task with an open exec session: the session gets the deadline notice
-// before the invocation ends (the function's timeout here is the task's
-// 8 s plus 4, so the notice comes 5 s before, at 7 s, from the deadline
-// header the RIE gives the bootstrap).
+// A task with an open exec session whose invocation reaches Lambda's
+// deadline first (a task longer than Lambda allows: the server's largest
+// task timeout, Lambda's 15 minutes, is 8 s here): the session gets the
+// deadline notice 5 s before the invocation ends (from the deadline
+// header the RIE gives the bootstrap), later execs are refused, and the
+// task's end says what happened (lifetime_expired).
 func TestDeadlineNoticeOnLambda(t *testing.T) {
-	e := start(t, "bash", bashTasks)
-	startTask(t, e, "task-deadline", "sleep 600\n", 8)
+	sim := simulator(t)
+	srv := newServerWith(t, sim, "bash", func(c *lambda.Config) { c.TaskTimeout = 8 * time.Second })
+	e := env{sim: sim, rs: runtimetest.StartServer(t, runtimetest.Harness{Runtime: "lambda",
+		Fixtures: func(f runtimetest.Fixture) runtimetest.Source { return bashTasks[f] }}, func(c *server.Config) { serve(c, srv) })}
+	startTask(t, e, "task-deadline", "sleep 600\n", 60)
 	x := exec.NewGRPCClient(e.rs.Conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -149,12 +156,15 @@ func TestDeadlineNoticeOnLambda(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrNotRunning) || !strings.Contains(err.Error(), "the Lambda invocation hosting this Run reaches its deadline") {
 		t.Fatalf("the session ended with %v; want the deadline notice", err)
 	}
-	// Later execs are refused, with the notice while the task runs on
-	// (a second here, TestDeadlineNotice in internal/exec/agent checks
-	// it), with the task's end after it.
-	_, err = x.Start(ctx, exec.Request{RunUID: "task-deadline", Command: []string{"true"}})
-	if !errors.Is(err, errdefs.ErrNotRunning) {
+	if _, err = x.Start(ctx, exec.Request{RunUID: "task-deadline", Command: []string{"true"}}); !errors.Is(err, errdefs.ErrNotRunning) {
 		t.Fatalf("an exec after the notice: %v", err)
+	}
+	st, err := e.rs.Runtime.Wait(ctx, &pb.StatusRequest{Id: "task-deadline"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() == pb.ExecutionState_EXECUTION_STATE_SUCCEEDED || !strings.Contains(st.GetStderr()+st.GetErrorMessage(), "lifetime_expired") {
+		t.Fatalf("task = %v exit %d stderr %q (%s); want its end to say lifetime_expired", st.GetState(), st.GetExitCode(), st.GetStderr(), st.GetErrorMessage())
 	}
 }
 

@@ -100,14 +100,22 @@ func simulator(t testing.TB, opts ...func(*lambdasim.Config)) *lambdasim.Simulat
 // newServer is a Lambda Runtime Server for the inner runtime on sim.
 func newServer(t testing.TB, sim *lambdasim.Simulator, runtime string, observe ...func(string, time.Duration)) *lambda.Server {
 	t.Helper()
+	return newServerWith(t, sim, runtime, func(cfg *lambda.Config) {
+		if len(observe) > 0 {
+			cfg.Observe = observe[0]
+		}
+	})
+}
+
+// newServerWith is newServer with its configuration changed by configure.
+func newServerWith(t testing.TB, sim *lambdasim.Simulator, runtime string, configure func(*lambda.Config)) *lambda.Server {
+	t.Helper()
 	client := sim.Client()
 	cfg := lambda.Config{
 		Runtime: runtime, Role: "arn:aws:iam::123456789012:role/stoke", Bootstrap: launcher, Relay: stokeBin,
 		Client: client, StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
 	}
-	if len(observe) > 0 {
-		cfg.Observe = observe[0]
-	}
+	configure(&cfg)
 	srv, err := lambda.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
