@@ -323,3 +323,47 @@ func BenchmarkScratchDirs(b *testing.B) {
 		})
 	}
 }
+
+// A directory that a root server handed to the Runs' user comes back to
+// the pool as the server's own (its inner directories too), so that the
+// next execution's directory is the server's until it is handed over
+// afresh and the user can add nothing to it meanwhile. Only root can
+// hand a directory over; otherwise the directories are ours throughout.
+func TestDirPoolTakesHandedOverDirectoriesBack(t *testing.T) {
+	root := t.TempDir()
+	pool, err := NewDirPool(filepath.Join(root, ".pool"), "tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	dir := filepath.Join(root, "a")
+	if err := pool.Make(dir); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		for _, d := range []string{filepath.Join(dir, "tmp"), dir} {
+			if err := os.Chown(d, 65533, 65533); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := pool.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if len(pool.free) != 1 {
+		t.Fatalf("the emptied directory was not kept (%d kept)", len(pool.free))
+	}
+	again := filepath.Join(root, "b")
+	if err := pool.Make(again); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{again, filepath.Join(again, "tmp")} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(d, &st); err != nil {
+			t.Fatal(err)
+		}
+		if int(st.Uid) != os.Geteuid() {
+			t.Errorf("%s from the pool belongs to uid %d, not to the server (%d)", d, st.Uid, os.Geteuid())
+		}
+	}
+}
