@@ -63,6 +63,7 @@ the API server authenticates and authorizes for GET /metrics.`,
 	f.StringVar(&kubeconfigPath, "kubeconfig", "", "kubeconfig file of the cluster (default: the Pod's service account)")
 	f.StringVar(&cfg.Namespace, "namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), "stoke-system"), "the controller's namespace: its leader-election Lease, the CA and the gateway's TLS Secret (default $POD_NAMESPACE, else stoke-system)")
 	f.StringVar(&cfg.Image, "image", "stoke", "image of the runtime Pods")
+	f.StringVar(&cfg.GatewayURL, "gateway-url", "", "the gateway Service's base URL (https://stoke-gateway.stoke-system.svc:443): a Ready function's status.endpoint is its invoke URL under it (default: the path alone)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-bind-address", controller.DefaultMetricsAddr, `HTTPS address of /metrics (authenticated and authorized by the API server); "0" disables it`)
 	f.StringVar(&cfg.MetricsCertDir, "metrics-cert-dir", "", "directory of /metrics' serving certificate, tls.crt and tls.key (default: a self-signed one)")
 	f.StringVar(&cfg.ProbeSocket, "probe-socket", controller.DefaultProbeSocket, "Unix socket of the liveness and readiness probe (its directory is made 0700)")

@@ -86,6 +86,9 @@ var forbidden = map[string][]string{
 	// (store types only), never to a store implementation; the invoke
 	// path reads memory.
 	"stoke.dev/stoke/internal/gateway": {"stoke.dev/stoke/internal/store/", "stoke.dev/stoke/internal/standalone"},
+	// The Kubernetes gateway is the gateway's code behind Kubernetes
+	// authorization and informers: nothing of standalone mode.
+	"stoke.dev/stoke/internal/kubegateway": {"stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store/sqlite", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/up"},
 	// runtimed's mutual TLS is a leaf both of its ends (runtimed, the
 	// gateway) use; the sidecar is Kubernetes wiring of runtimed and knows
 	// neither the local pod supervisor, SQLite nor the standalone wiring.

@@ -88,6 +88,9 @@ type Config struct {
 	Namespace string
 	// Image is the runtime Pods' image (runtimeset's default when empty).
 	Image string
+	// GatewayURL is the gateway Service's base URL, the base of a Ready
+	// function's status.endpoint (runtimeset.Options.GatewayURL).
+	GatewayURL string
 	// MetricsAddr is the HTTPS /metrics address; "0" disables it; empty
 	// means DefaultMetricsAddr.
 	MetricsAddr string
@@ -192,7 +195,7 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	if err := runtimeset.Setup(mgr, runtimeset.Options{Image: cfg.Image, Namespace: cfg.Namespace, Logger: cfg.Logger}); err != nil {
+	if err := runtimeset.Setup(mgr, runtimeset.Options{Image: cfg.Image, GatewayURL: cfg.GatewayURL, Namespace: cfg.Namespace, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("controller: runtime reconciler: %w", err)
 	}
 	// A manager.RunnableFunc runs on the leader only.

@@ -27,6 +27,7 @@ import (
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
+	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/store"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	// for functions).
 	DefaultTaskTimeout     time.Duration
 	DefaultFunctionTimeout time.Duration
+	// RunLogs, when set, is the directory of the Runs' logs that this
+	// daemon removes a Run's log from when the Run leaves it (deleted, or
+	// given to another pod); in Kubernetes mode the logs live in the Pod.
+	RunLogs *runlog.Store
 }
 
 // Daemon is one pod's runtimed.
@@ -69,6 +74,10 @@ type Daemon struct {
 	mu      sync.Mutex
 	workers map[string]*worker // by Run UID
 	active  map[string]*pb.FunctionRegistration
+	// ended and endedOrder are the Runs whose worker ended, for log
+	// followers (logs.go).
+	ended      map[string]struct{}
+	endedOrder []string
 	// ctx exists from New on, so that Runs handed over before Run starts
 	// are not lost; Run cancels it when its own context ends.
 	ctx    context.Context
@@ -100,6 +109,7 @@ func New(cfg Config) *Daemon {
 		functions: pb.NewFunctionRuntimeClient(cfg.Conn),
 		workers:   map[string]*worker{},
 		active:    map[string]*pb.FunctionRegistration{},
+		ended:     map[string]struct{}{},
 	}
 }
 
@@ -178,6 +188,7 @@ func (d *Daemon) startWorkerLocked(run *v1alpha1.Run, adopt bool) {
 		d.mu.Lock()
 		if d.workers[uid] == w {
 			delete(d.workers, uid)
+			d.workerEnded(uid)
 		}
 		d.mu.Unlock()
 	}()
@@ -185,6 +196,9 @@ func (d *Daemon) startWorkerLocked(run *v1alpha1.Run, adopt bool) {
 
 // OnDelete tells the daemon a Run object is gone.
 func (d *Daemon) OnDelete(run *v1alpha1.Run) {
+	if d.cfg.RunLogs != nil {
+		d.cfg.RunLogs.Remove(string(run.UID))
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if w := d.workers[string(run.UID)]; w != nil {

@@ -51,17 +51,22 @@ const (
 	RuntimedDebugSocket      = RunDir + "/runtimed/debug.sock"
 	RuntimeServerDebugSocket = RunDir + "/runtime-server/debug.sock"
 	WorkspaceDir             = "/workspace"
-	TLSDir                   = "/var/run/stoke-tls"
-	HopPort                  = 7443
-	ServiceAccount           = "stoke-runtimed"
-	tokenDir                 = "/var/run/secrets/kubernetes.io/serviceaccount"
-	tokenExpiry              = 3607 // what the ServiceAccount admission plugin asks for
-	volumeRun                = "run"
-	volumeWorkspace          = "workspace"
-	volumeTLS                = "tls"
-	volumeToken              = "kube-api-access"
-	volumeBin                = "stoke-bin"
-	defaultImage             = "stoke"
+	// RunLogDir holds the Runs' output logs, in the workspace volume (on
+	// disk, shared by both containers): the Runtime Server writes them,
+	// runtimed serves them to the gateway. They live as long as the Pod,
+	// or until their Run is deleted.
+	RunLogDir       = WorkspaceDir + "/.stoke-run-logs"
+	TLSDir          = "/var/run/stoke-tls"
+	HopPort         = 7443
+	ServiceAccount  = "stoke-runtimed"
+	tokenDir        = "/var/run/secrets/kubernetes.io/serviceaccount"
+	tokenExpiry     = 3607 // what the ServiceAccount admission plugin asks for
+	volumeRun       = "run"
+	volumeWorkspace = "workspace"
+	volumeTLS       = "tls"
+	volumeToken     = "kube-api-access"
+	volumeBin       = "stoke-bin"
+	defaultImage    = "stoke"
 )
 
 // selector is what a Runtime's Deployment selects; it never changes.
@@ -137,7 +142,7 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 							Image:           opts.Image,
 							ImagePullPolicy: opts.ImagePullPolicy,
 							Command:         []string{"stoke"},
-							Args:            runtimedArgs(rt),
+							Args:            runtimedArgs(rt, opts.GatewayURL),
 							Env:             env,
 							Ports:           []corev1.ContainerPort{{Name: "hop", ContainerPort: HopPort, Protocol: corev1.ProtocolTCP}},
 							VolumeMounts: []corev1.VolumeMount{runMount, wsMount,
@@ -240,6 +245,7 @@ func runtimeServerArgs(rt *v1alpha1.Runtime) []string {
 		"--listen", RuntimeServer,
 		"--workspace-root", WorkspaceDir,
 		"--debug-socket", RuntimeServerDebugSocket,
+		"--run-log-dir", RunLogDir,
 	}
 	if t := rt.Spec.DefaultInvokeTimeout; t != nil && t.Duration > 0 {
 		args = append(args, "--default-invoke-timeout", t.Duration.String())
@@ -250,7 +256,7 @@ func runtimeServerArgs(rt *v1alpha1.Runtime) []string {
 
 // runtimedArgs are the runtimed container's arguments. $(POD_IP) is
 // expanded by the kubelet from the container's env.
-func runtimedArgs(rt *v1alpha1.Runtime) []string {
+func runtimedArgs(rt *v1alpha1.Runtime, gatewayURL string) []string {
 	args := []string{"runtimed",
 		"--runtime", rt.Name,
 		"--listen", "$(POD_IP):" + strconv.Itoa(HopPort),
@@ -259,6 +265,10 @@ func runtimedArgs(rt *v1alpha1.Runtime) []string {
 		"--tls-dir", TLSDir,
 		"--probe-socket", ProbeSocket,
 		"--debug-socket", RuntimedDebugSocket,
+		"--run-log-dir", RunLogDir,
+	}
+	if gatewayURL != "" {
+		args = append(args, "--endpoint-base", gatewayURL)
 	}
 	if t := rt.Spec.DefaultTaskTimeout; t != nil && t.Duration > 0 {
 		args = append(args, "--default-task-timeout", t.Duration.String())

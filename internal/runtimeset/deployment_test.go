@@ -60,10 +60,10 @@ func TestDeploymentFollowsThePodConventions(t *testing.T) {
 		t.Errorf("service account %q, automount %v: want %s mounted by hand in runtimed only", spec.ServiceAccountName, spec.AutomountServiceAccountToken, ServiceAccount)
 	}
 	rs, rd := container(t, spec, ContainerRuntimeServer), container(t, spec, ContainerRuntimed)
-	if got := strings.Join(rs.Args, " "); got != "runtime-server --runtime python --listen unix:///var/run/stoke/rs.sock --workspace-root /workspace --debug-socket /var/run/stoke/runtime-server/debug.sock --default-invoke-timeout 7s" {
+	if got := strings.Join(rs.Args, " "); got != "runtime-server --runtime python --listen unix:///var/run/stoke/rs.sock --workspace-root /workspace --debug-socket /var/run/stoke/runtime-server/debug.sock --run-log-dir /workspace/.stoke-run-logs --default-invoke-timeout 7s" {
 		t.Errorf("runtime-server args: %s", got)
 	}
-	if got := strings.Join(rd.Args, " "); !strings.Contains(got, "--listen $(POD_IP):7443") || !strings.Contains(got, "--tls-dir /var/run/stoke-tls") || !strings.Contains(got, "--default-task-timeout 1m0s") || !strings.Contains(got, "--debug-socket /var/run/stoke/runtimed/debug.sock") {
+	if got := strings.Join(rd.Args, " "); !strings.Contains(got, "--listen $(POD_IP):7443") || !strings.Contains(got, "--tls-dir /var/run/stoke-tls") || !strings.Contains(got, "--default-task-timeout 1m0s") || !strings.Contains(got, "--debug-socket /var/run/stoke/runtimed/debug.sock") || !strings.Contains(got, "--run-log-dir "+RunLogDir) {
 		t.Errorf("runtimed args: %s", got)
 	}
 	for _, c := range []corev1.Container{rs, rd} {
@@ -124,7 +124,7 @@ func TestLambdaFieldsBecomeFlags(t *testing.T) {
 	rt := runtimeObj("fn", "lambda", 1, 10)
 	rt.Spec.Lambda = &v1alpha1.LambdaSpec{Runtime: "python", Role: "arn:aws:iam::1:role/x", Architecture: "arm64", MemoryMB: 256, NamePrefix: "t-", Bootstrap: "/opt/stoke-arm64"}
 	args := strings.Join(container(t, Deployment(rt, Options{}).Spec.Template.Spec, ContainerRuntimeServer).Args, " ")
-	want := "--runtime lambda --listen unix:///var/run/stoke/rs.sock --workspace-root /workspace --debug-socket /var/run/stoke/runtime-server/debug.sock --lambda-runtime python --lambda-role arn:aws:iam::1:role/x --lambda-architecture arm64 --lambda-memory 256 --lambda-name-prefix t- --lambda-bootstrap /opt/stoke-arm64"
+	want := "--runtime lambda --listen unix:///var/run/stoke/rs.sock --workspace-root /workspace --debug-socket /var/run/stoke/runtime-server/debug.sock --run-log-dir /workspace/.stoke-run-logs --lambda-runtime python --lambda-role arn:aws:iam::1:role/x --lambda-architecture arm64 --lambda-memory 256 --lambda-name-prefix t- --lambda-bootstrap /opt/stoke-arm64"
 	if !strings.HasSuffix(args, want) {
 		t.Fatalf("args %q, want ending %q", args, want)
 	}

@@ -35,6 +35,10 @@ type Options struct {
 	// Image is the runtime Pods' image (default "stoke"); its PATH has
 	// stoke, bash and python3.
 	Image string
+	// GatewayURL is the gateway Service's base URL, under which a Ready
+	// function's status.endpoint is its invoke URL (runtimed's
+	// --endpoint-base); empty gives the path alone.
+	GatewayURL string
 	// ImagePullPolicy defaults to IfNotPresent.
 	ImagePullPolicy corev1.PullPolicy
 	// Namespace is the controller's namespace: home of the CA and the

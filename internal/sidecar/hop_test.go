@@ -101,7 +101,7 @@ func newHopEnv(t *testing.T) *hopEnv {
 		t.Fatal(err)
 	}
 	e.addr = lis.Addr().String()
-	hop := sidecar.NewHop(log, d.Daemon, tlsCfg)
+	hop := sidecar.NewHop(log, d.Daemon, tlsCfg, nil)
 	hopErr := make(chan error, 1)
 	go func() { hopErr <- hop.Serve(ctx, lis, time.Second, nil) }()
 	t.Cleanup(func() {

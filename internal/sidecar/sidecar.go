@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	pb "stoke.dev/stoke/api/executor/v1"
+	rdpb "stoke.dev/stoke/api/runtimed/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/informer"
@@ -35,6 +36,7 @@ import (
 	"stoke.dev/stoke/internal/mtls"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/probe"
+	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/store"
@@ -66,6 +68,11 @@ type Config struct {
 	// ProbeSocket is the readiness probe's Unix socket (default
 	// DefaultProbeSocket); its directory is made 0700.
 	ProbeSocket string
+	// RunLogDir is the directory the Runtime Server writes the Runs'
+	// logs to (its --run-log-dir); runtimed serves them to the gateway
+	// (runtimed.v1 Logs) and removes a Run's when it leaves the Pod.
+	// Empty: no log service.
+	RunLogDir string
 	// EndpointBase is the gateway's base URL under which a Ready
 	// function's status.endpoint is its invoke URL; empty gives the path
 	// alone.
@@ -159,8 +166,14 @@ func Run(ctx context.Context, cfg Config) error {
 		duration: cfg.LeaseDuration, interval: cfg.RenewInterval, clock: cfg.Clock, log: log,
 	}
 	runs := informer.New(cfg.Runs, informer.Options{Namespace: cfg.Pod.Namespace, AssignedPodUID: cfg.Pod.UID, Logger: log})
+	var logs *runlog.Store
+	if cfg.RunLogDir != "" {
+		if logs, err = runlog.New(cfg.RunLogDir, log); err != nil {
+			return err
+		}
+	}
 	d := runtimed.Start(ctx, runtimed.Config{
-		Pod: cfg.Pod, Runs: cfg.Runs, Conn: conn, Logger: cfg.Logger, StatusPoll: cfg.StatusPoll,
+		Pod: cfg.Pod, Runs: cfg.Runs, Conn: conn, Logger: cfg.Logger, StatusPoll: cfg.StatusPoll, RunLogs: logs,
 		DefaultTaskTimeout: cfg.DefaultTaskTimeout, DefaultFunctionTimeout: cfg.DefaultFunctionTimeout,
 		Endpoint: endpoint(cfg.EndpointBase),
 	})
@@ -182,9 +195,9 @@ func Run(ctx context.Context, cfg Config) error {
 		rsHealthy,
 		func(context.Context) error { return lease.Fresh() },
 	}}
-	hop := NewHop(log, d.Daemon, tlsCfg)
+	hop := NewHop(log, d.Daemon, tlsCfg, logs)
 
-	errc := make(chan error, 6)
+	errc := make(chan error, 7)
 	var running int
 	start := func(name string, f func(context.Context) error) {
 		running++
@@ -199,6 +212,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 	start("lease", lease.Run)
+	if logs != nil {
+		start("logs", logs.Run)
+	}
 	start("hop", func(ctx context.Context) error { return hop.Serve(ctx, hopLis, cfg.ShutdownGrace, nil) })
 	start("probe", func(ctx context.Context) error { return probe.Serve(ctx, probeLis, ready) })
 	start("runs", func(ctx context.Context) error {
@@ -280,10 +296,15 @@ func waitRuntimeServer(ctx context.Context, health healthpb.HealthClient, log *s
 }
 
 // NewHop is the gateway's hop into this Pod: the FunctionRuntime proxy and
-// the exec service of d, behind mutual TLS with tlsCfg (mtls.ServerConfig),
+// the exec service of d, and, when logs is set, the Runs' logs
+// (runtimed.v1 Logs), behind mutual TLS with tlsCfg (mtls.ServerConfig),
 // with the Runtime Server's interceptors (error categories as status
 // codes, panic recovery, call logs).
-func NewHop(log *slog.Logger, d *runtimed.Daemon, tlsCfg *tls.Config) *server.GRPC {
-	return server.NewGRPC(log, server.Services{Functions: d.Proxy(), Exec: exec.NewGRPCServer(d.Exec())},
+func NewHop(log *slog.Logger, d *runtimed.Daemon, tlsCfg *tls.Config, logs *runlog.Store) *server.GRPC {
+	g := server.NewGRPC(log, server.Services{Functions: d.Proxy(), Exec: exec.NewGRPCServer(d.Exec())},
 		grpc.Creds(credentials.NewTLS(tlsCfg)))
+	if logs != nil {
+		rdpb.RegisterLogsServer(g.Server, d.LogService(logs))
+	}
+	return g
 }

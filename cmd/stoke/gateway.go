@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"stoke.dev/stoke/internal/kubeconfig"
+	"stoke.dev/stoke/internal/kubegateway"
+)
+
+// defaultGatewayPort is the gateway's HTTPS port on its Pod IP.
+const defaultGatewayPort = 8443
+
+func newGatewayCommand() *cobra.Command {
+	var cfg kubegateway.Config
+	var kubeconfigPath, debugSocket string
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Serve invocations, exec sessions and Run logs in a Kubernetes cluster",
+		Long: `gateway is Kubernetes mode's front door for invoke, exec and logs: the routes
+of stoke up's gateway, over HTTPS. Every request's bearer token is checked by
+the API server (a TokenReview, then a SubjectAccessReview for create on
+runs/invoke or runs/exec, or get on runs/log, in the Run's namespace); the
+answers are cached for at most 10 s. Runs and runtime Pods are routed from
+memory, and each call goes once to the owner Pod's runtimed over mutual TLS
+with the certificate in --hop-tls-dir. /healthz and /readyz need no token;
+/metrics needs get on the non-resource URL /metrics.`,
+		Example: `  stoke gateway --listen $(POD_IP):8443 --tls-cert-file /var/run/stoke-gateway/serving/tls.crt --tls-private-key-file /var/run/stoke-gateway/serving/tls.key`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rc, err := kubeconfig.Load(kubeconfigPath)
+			if err != nil {
+				return err
+			}
+			cfg.REST = rc
+			cfg.Logger = slog.Default()
+			if cfg.Listen == "" {
+				ip := os.Getenv("POD_IP")
+				if ip == "" {
+					return fmt.Errorf("--listen is not set and POD_IP is empty")
+				}
+				cfg.Listen = net.JoinHostPort(ip, strconv.Itoa(defaultGatewayPort))
+			}
+			stop, err := serveDebug(debugSocket)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			return kubegateway.Run(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfigPath, "kubeconfig", "", "kubeconfig file (default: the Pod's service account)")
+	f.StringVar(&cfg.Listen, "listen", "", "the HTTPS address (default $POD_IP:8443)")
+	f.StringVar(&cfg.CertFile, "tls-cert-file", "", "the serving certificate (PEM); with --tls-private-key-file. Neither: a self-signed one made at start")
+	f.StringVar(&cfg.KeyFile, "tls-private-key-file", "", "the serving certificate's key (PEM)")
+	f.StringVar(&cfg.HopTLSDir, "hop-tls-dir", "/var/run/stoke-gateway/hop", "the client certificate for runtimed's hop: ca.crt, tls.crt, tls.key (the Secret stoke-gateway-tls)")
+	f.IntVar(&cfg.HopPort, "hop-port", kubegateway.DefaultHopPort, "runtimed's hop port on a runtime Pod's IP")
+	f.DurationVar(&cfg.AuthTTL, "auth-cache-ttl", kubegateway.MaxDecisionTTL, "how long an authentication or authorization answer is kept (at most 10s)")
+	f.StringVar(&debugSocket, "debug-socket", "/var/run/stoke-gateway/run/debug/debug.sock", debugSocketUsage)
+	return cmd
+}

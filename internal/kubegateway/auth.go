@@ -1,0 +1,226 @@
+package kubegateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/client-go/kubernetes"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/gateway"
+	"stoke.dev/stoke/internal/logging"
+)
+
+// MaxDecisionTTL is the longest a decision is kept: a removed RoleBinding
+// takes effect within it.
+const MaxDecisionTTL = 10 * time.Second
+
+// reviewTimeout bounds one TokenReview or SubjectAccessReview.
+const reviewTimeout = 5 * time.Second
+
+// AuthConfig configures the Authorizer.
+type AuthConfig struct {
+	// Client makes the reviews with the gateway's own credentials.
+	Client kubernetes.Interface
+	// TTL is how long a decision is kept (default and most:
+	// MaxDecisionTTL).
+	TTL time.Duration
+	// Size bounds each of the two caches (default bounds.AuthCache).
+	Size int
+	// Clock is the caches' clock (tests move it; default the real one).
+	Clock  cache.Clock
+	Logger *slog.Logger
+}
+
+// Authorizer is the Kubernetes gateway's gateway.Authorizer: the caller's
+// bearer token is authenticated with a TokenReview and its access
+// authorized with a SubjectAccessReview, both made by the gateway. Both
+// answers, yes or no, are kept for the TTL in bounded LRU caches keyed by
+// the token's SHA-256 (never the token); concurrent misses for one key
+// make one review (singleflight). A review that fails (the API server
+// unreachable) is not kept: the request is 503.
+type Authorizer struct {
+	cfg       AuthConfig
+	log       *slog.Logger
+	users     *cache.LRUExpireCache // tokenKey → userEntry
+	decisions *cache.LRUExpireCache // decisionKey → error (nil: allowed)
+	flights   singleflight.Group
+	lookups   *prometheus.CounterVec
+}
+
+type tokenKey [sha256.Size]byte
+
+type decisionKey struct {
+	token  tokenKey
+	access gateway.Access
+}
+
+// userEntry is a TokenReview's answer: the user, or the refusal.
+type userEntry struct {
+	user authnv1.UserInfo
+	err  error
+}
+
+// NewAuthorizer returns the Authorizer; its cache counters are
+// Collector().
+func NewAuthorizer(cfg AuthConfig) *Authorizer {
+	if cfg.TTL <= 0 || cfg.TTL > MaxDecisionTTL {
+		cfg.TTL = MaxDecisionTTL
+	}
+	if cfg.Size <= 0 {
+		cfg.Size = bounds.AuthCache
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	return &Authorizer{
+		cfg: cfg, log: logging.OrDiscard(cfg.Logger),
+		users:     cache.NewLRUExpireCacheWithClock(cfg.Size, cfg.Clock),
+		decisions: cache.NewLRUExpireCacheWithClock(cfg.Size, cfg.Clock),
+		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stoke_gateway_auth_cache_lookups_total",
+			Help: "Lookups in the gateway's authentication (cache=token) and authorization (cache=access) caches, by result (hit, miss).",
+		}, []string{"cache", "result"}),
+	}
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Collector is the cache's hit and miss counters.
+func (a *Authorizer) Collector() prometheus.Collector { return a.lookups }
+
+// Authorize implements gateway.Authorizer.
+func (a *Authorizer) Authorize(r *http.Request, access gateway.Access) error {
+	token, err := gateway.BearerToken(r)
+	if err != nil {
+		return err
+	}
+	key := tokenKey(sha256.Sum256([]byte(token)))
+	user, err := a.authenticate(r.Context(), key, token)
+	if err != nil || access == (gateway.Access{}) {
+		return err
+	}
+	return a.authorize(r.Context(), decisionKey{token: key, access: access}, user)
+}
+
+// authenticate is the token's user, from the cache or a TokenReview.
+func (a *Authorizer) authenticate(ctx context.Context, key tokenKey, token string) (authnv1.UserInfo, error) {
+	if v, ok := a.users.Get(key); ok {
+		a.lookups.WithLabelValues("token", "hit").Inc()
+		e := v.(userEntry)
+		return e.user, e.err
+	}
+	a.lookups.WithLabelValues("token", "miss").Inc()
+	v, err, _ := a.flights.Do("t"+string(key[:]), func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+		defer cancel()
+		tr, err := a.cfg.Client.AuthenticationV1().TokenReviews().Create(ctx,
+			&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		if err != nil {
+			// The client's error names no token; it is not kept.
+			a.log.Warn("gateway: a TokenReview failed", "error", err)
+			return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "cannot authenticate the caller now: the API server's TokenReview failed"), time.Second)
+		}
+		e := userEntry{user: tr.Status.User}
+		if !tr.Status.Authenticated {
+			e.err = errdefs.Errorf(errdefs.ErrUnauthenticated, "the bearer token is not valid: the API server does not authenticate it")
+		}
+		a.users.Add(key, e, a.cfg.TTL)
+		return e, nil
+	})
+	if err != nil {
+		return authnv1.UserInfo{}, err
+	}
+	e := v.(userEntry)
+	return e.user, e.err
+}
+
+// authorize is the user's decision on the access, from the cache or a
+// SubjectAccessReview.
+func (a *Authorizer) authorize(ctx context.Context, key decisionKey, user authnv1.UserInfo) error {
+	if v, ok := a.decisions.Get(key); ok {
+		a.lookups.WithLabelValues("access", "hit").Inc()
+		if v == nil {
+			return nil
+		}
+		return v.(error)
+	}
+	a.lookups.WithLabelValues("access", "miss").Inc()
+	acc := key.access
+	flight := fmt.Sprintf("a%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%s", key.token[:], acc.Verb, acc.Resource, acc.Subresource, acc.Namespace, acc.Name, acc.Path)
+	v, err, _ := a.flights.Do(flight, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+		defer cancel()
+		sar, err := a.cfg.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, subjectAccessReview(user, acc), metav1.CreateOptions{})
+		if err != nil {
+			a.log.Warn("gateway: a SubjectAccessReview failed", "user", user.Username, "error", err)
+			return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "cannot authorize the caller now: the API server's SubjectAccessReview failed"), time.Second)
+		}
+		var decision error
+		if !sar.Status.Allowed || sar.Status.Denied {
+			decision = errdefs.Errorf(errdefs.ErrPermissionDenied, "%s", forbidden(user.Username, acc, sar.Status.Reason))
+		}
+		a.decisions.Add(key, decision, a.cfg.TTL)
+		return decision, nil
+	})
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		return nil
+	}
+	return v.(error)
+}
+
+// subjectAccessReview asks whether user may do acc: on a stoke.dev
+// resource, or a non-resource path.
+func subjectAccessReview(user authnv1.UserInfo, acc gateway.Access) *authzv1.SubjectAccessReview {
+	spec := authzv1.SubjectAccessReviewSpec{User: user.Username, UID: user.UID, Groups: user.Groups}
+	if len(user.Extra) > 0 {
+		spec.Extra = make(map[string]authzv1.ExtraValue, len(user.Extra))
+		for k, v := range user.Extra {
+			spec.Extra[k] = authzv1.ExtraValue(v)
+		}
+	}
+	if acc.Resource == "" {
+		spec.NonResourceAttributes = &authzv1.NonResourceAttributes{Path: acc.Path, Verb: acc.Verb}
+	} else {
+		spec.ResourceAttributes = &authzv1.ResourceAttributes{
+			Namespace: acc.Namespace, Verb: acc.Verb, Group: v1alpha1.SchemeGroupVersion.Group,
+			Resource: acc.Resource, Subresource: acc.Subresource, Name: acc.Name,
+		}
+	}
+	return &authzv1.SubjectAccessReview{Spec: spec}
+}
+
+// forbidden says what was refused, as the API server says it.
+func forbidden(user string, acc gateway.Access, reason string) string {
+	var msg string
+	if acc.Resource == "" {
+		msg = fmt.Sprintf("user %q cannot %s path %q", user, acc.Verb, acc.Path)
+	} else {
+		res := acc.Resource
+		if acc.Subresource != "" {
+			res += "/" + acc.Subresource
+		}
+		msg = fmt.Sprintf("user %q cannot %s resource %q in API group %q in the namespace %q", user, acc.Verb, res, v1alpha1.SchemeGroupVersion.Group, acc.Namespace)
+	}
+	if reason != "" {
+		msg += ": " + reason
+	}
+	return msg
+}

@@ -1,0 +1,273 @@
+package kubegateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	rdpb "stoke.dev/stoke/api/runtimed/v1"
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/gateway"
+)
+
+// runCache is the Runs the gateway knows, from its informer's memory.
+type runCache interface {
+	HasSynced() bool
+	Get(namespace, name string) (*v1alpha1.Run, bool)
+}
+
+// routes is the gateway's Router, ExecRouter and LogReader: a Run from
+// the Run informer, its pod's address from the Pod informer (hops), one
+// hop connection per pod. Nothing on these paths asks the API server.
+type routes struct {
+	runs runCache
+	hops *hops
+}
+
+var (
+	_ gateway.Router     = (*routes)(nil)
+	_ gateway.ExecRouter = (*routes)(nil)
+	_ gateway.LogReader  = (*routes)(nil)
+)
+
+// run finds the Run namespace/name, NotFound when there is none (or the
+// cache has not synced: Unavailable).
+func (rt *routes) run(namespace, name string) (*v1alpha1.Run, error) {
+	if !rt.runs.HasSynced() {
+		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "the gateway is starting; run %s/%s is not routable yet", namespace, name), gateway.NotReadyRetry)
+	}
+	run, ok := rt.runs.Get(namespace, name)
+	if !ok {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s not found", namespace, name)
+	}
+	return run, nil
+}
+
+// Route implements gateway.Router.
+func (rt *routes) Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error) {
+	run, err := rt.run(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	if string(run.UID) != uid {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s with uid %s not found", namespace, name, uid)
+	}
+	if err := gateway.Invocable(run); err != nil {
+		return nil, err
+	}
+	conn, err := rt.hops.conn(run)
+	if err != nil {
+		return nil, err
+	}
+	return remoteFunctions{c: pb.NewFunctionRuntimeClient(conn)}, nil
+}
+
+// remoteFunctions is runtimed's FunctionRuntime hop over gRPC, in the
+// shape of the in-process hop standalone's Router gives.
+type remoteFunctions struct {
+	pb.UnimplementedFunctionRuntimeServer
+	c pb.FunctionRuntimeClient
+}
+
+func (f remoteFunctions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, error) {
+	return f.c.InvokeFunction(ctx, req)
+}
+
+// ExecRoute implements gateway.ExecRouter.
+func (rt *routes) ExecRoute(namespace, name string) (exec.Executor, string, error) {
+	run, err := rt.run(namespace, name)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := gateway.Execable(run); err != nil {
+		return nil, "", err
+	}
+	conn, err := rt.hops.conn(run)
+	if err != nil {
+		return nil, "", err
+	}
+	return exec.NewGRPCClient(conn), string(run.UID), nil
+}
+
+// OpenLog implements gateway.LogReader: the log lives in the Run's pod,
+// read through runtimed; once that pod is gone, so is the log (Expired,
+// 410). A Run not assigned to a pod yet has an empty log, or, followed,
+// waits for the pod it gets.
+func (rt *routes) OpenLog(ctx context.Context, namespace, name string, follow bool) (gateway.LogStream, error) {
+	run, err := rt.run(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	if run.Status.AssignedPodUID == "" {
+		if run.Status.Phase.Terminal() || !follow {
+			return emptyLog{}, nil
+		}
+		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,
+			"run %s/%s is not on a pod yet; follow its log once it runs", namespace, name), gateway.NotReadyRetry)
+	}
+	conn, err := rt.hops.conn(run)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrUnavailable) {
+			return nil, errdefs.Errorf(errdefs.ErrExpired, "run %s/%s: its log went with its pod %s, which is gone", namespace, name, run.Status.AssignedPod)
+		}
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := rdpb.NewLogsClient(conn).ReadLog(ctx, &rdpb.ReadLogRequest{RunUid: string(run.UID), Follow: follow})
+	if err != nil {
+		cancel()
+		return nil, hopError(run, err)
+	}
+	// The first message, or the refusal, before the answer's headers.
+	first, err := stream.Recv()
+	if err != nil && !errors.Is(err, io.EOF) {
+		cancel()
+		return nil, hopError(run, err)
+	}
+	return &remoteLog{stream: stream, cancel: cancel, first: first.GetData(), eof: errors.Is(err, io.EOF)}, nil
+}
+
+// hopError is a hop call's error for the gateway's caller.
+func hopError(run *v1alpha1.Run, err error) error {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+		return errdefs.Errorf(errdefs.ErrUnavailable, "run %s/%s: its runtime pod %s does not answer: %s", run.Namespace, run.Name, run.Status.AssignedPod, st.Message())
+	}
+	return errdefs.FromGRPC(err)
+}
+
+type emptyLog struct{}
+
+func (emptyLog) Next(context.Context) ([]byte, error) { return nil, io.EOF }
+func (emptyLog) Close() error                         { return nil }
+
+// remoteLog is a ReadLog stream.
+type remoteLog struct {
+	stream grpc.ServerStreamingClient[rdpb.ReadLogResponse]
+	cancel context.CancelFunc
+	first  []byte
+	eof    bool
+}
+
+func (l *remoteLog) Next(context.Context) ([]byte, error) {
+	if b := l.first; len(b) > 0 {
+		l.first = nil
+		return b, nil
+	}
+	if l.eof {
+		return nil, io.EOF
+	}
+	for {
+		m, err := l.stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		if len(m.GetData()) > 0 {
+			return m.GetData(), nil
+		}
+	}
+}
+
+func (l *remoteLog) Close() error {
+	l.cancel()
+	return nil
+}
+
+// hops holds one gRPC connection per runtime pod, made at its first use
+// and closed when the pod goes; the pods' addresses come from the Pod
+// informer.
+type hops struct {
+	dial func(addr string) (*grpc.ClientConn, error)
+	port string
+
+	mu    sync.RWMutex
+	pods  map[string]*corev1.Pod // by UID
+	conns map[string]*hopConn    // by pod UID
+}
+
+type hopConn struct {
+	addr string
+	conn *grpc.ClientConn
+}
+
+func newHops(port string, dial func(addr string) (*grpc.ClientConn, error)) *hops {
+	return &hops{dial: dial, port: port, pods: map[string]*corev1.Pod{}, conns: map[string]*hopConn{}}
+}
+
+// conn is the connection to the hop of run's pod: Unavailable when the
+// pod is gone, finished or has no address.
+func (h *hops) conn(run *v1alpha1.Run) (*grpc.ClientConn, error) {
+	uid := run.Status.AssignedPodUID
+	h.mu.RLock()
+	pod := h.pods[uid]
+	c := h.conns[uid]
+	h.mu.RUnlock()
+	addr, ok := hopAddr(pod, h.port)
+	if !ok {
+		return nil, gateway.PodGone(run)
+	}
+	if c != nil && c.addr == addr {
+		return c.conn, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.conns[uid]; c != nil {
+		if c.addr == addr {
+			return c.conn, nil
+		}
+		_ = c.conn.Close()
+		delete(h.conns, uid)
+	}
+	conn, err := h.dial(addr)
+	if err != nil {
+		return nil, fmt.Errorf("run %s/%s: the hop of pod %s: %w", run.Namespace, run.Name, run.Status.AssignedPod, err)
+	}
+	h.conns[uid] = &hopConn{addr: addr, conn: conn}
+	return conn, nil
+}
+
+// hopAddr is a live pod's hop address.
+func hopAddr(pod *corev1.Pod, port string) (string, bool) {
+	if pod == nil || pod.DeletionTimestamp != nil || pod.Status.PodIP == "" ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return "", false
+	}
+	return pod.Status.PodIP + ":" + port, true
+}
+
+// set records a pod as the informer has it now.
+func (h *hops) set(pod *corev1.Pod) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pods[string(pod.UID)] = pod
+}
+
+// remove forgets a deleted pod and closes its connection.
+func (h *hops) remove(uid string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.pods, uid)
+	if c := h.conns[uid]; c != nil {
+		_ = c.conn.Close()
+		delete(h.conns, uid)
+	}
+}
+
+// close closes every connection.
+func (h *hops) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for uid, c := range h.conns {
+		_ = c.conn.Close()
+		delete(h.conns, uid)
+	}
+}
