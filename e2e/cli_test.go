@@ -47,6 +47,24 @@ func startCLIServer(t *testing.T) *cliServer {
 	return &cliServer{Up: u.Up, dataplane: true}
 }
 
+// gatewayTakesProxiedCallers says whether the cluster's gateway knows who
+// calls it through the API server's service proxy, the way the CLI comes.
+// Not yet: the API server authenticates a proxied request itself and
+// removes its Authorization header before forwarding it, and the gateway
+// reads the caller's bearer token from that header. Until the gateway
+// learns the caller another way, the cluster rows that invoke, exec or
+// read logs would get 401, so they wait for this to be true.
+const gatewayTakesProxiedCallers = false
+
+// kubeCLIServer is the cluster of e as a user of the CLI has it: KUBECONFIG
+// names its admin kubeconfig, and no stoke up runs on the machine (an
+// empty state directory), so that the CLI chooses the cluster by itself.
+func kubeCLIServer(t *testing.T, e *kubeEnv) *cliServer {
+	_, err := os.Stat(repoPath("deploy/controller/gateway.yaml"))
+	return &cliServer{kube: e, dataplane: err == nil && gatewayTakesProxiedCallers,
+		kubeEnviron: []string{"KUBECONFIG=" + e.cluster.Kubeconfig, "XDG_STATE_HOME=" + t.TempDir()}}
+}
+
 // env is the environment a user of this server has: STOKE_SERVER and
 // STOKE_TOKEN, and nothing else of Stoke's; or KUBECONFIG for a cluster.
 func (s *cliServer) env() []string {
@@ -351,8 +369,10 @@ func cliVersion(t *testing.T, s *cliServer) {
 		t.Errorf("stoke --version %q, stoke version %q", flag, v)
 	}
 	// The second line says which backend the client commands use, and why.
-	want := "backend: standalone " + s.URL + ", chosen by STOKE_SERVER, namespace default\n"
-	if !s.standalone() {
+	var want string
+	if s.standalone() {
+		want = "backend: standalone " + s.URL + ", chosen by STOKE_SERVER, namespace default\n"
+	} else {
 		want = fmt.Sprintf("backend: cluster (context %q, API server %s, gateway %s%s), chosen by KUBECONFIG (and no local stoke up token), namespace default\n",
 			"kubetest", s.kube.cluster.Config.Host, s.kube.cluster.Config.Host, "/api/v1/namespaces/stoke-system/services/https:stoke-gateway:443/proxy")
 	}

@@ -23,6 +23,7 @@ func TestKube(t *testing.T) {
 		test func(*testing.T, *kubeEnv)
 	}{
 		{"ExamplesWithKubectl", testExamplesWithKubectl},
+		{"CLI", testCLIOnCluster},
 		{"HopRefusesStrangers", testHopRefusesStrangers},
 		{"Profiles", testProfiles},
 		{"FunctionSurvivesItsPod", testFunctionSurvivesItsPod},
@@ -192,4 +193,22 @@ func testFunctionSurvivesItsPod(t *testing.T, e *kubeEnv) {
 		t.Errorf("survivor served %v after its new pod was Ready, want ≤ %v", took, maxRecovery)
 	}
 	e.deleteRun(t, fn.Name)
+}
+
+// The stoke CLI's end-to-end cases (cliCases, those TestCLI runs against
+// stoke up) against the cluster, through the admin's kubeconfig as
+// KUBECONFIG: the same commands, flags, output and exit codes. The Runs
+// the cases leave are deleted at the end, with the CLI.
+func testCLIOnCluster(t *testing.T, e *kubeEnv) {
+	// The cases name their Runs as examples/ does: the Runs earlier
+	// subtests deleted must be gone first.
+	e.watchRuns(t, "").until(t, runBound, "no Runs left by earlier subtests", func(m map[string]*v1alpha1.Run) bool { return len(m) == 0 })
+	s := kubeCLIServer(t, e)
+	if !s.dataplane {
+		t.Log("no gateway that takes callers through the API server's service proxy (gatewayTakesProxiedCallers): the steps that invoke, exec or read logs do not run")
+	}
+	runCLICases(t, s)
+	if names := strings.Fields(s.ok(t, "get", "runs", "-o", "name")); len(names) > 0 {
+		s.ok(t, append([]string{"delete", "--wait"}, names...)...)
+	}
 }
