@@ -58,6 +58,7 @@ bench:
 	$(BENCH) 'Kube/Throughput' -benchtime 1x -timeout 40m ./e2e/
 	$(BENCH) 'Kube/CreateToSucceeded' -benchtime 200x -timeout 30m ./e2e/
 	$(BENCH) 'Kube/FunctionReady' -benchtime 50x -timeout 30m ./e2e/
+	$(BENCH) 'KubeGateway' -benchtime 300x -timeout 30m ./e2e/
 
 lint:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted; exit 1; fi

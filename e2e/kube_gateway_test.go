@@ -65,7 +65,7 @@ type gatewayUsers struct {
 	http           *http.Client
 }
 
-func (e *kubeEnv) gatewayUsers(t *testing.T) *gatewayUsers {
+func (e *kubeEnv) gatewayUsers(t testing.TB) *gatewayUsers {
 	t.Helper()
 	token := func(name, role string) string {
 		ctx := context.Background()
@@ -96,7 +96,7 @@ func (e *kubeEnv) gatewayUsers(t *testing.T) *gatewayUsers {
 
 // gateways waits until n gateway Pods are Ready and returns their base
 // URLs by Pod name.
-func (e *kubeEnv) gateways(t *testing.T, n int, not ...string) map[string]string {
+func (e *kubeEnv) gateways(t testing.TB, n int) map[string]string {
 	t.Helper()
 	pods := e.watchPods(t, stokeNamespace, gatewaySelector)
 	defer pods.close()
