@@ -2,7 +2,10 @@
 // point enforces these constants; none restates them.
 package bounds
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 const (
 	// InvokeBody is the largest invocation input (and function output).
@@ -41,8 +44,15 @@ const (
 	// debug socket (a busy process's CPU profile is a few hundred KiB).
 	DebugProfile = 64 << 20
 
-	// Message bounds fatal_error, status.message and function error messages.
+	// Message bounds fatal_error, status.message and function error
+	// messages, and so every error message the HTTP API answers and every
+	// attribute of a log line (see Echo): each may repeat what a client
+	// sent, which must not make an answer or a log line as large as the
+	// request.
 	Message = 4 << 10
+	// Quoted is how much of one value a client sent (a label value, a
+	// path, a query parameter) an error message repeats (see Quote).
+	Quoted = 64
 	// StackTrace bounds the stack trace carried with a function error.
 	StackTrace = 8 << 10
 
@@ -79,6 +89,10 @@ const (
 	// ObjectBody bounds a Run or Runtime sent to the HTTP API: a Source in
 	// base64 plus every argument at its bound fits.
 	ObjectBody = 4 << 20
+	// ObjectBodiesAtOnce bounds the bytes of object bodies the HTTP API
+	// reads and decodes at once (a YAML body's decoding takes several
+	// times its size); further bodies wait, unread.
+	ObjectBodiesAtOnce = 2 * ObjectBody
 	// ObjectJSON bounds an object's JSON without its status, as the store
 	// encodes it: an ObjectBody request plus the defaults and system
 	// metadata Stoke adds. Fields each within their own bound may still
@@ -176,4 +190,17 @@ func runeEnd(s string, i int) int {
 		i++
 	}
 	return i
+}
+
+// Quote is how an error message repeats one value a client sent: at most
+// Quoted bytes of it, in Go's quotes.
+func Quote(s string) string {
+	return strconv.Quote(Truncate(s, Quoted))
+}
+
+// Echo cuts text that may carry a client's input — an error message an
+// answer carries, an attribute of a log line — to Message bytes. The
+// gateway's one error writer and the process's one log handler call it.
+func Echo(s string) string {
+	return Truncate(s, Message)
 }

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +39,7 @@ func (g *Gateway) exec(w http.ResponseWriter, r *http.Request) {
 		log.Info("exec refused", "status", status, "error", err)
 		writeError(w, err, "")
 	}
-	req, out, errOut, err := execRequest(r.URL.Query())
+	req, out, errOut, err := execRequest(r)
 	if err != nil {
 		refuse(err)
 		return
@@ -94,25 +93,11 @@ func (g *Gateway) exec(w http.ResponseWriter, r *http.Request) {
 }
 
 // execRequest reads Kubernetes' exec query: command (repeated), stdin,
-// stdout, stderr, tty.
-func execRequest(q url.Values) (req exec.Request, stdout, stderr bool, err error) {
-	flag := func(name string) (bool, error) {
-		v := q.Get(name)
-		if v == "" {
-			return false, nil
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return false, errdefs.InvalidArgument(name, "%q is not a boolean", v)
-		}
-		return b, nil
-	}
-	for k := range q {
-		switch k {
-		case "command", "stdin", "stdout", "stderr", "tty", "container":
-		default:
-			return req, false, false, errdefs.InvalidArgument(k, "is not a query parameter of exec")
-		}
+// stdout, stderr, tty; container is taken and ignored.
+func execRequest(r *http.Request) (req exec.Request, stdout, stderr bool, err error) {
+	q, err := queryOf(r, execParams)
+	if err != nil {
+		return req, false, false, err
 	}
 	req.Command = q["command"]
 	if len(req.Command) == 0 || req.Command[0] == "" {
@@ -120,7 +105,7 @@ func execRequest(q url.Values) (req exec.Request, stdout, stderr bool, err error
 	}
 	var flags [4]bool
 	for i, name := range []string{"stdin", "stdout", "stderr", "tty"} {
-		if flags[i], err = flag(name); err != nil {
+		if flags[i], err = boolParam(q, name); err != nil {
 			return req, false, false, err
 		}
 	}

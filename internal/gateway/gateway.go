@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
@@ -114,6 +116,9 @@ type Gateway struct {
 	// failed logs failed invocations, summed up per function per
 	// interval: a flood of 429s writes a few lines, not one per call.
 	failed *logsummary.Summariser
+	// bodies holds the bytes of the object bodies being read and decoded
+	// (admitBody).
+	bodies *semaphore.Weighted
 }
 
 // New returns the gateway's HTTP handler.
@@ -138,7 +143,7 @@ func New(cfg Config) *Gateway {
 	fl := cfg.FailedInvokeLog
 	fl.Logger, fl.Level, fl.Message, fl.KeyAttr = cfg.Logger, slog.LevelInfo, "invocations failed", "run"
 	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), streams: make(chan struct{}, cfg.MaxStreams),
-		failed: logsummary.New(fl)}
+		failed: logsummary.New(fl), bodies: semaphore.NewWeighted(bounds.ObjectBodiesAtOnce)}
 	cfg.Metrics.countSummarised(g.failed)
 	g.route(invokePath, "invoke", runAccess("create", "invoke"), g.invoke)
 	if cfg.Logs != nil {

@@ -126,7 +126,9 @@ func errorBodyOf(err error, invID string) httpapi.ErrorBody {
 	if errors.As(err, &fe) {
 		return httpapi.ErrorBody{ErrorType: fe.Type, ErrorMessage: fe.Message, InvocationID: fe.InvocationID, StackTrace: fe.StackTrace}
 	}
-	return httpapi.ErrorBody{ErrorType: httpapi.ErrorTypePrefix + errdefs.Code(err).String(), ErrorMessage: err.Error(), InvocationID: invID}
+	// A message may repeat what the client sent: it is cut, so that no
+	// answer to a refused request is as large as the request.
+	return httpapi.ErrorBody{ErrorType: httpapi.ErrorTypePrefix + errdefs.Code(err).String(), ErrorMessage: bounds.Echo(err.Error()), InvocationID: invID}
 }
 
 // writeError is the gateway's one error writer.

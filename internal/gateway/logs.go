@@ -34,7 +34,11 @@ const logChunk = 64 << 10
 func (g *Gateway) logs(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	ns, name := r.PathValue("ns"), r.PathValue("name")
-	follow := r.URL.Query().Get("follow") == "true"
+	follow, err := logsQueryOf(r)
+	if err != nil {
+		g.reply(w, r, 0, nil, err)
+		return
+	}
 	if follow {
 		release, ok := g.openStream(w)
 		if !ok {

@@ -10,9 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 
-	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -20,6 +18,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/validation"
 )
 
 func (g *Gateway) routeObjects() {
@@ -61,7 +60,11 @@ func (g *Gateway) routeObjects() {
 // status, or its error.
 func byName[T any](g *Gateway, status int, fn func(ctx context.Context, ns, name string) (T, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		obj, err := fn(r.Context(), r.PathValue("ns"), r.PathValue("name"))
+		var obj T
+		err := noQuery(r)
+		if err == nil {
+			obj, err = fn(r.Context(), r.PathValue("ns"), r.PathValue("name"))
+		}
 		g.reply(w, r, status, obj, err)
 	}
 }
@@ -80,10 +83,35 @@ func (g *Gateway) reply(w http.ResponseWriter, r *http.Request, status int, obj 
 	writeJSON(w, status, obj)
 }
 
+// admitBody waits for room among the object bodies the API reads and
+// decodes at once — bounds.ObjectBodiesAtOnce bytes, each body counted at
+// its Content-Length, or at bounds.ObjectBody when it gives none — so that
+// many large bodies at once cost memory in proportion to that bound
+// rather than to their number (a YAML body's decoding takes several times
+// its size). The others wait, unread; a small body hardly waits. The
+// caller calls release once done with the body.
+func (g *Gateway) admitBody(r *http.Request) (release func(), err error) {
+	n := int64(bounds.ObjectBody)
+	if cl := r.ContentLength; cl >= 0 && cl < n {
+		n = cl
+	}
+	if err := g.bodies.Acquire(r.Context(), n); err != nil {
+		return nil, errdefs.Errorf(errdefs.ErrCanceled, "the request ended while it waited to be read: %v", err)
+	}
+	return func() { g.bodies.Release(n) }, nil
+}
+
 // readBody reads a request body of at most limit bytes; past it the error
 // is ErrTooLarge (413).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	// Sized from Content-Length when it is within the limit, so that a
+	// large body is not copied again and again as it grows.
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= limit {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	body := buf.Bytes()
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -103,20 +131,32 @@ func writeJSON(w http.ResponseWriter, status int, obj any) {
 // decodeObject reads a JSON or YAML object of at most bounds.ObjectBody
 // bytes into obj; unknown fields are refused, so that a misspelt field is
 // an error rather than silently ignored.
-func decodeObject(w http.ResponseWriter, r *http.Request, obj any) error {
+func (g *Gateway) decodeObject(w http.ResponseWriter, r *http.Request, obj any) error {
+	release, err := g.admitBody(r)
+	if err != nil {
+		return err
+	}
+	defer release()
 	body, err := readBody(w, r, bounds.ObjectBody)
 	if err != nil {
+		return err
+	}
+	if err := validation.UTF8("body", body); err != nil {
 		return err
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch mt {
 	case "application/yaml", "application/x-yaml", "text/yaml":
+		// Measured whole, before anything copies it document by document.
+		if err := validation.YAMLExpansion("body", body); err != nil {
+			return err
+		}
 		if body, err = oneYAMLDocument(body); err != nil {
 			return err
 		}
 	case "", "application/json", formEncoded:
 	default:
-		return errdefs.InvalidArgument("Content-Type", "%q is not supported; send application/json or application/yaml", mt)
+		return errdefs.InvalidArgument("Content-Type", "%s is not supported; send application/json or application/yaml", bounds.Quote(mt))
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -182,14 +222,17 @@ func placeIn(ns string, objNS *string) error {
 		*objNS = ns
 	case ns:
 	default:
-		return errdefs.InvalidArgument("metadata.namespace", "%q does not match the namespace %q of the URL", *objNS, ns)
+		return errdefs.InvalidArgument("metadata.namespace", "%s does not match the namespace %s of the URL", bounds.Quote(*objNS), bounds.Quote(ns))
 	}
 	return nil
 }
 
 func (g *Gateway) createRun(w http.ResponseWriter, r *http.Request) {
 	run := &v1alpha1.Run{}
-	err := decodeObject(w, r, run)
+	err := noQuery(r)
+	if err == nil {
+		err = g.decodeObject(w, r, run)
+	}
 	if err == nil {
 		err = placeIn(r.PathValue("ns"), &run.Namespace)
 	}
@@ -207,12 +250,23 @@ func (g *Gateway) createRun(w http.ResponseWriter, r *http.Request) {
 // JSON body (curl's) is read as one too.
 func (g *Gateway) patchRun(w http.ResponseWriter, r *http.Request) {
 	var run *v1alpha1.Run
-	body, err := readBody(w, r, bounds.ObjectBody)
+	var body []byte
+	err := noQuery(r)
+	if err == nil {
+		var release func()
+		if release, err = g.admitBody(r); err == nil {
+			defer release()
+			body, err = readBody(w, r, bounds.ObjectBody)
+		}
+	}
+	if err == nil {
+		err = validation.UTF8("body", body)
+	}
 	if err == nil {
 		switch mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt {
 		case "application/merge-patch+json", "application/json", "", formEncoded:
 		default:
-			err = errdefs.InvalidArgument("Content-Type", "%q is not supported; send a JSON merge patch (application/merge-patch+json)", mt)
+			err = errdefs.InvalidArgument("Content-Type", "%s is not supported; send a JSON merge patch (application/merge-patch+json)", bounds.Quote(mt))
 		}
 	}
 	if err == nil {
@@ -223,13 +277,16 @@ func (g *Gateway) patchRun(w http.ResponseWriter, r *http.Request) {
 
 func (g *Gateway) applyRuntime(w http.ResponseWriter, r *http.Request) {
 	rt := &v1alpha1.Runtime{}
-	err := decodeObject(w, r, rt)
+	err := noQuery(r)
+	if err == nil {
+		err = g.decodeObject(w, r, rt)
+	}
 	if err == nil {
 		err = placeIn(r.PathValue("ns"), &rt.Namespace)
 	}
 	if err == nil && rt.Name != r.PathValue("name") {
 		if rt.Name != "" {
-			err = errdefs.InvalidArgument("metadata.name", "%q does not match the name %q of the URL", rt.Name, r.PathValue("name"))
+			err = errdefs.InvalidArgument("metadata.name", "%s does not match the name %s of the URL", bounds.Quote(rt.Name), bounds.Quote(r.PathValue("name")))
 		}
 		rt.Name = r.PathValue("name")
 	}
@@ -251,30 +308,6 @@ func randomSuffix() string {
 	return string(b[:])
 }
 
-// listOptions reads ?labelSelector= and ?phase=A,B.
-func listOptions(r *http.Request, ns string) (store.ListOptions, error) {
-	opts := store.ListOptions{Namespace: ns}
-	q := r.URL.Query()
-	if s := q.Get("labelSelector"); s != "" {
-		sel, err := labels.Parse(s)
-		if err != nil {
-			return opts, errdefs.InvalidArgument("labelSelector", "%v", err)
-		}
-		opts.LabelSelector = sel
-	}
-	if p := q.Get("phase"); p != "" {
-		for _, ph := range strings.Split(p, ",") {
-			opts.Phases = append(opts.Phases, v1alpha1.Phase(ph))
-			if v1alpha1.Phase(ph) == v1alpha1.PhasePending {
-				// A Run the scheduler has not looked at yet has no phase
-				// written; it is Pending all the same.
-				opts.Phases = append(opts.Phases, "")
-			}
-		}
-	}
-	return opts, nil
-}
-
 // list is a RunList or RuntimeList.
 type list[T any] struct {
 	APIVersion string `json:"apiVersion"`
@@ -288,16 +321,16 @@ type list[T any] struct {
 func listOrWatch[T store.Object](g *Gateway, w http.ResponseWriter, r *http.Request, ns, kind string,
 	listFn func(ctx context.Context, opts store.ListOptions) ([]T, string, error),
 	watchFn func(ctx context.Context, opts store.WatchOptions) (store.Watcher[T], error)) {
-	opts, err := listOptions(r, ns)
+	lq, err := listQueryOf(r, ns, kind)
 	if err != nil {
-		writeError(w, err, "")
+		g.reply(w, r, 0, nil, err)
 		return
 	}
-	if r.URL.Query().Get("watch") == "true" {
-		watch(g, w, r, opts, listFn, watchFn)
+	if lq.watch {
+		watch(g, w, r, lq, listFn, watchFn)
 		return
 	}
-	items, rv, err := listFn(r.Context(), opts)
+	items, rv, err := listFn(r.Context(), lq.opts)
 	if err != nil {
 		g.reply(w, r, 0, nil, err)
 		return

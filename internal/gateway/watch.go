@@ -23,7 +23,7 @@ type watchEvent struct {
 // lists, sending each object as ADDED, and watches from the list's
 // version, so that a client sees every object exactly once and then every
 // change.
-func watch[T store.Object](g *Gateway, w http.ResponseWriter, r *http.Request, opts store.ListOptions,
+func watch[T store.Object](g *Gateway, w http.ResponseWriter, r *http.Request, lq listQuery,
 	listFn func(ctx context.Context, opts store.ListOptions) ([]T, string, error),
 	watchFn func(ctx context.Context, opts store.WatchOptions) (store.Watcher[T], error)) {
 	release, ok := g.openStream(w)
@@ -32,7 +32,7 @@ func watch[T store.Object](g *Gateway, w http.ResponseWriter, r *http.Request, o
 	}
 	defer release()
 	ctx := r.Context()
-	rv := r.URL.Query().Get("resourceVersion")
+	opts, rv := lq.opts, lq.resourceVersion
 	var initial []T
 	if rv == "" {
 		items, listRV, err := listFn(ctx, opts)

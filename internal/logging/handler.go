@@ -2,22 +2,50 @@ package logging
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+
+	"stoke.dev/stoke/internal/bounds"
 )
 
 // NewJSONHandler is the process's one log handler: slog's JSON lines, with
 // durations written as Go's duration strings ("1.5s", "250µs") rather
-// than nanosecond integers, and each key at most once per line — an
-// attribute whose key a logger's With already set is dropped, so that a
-// component adding what its caller added does not repeat it.
+// than nanosecond integers, every attribute's value cut to bounds.Message
+// bytes, and each key at most once per line — an attribute whose key a
+// logger's With already set is dropped, so that a component adding what
+// its caller added does not repeat it.
 func NewJSONHandler(w io.Writer, level slog.Leveler) slog.Handler {
-	return &uniqueKeys{next: slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDuration}), keys: map[string]bool{}}
+	return &uniqueKeys{next: slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: replaceAttr}), keys: map[string]bool{}}
 }
 
-func readableDuration(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
+// replaceAttr writes a duration as a duration string, and cuts a value —
+// which may carry what a client sent: a path, an error quoting a body —
+// with bounds.Echo, so that no log line is as large as a request. An error
+// is written as its message, as slog writes one; any other value slog
+// would write as JSON is written as JSON here, cut as text past the bound.
+func replaceAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindDuration:
 		return slog.String(a.Key, a.Value.Duration().String())
+	case slog.KindString:
+		if s := a.Value.String(); len(s) > bounds.Message {
+			return slog.String(a.Key, bounds.Echo(s))
+		}
+	case slog.KindAny:
+		v := a.Value.Any()
+		if err, ok := v.(error); ok {
+			return slog.String(a.Key, bounds.Echo(err.Error()))
+		}
+		b, err := json.Marshal(v)
+		switch {
+		case err != nil:
+			// slog writes its own "!ERROR" text.
+		case len(b) > bounds.Message:
+			return slog.String(a.Key, bounds.Echo(string(b)))
+		default:
+			return slog.Any(a.Key, json.RawMessage(b))
+		}
 	}
 	return a
 }

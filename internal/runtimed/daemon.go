@@ -361,6 +361,7 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool)
 			if run.Status.AssignedPodUID != w.d.cfg.Pod.UID || run.Status.Phase.Terminal() || !mutate(run) {
 				return nil
 			}
+			w.hidePaths(&run.Status)
 			u, err := w.d.cfg.Runs.UpdateStatus(ctx, run)
 			if err == nil {
 				w.wrote(base, u)

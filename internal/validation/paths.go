@@ -13,7 +13,8 @@ var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // RelativePath checks a path given relative to the working
 // directory: not absolute, no ".." element, no NUL, at most bounds.Path
-// bytes.
+// bytes, and naming a file in it — not the directory itself (".") nor a
+// directory ("a/", "a/.").
 func RelativePath(field, p string) error {
 	switch {
 	case p == "":
@@ -23,12 +24,15 @@ func RelativePath(field, p string) error {
 	case strings.IndexByte(p, 0) >= 0:
 		return errdefs.InvalidArgument(field, "contains a NUL byte")
 	case filepath.IsAbs(p):
-		return errdefs.InvalidArgument(field, "%q must be relative to the working directory", p)
+		return errdefs.InvalidArgument(field, "%s must be relative to the working directory", bounds.Quote(p))
 	}
 	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
-			return errdefs.InvalidArgument(field, "%q must not contain '..'", p)
+			return errdefs.InvalidArgument(field, "%s must not contain '..'", bounds.Quote(p))
 		}
+	}
+	if last := p[strings.LastIndexByte(p, '/')+1:]; last == "" || last == "." {
+		return errdefs.InvalidArgument(field, "%s names a directory, not a file in the working directory", bounds.Quote(p))
 	}
 	return nil
 }
@@ -40,10 +44,10 @@ func Env(field string, env map[string]string) error {
 	}
 	for k, v := range env {
 		if !envKeyRE.MatchString(k) {
-			return errdefs.InvalidArgument(field, "key %q must match [A-Za-z_][A-Za-z0-9_]*", k)
+			return errdefs.InvalidArgument(field, "key %s must match [A-Za-z_][A-Za-z0-9_]*", bounds.Quote(k))
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return errdefs.InvalidArgument(field, "value of %q contains a NUL byte", k)
+			return errdefs.InvalidArgument(field, "value of %s contains a NUL byte", bounds.Quote(k))
 		}
 	}
 	return nil

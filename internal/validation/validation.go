@@ -3,7 +3,6 @@ package validation
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -25,11 +24,9 @@ import (
 // a readable answer.
 const MaxErrors = 32
 
-// Limits local to messages; every size limit is in internal/bounds.
-const (
-	// maxQuoted is how much of an offending value a message repeats.
-	maxQuoted = 64
-)
+// maxProblem bounds one problem's message: a value it repeats is cut to
+// bounds.Quoted, but a field path may hold a map key of any length.
+const maxProblem = 8 * bounds.Quoted
 
 // Lambda's own limits on what spec.lambda configures.
 const (
@@ -71,7 +68,7 @@ func ValidateRun(run *v1alpha1.Run) error {
 func objectSize(obj metav1.Object, withoutStatus any) error {
 	b, err := json.Marshal(withoutStatus)
 	if err != nil {
-		return errdefs.InvalidArgument("metadata.name", "%q cannot be encoded: %v", obj.GetName(), err)
+		return errdefs.InvalidArgument("metadata.name", "%s cannot be encoded: %v", quote(obj.GetName()), err)
 	}
 	if len(b) > bounds.ObjectJSON {
 		return errdefs.Errorf(errdefs.ErrTooLarge, "%s/%s: its JSON is %d bytes, at most %d allowed", obj.GetNamespace(), obj.GetName(), len(b), bounds.ObjectJSON)
@@ -508,10 +505,9 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// quote repeats at most maxQuoted bytes of a user's value in a message.
-func quote(s string) string {
-	return fmt.Sprintf("%q", bounds.Truncate(s, maxQuoted))
-}
+// quote repeats at most bounds.Quoted bytes of a user's value in a
+// message.
+func quote(s string) string { return bounds.Quote(s) }
 
 // errorList collects the problems of one object.
 type errorList struct {
@@ -531,12 +527,22 @@ func (e *errorList) addErr(err error) {
 		e.dropped++
 		return
 	}
+	if msg := err.Error(); len(msg) > maxProblem {
+		// Every problem here is an invalid argument.
+		err = errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", bounds.Truncate(msg, maxProblem))
+	}
 	e.errs = append(e.errs, err)
 }
 
 // addList takes apimachinery's field errors, keeping their field paths.
+// apimachinery repeats an invalid value whole (a label value of megabytes):
+// it is cut as quote cuts one.
 func (e *errorList) addList(list field.ErrorList) {
 	for _, fe := range list {
+		fe := *fe
+		if s, ok := fe.BadValue.(string); ok {
+			fe.BadValue = bounds.Truncate(s, bounds.Quoted)
+		}
 		e.addErr(errdefs.InvalidArgument(fe.Field, "%s", fe.ErrorBody()))
 	}
 }

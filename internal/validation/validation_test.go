@@ -166,6 +166,8 @@ func runCases(t testing.TB) []runCase {
 		{"entrypoint absolute", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "/bin/sh" }, "spec.mode.task.entrypoint"},
 		{"entrypoint ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "../x.sh" }, "spec.mode.task.entrypoint"},
 		{"entrypoint inner ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "a/../../x.sh" }, "spec.mode.task.entrypoint"},
+		{"entrypoint dot", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "." }, "spec.mode.task.entrypoint"},
+		{"entrypoint dir", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "scripts/" }, "spec.mode.task.entrypoint"},
 		{"entrypoint NUL", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = "a\x00b" }, "spec.mode.task.entrypoint"},
 		{"entrypoint at bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Entrypoint = strings.Repeat("e", bounds.Path) }, ""},
 		{"entrypoint past bound", taskRun, func(r *v1alpha1.Run) {
@@ -213,6 +215,11 @@ func runCases(t testing.TB) []runCase {
 		{"inline path empty", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "" }, "spec.source.inline.path"},
 		{"inline path absolute", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "/tmp/x" }, "spec.source.inline.path"},
 		{"inline path ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "a/../../x" }, "spec.source.inline.path"},
+		{"inline path dot", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "." }, "spec.source.inline.path"},
+		{"inline path dot slash", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "./" }, "spec.source.inline.path"},
+		{"inline path dir slash", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "lib/" }, "spec.source.inline.path"},
+		{"inline path dir dot", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "lib/." }, "spec.source.inline.path"},
+		{"inline path from dot", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "./lib/.x" }, ""},
 		{"inline path past bound", taskRun, func(r *v1alpha1.Run) {
 			r.Spec.Source.Inline.Path = strings.Repeat("p", bounds.Path+1)
 		}, "spec.source.inline.path"},
@@ -348,11 +355,41 @@ func TestValidateRunCapsErrors(t *testing.T) {
 }
 
 func TestValidateRunQuotesBriefly(t *testing.T) {
-	r := taskRun()
-	r.Spec.Runtime = strings.Repeat("X", 100000)
-	err := ValidateRun(r)
-	if err == nil || len(err.Error()) > 1000 {
-		t.Fatalf("want a short error, got %d bytes", len(fmt.Sprint(err)))
+	huge := strings.Repeat("X", 64<<10)
+	for _, tt := range []struct {
+		name   string
+		mutate func(*v1alpha1.Run)
+	}{
+		{"runtime", func(r *v1alpha1.Run) { r.Spec.Runtime = huge }},
+		// apimachinery's label and annotation checks repeat a value whole.
+		{"label value", func(r *v1alpha1.Run) { r.Labels = map[string]string{"a": huge} }},
+		{"nineteen label values", func(r *v1alpha1.Run) {
+			r.Labels = map[string]string{}
+			for i := range 19 {
+				r.Labels[fmt.Sprint("k", i)] = huge
+			}
+		}},
+		{"label key", func(r *v1alpha1.Run) { r.Labels = map[string]string{huge: "v"} }},
+		{"annotation key", func(r *v1alpha1.Run) { r.Annotations = map[string]string{huge: "v"} }},
+		{"finalizer", func(r *v1alpha1.Run) { r.Finalizers = []string{huge} }},
+		{"env key", func(r *v1alpha1.Run) { r.Spec.Env = []v1alpha1.EnvVar{{Name: huge + "-"}} }},
+		{"source path", func(r *v1alpha1.Run) { r.Spec.Source.Inline.Path = "/" + huge[:bounds.Path-1] }},
+		{"retryable reason", func(r *v1alpha1.Run) { r.Spec.RetryPolicy.RetryableReasons = []string{huge[:1000] + "-"} }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := taskRun()
+			tt.mutate(r)
+			err := ValidateRun(r)
+			if err == nil {
+				t.Fatal("valid")
+			}
+			// Each problem repeats at most bounds.Quoted bytes of a value.
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if len(line) > 600 {
+					t.Errorf("a problem of %d bytes: %.300s", len(line), line)
+				}
+			}
+		})
 	}
 }
 

@@ -140,6 +140,7 @@ type TaskMode struct {
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="must be relative to the working directory"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.](/|$)')",message="must not contain '..'"
 	// +kubebuilder:validation:XValidation:rule="!self.contains('\\x00')",message="contains a NUL byte"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith('/') && !self.matches('(^|/)[.]$')",message="names a directory, not a file in the working directory"
 	Entrypoint string `json:"entrypoint,omitempty"`
 	// Args are the arguments (the argv when entrypoint is empty); each at
 	// most 8 KiB, counted in bytes.
@@ -187,6 +188,7 @@ type InlineSource struct {
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="must be relative to the working directory"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.](/|$)')",message="must not contain '..'"
 	// +kubebuilder:validation:XValidation:rule="!self.contains('\\x00')",message="contains a NUL byte"
+	// +kubebuilder:validation:XValidation:rule="!self.endsWith('/') && !self.matches('(^|/)[.]$')",message="names a directory, not a file in the working directory"
 	Path string `json:"path"`
 	// Text is the file's content, at most 1 MiB counted in bytes.
 	// +kubebuilder:validation:MaxLength=1048576

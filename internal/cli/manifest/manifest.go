@@ -134,6 +134,12 @@ func identity(o Object) string {
 }
 
 func decode(doc []byte, namespace string) (Object, error) {
+	if err := validation.UTF8("text", doc); err != nil {
+		return Object{}, err
+	}
+	if err := validation.YAMLExpansion("text", doc); err != nil {
+		return Object{}, err
+	}
 	var tm struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`

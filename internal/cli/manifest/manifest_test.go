@@ -89,6 +89,9 @@ func TestParseErrorsNameTheDocument(t *testing.T) {
 		{"two problems on one line", strings.Replace(good, "runtime: bash", "runtime: ''", 1) + "", "spec.runtime: must not be empty"},
 		{"repeated", good + "---\n" + good, "document 2: run/ok repeats document 1"},
 		{"empty", "# nothing\n---\n", "holds no Run or Runtime"},
+		{"aliases past the bound", "apiVersion: stoke.dev/v1alpha1\nkind: Run\nmetadata:\n  name: amp\n  labels: {a: &big " + strings.Repeat("x", 3900<<10) + "}\n  annotations: {" +
+			strings.Repeat("k: *big, ", 99) + "}\nspec: {runtime: bash, mode: {task: {args: [x]}}}\n", "document 1: text: its YAML aliases expand it past"},
+		{"not UTF-8", strings.Replace(good, "args: [x]", "args: [caf\xe9]", 1), "document 1: text: is not UTF-8 text: byte"},
 		{"runtime without server", "apiVersion: stoke.dev/v1alpha1\nkind: Runtime\nmetadata: {name: r}\nspec: {replicas: 1}\n", "runtime/r: spec.server: must not be empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
