@@ -90,6 +90,7 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 	f.StringVar(&lcfg.AgentCert, "lambda-agent-cert", "", "lambda: the agent endpoint's TLS certificate (PEM file)")
 	f.StringVar(&lcfg.AgentKey, "lambda-agent-key", "", "lambda: the agent endpoint's TLS key (PEM file)")
 	f.DurationVar(&lcfg.AgentWait, "lambda-agent-wait", agent.DefaultWait, "lambda: how long an exec waits for its Run's agent to connect before it fails")
+	f.StringVar(&lcfg.Image, "lambda-image", "", "lambda: run the functions as this container image (with a stoke at /opt/stoke/bootstrap) instead of zip packages")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:9090", "gRPC listen address: host:port, or unix:PATH for a Unix socket")
 	f.StringVar(&cfg.WorkspaceRoot, "workspace-root", "", "directory every working_dir must resolve inside (required)")
 	f.StringVar(&cfg.StateDir, "state-dir", "", "directory for private per-registration files (default: a temporary directory)")

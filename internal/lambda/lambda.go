@@ -54,6 +54,23 @@ const (
 	DefaultTaskTimeout = 15 * time.Minute
 )
 
+// The Lambda runtimes and paths Stoke's functions use.
+const (
+	// ManagedPython is the Lambda runtime of a Python function: AWS's
+	// managed Python, on Amazon Linux 2023, whose python3 the bootstrap's
+	// Python adapter uses, so that no layer has to bring one
+	// (provided.al2023 has none). The bootstrap starts through
+	// AWS_LAMBDA_EXEC_WRAPPER instead of the runtime's own client.
+	ManagedPython = "python3.13"
+	// ExecWrapper is the wrapper a managed runtime starts with its own
+	// command as arguments: the packaged bootstrap at Lambda's task root,
+	// which ignores them and serves the Runtime API itself.
+	ExecWrapper = "/var/task/bootstrap"
+	// ImageBootstrap is where a container image holds its stoke binary;
+	// Stoke makes it the image function's entrypoint.
+	ImageBootstrap = "/opt/stoke/bootstrap"
+)
+
 // Config configures a Lambda Runtime Server.
 type Config struct {
 	// Runtime is the inner runtime the bootstrap runs: bash or python.
@@ -69,6 +86,11 @@ type Config struct {
 	// Bootstrap is the stoke binary to package as bootstrap; empty means
 	// this executable, which must then match Architecture.
 	Bootstrap string
+	// Image, when set, makes the functions container-image functions of
+	// this image (PackageType Image), which holds the code and a stoke
+	// binary at ImageBootstrap: nothing is packaged, and a Run must carry
+	// no source. Bootstrap is then not used.
+	Image string
 	// Relay is the stoke binary a task's relay process runs; empty means
 	// this executable.
 	Relay string
@@ -188,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Architecture != "x86_64" && cfg.Architecture != "arm64" {
 		return nil, fmt.Errorf("lambda: architecture %q: want x86_64 or arm64", cfg.Architecture)
 	}
-	if cfg.Bootstrap == "" {
+	if cfg.Bootstrap == "" && cfg.Image == "" {
 		if cfg.Architecture != goarch {
 			return nil, fmt.Errorf("lambda: this stoke is built for %s; give --lambda-bootstrap, a stoke built for %s", goruntime.GOARCH, cfg.Architecture)
 		}
@@ -239,8 +261,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.relay = r
-	// Deflate the bootstrap now rather than in the first registration.
-	go func() { _ = s.boot.load() }()
+	if cfg.Image == "" {
+		// Deflate the bootstrap now rather than in the first registration.
+		go func() { _ = s.boot.load() }()
+	}
 	return s, nil
 }
 
@@ -291,11 +315,7 @@ func (s *Server) ValidateHandler(h string) error { return s.inner.ValidateHandle
 // its init error.
 func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Instance, error) {
 	start := time.Now()
-	p, err := s.build(fs.WorkingDir, spec{
-		Runtime: s.cfg.Runtime, Handler: fs.Handler, Env: userEnv(fs.Env, fs.WorkingDir),
-		Role: s.cfg.Role, Architecture: s.cfg.Architecture, MemoryMB: s.cfg.MemoryMB,
-		TimeoutSecs: int32(bounds.MaxInvokeTimeout / time.Second),
-	})
+	p, err := s.build(fs.WorkingDir, s.spec(fs.Handler, userEnv(fs.Env, fs.WorkingDir), int32(bounds.MaxInvokeTimeout/time.Second)))
 	s.observe("package", start)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", fs.RunUID, err)
@@ -378,19 +398,7 @@ func (s *Server) acquire(ctx context.Context, p *pkg, uid string) error {
 
 func (s *Server) ensure(ctx context.Context, p *pkg, uid string) error {
 	start := time.Now()
-	_, err := s.c.CreateFunction(ctx, &awslambda.CreateFunctionInput{
-		FunctionName:  aws.String(p.name),
-		Runtime:       types.RuntimeProvidedal2023,
-		Role:          aws.String(s.cfg.Role),
-		Handler:       aws.String(handlerOrNone(p.spec.Handler)),
-		Timeout:       aws.Int32(p.spec.TimeoutSecs),
-		MemorySize:    aws.Int32(p.spec.MemoryMB),
-		Architectures: []types.Architecture{types.Architecture(s.cfg.Architecture)},
-		Environment:   &types.Environment{Variables: p.env},
-		Code:          &types.FunctionCode{ZipFile: p.zip},
-		Description:   aws.String("Stoke " + s.cfg.Runtime + " Run"),
-		Tags:          map[string]string{TagRunUID: uid, TagDigest: p.digest},
-	})
+	_, err := s.c.CreateFunction(ctx, createInput(p, s.cfg.Role, uid))
 	s.observe("create", start)
 	var conflict *types.ResourceConflictException
 	switch {
@@ -421,6 +429,44 @@ func (s *Server) ensure(ctx context.Context, p *pkg, uid string) error {
 		return fmt.Errorf("function %s exists with another digest %s: delete it or use another name prefix", p.name, d)
 	}
 	return nil
+}
+
+// createInput is p's CreateFunction: a zip on the Lambda runtime of its
+// spec, or the image with Stoke's bootstrap as its entrypoint.
+func createInput(p *pkg, role, uid string) *awslambda.CreateFunctionInput {
+	in := &awslambda.CreateFunctionInput{
+		FunctionName:  aws.String(p.name),
+		Role:          aws.String(role),
+		Timeout:       aws.Int32(p.spec.TimeoutSecs),
+		MemorySize:    aws.Int32(p.spec.MemoryMB),
+		Architectures: []types.Architecture{types.Architecture(p.spec.Architecture)},
+		Environment:   &types.Environment{Variables: p.env},
+		Description:   aws.String("Stoke " + p.spec.Runtime + " Run"),
+		Tags:          map[string]string{TagRunUID: uid, TagDigest: p.digest},
+	}
+	if p.spec.Image != "" {
+		// The handler is in the environment (payload.EnvHandler): Lambda
+		// takes none for an image.
+		in.PackageType = types.PackageTypeImage
+		in.Code = &types.FunctionCode{ImageUri: aws.String(p.spec.Image)}
+		in.ImageConfig = &types.ImageConfig{EntryPoint: []string{ImageBootstrap}}
+		return in
+	}
+	in.PackageType = types.PackageTypeZip
+	in.Runtime = types.Runtime(p.spec.LambdaRuntime)
+	in.Handler = aws.String(handlerOrNone(p.spec.Handler))
+	in.Code = &types.FunctionCode{ZipFile: p.zip}
+	return in
+}
+
+// lambdaRuntime is the Lambda runtime of a zip function of the inner
+// runtime: Python on AWS's managed Python (which has python3), bash on
+// the OS-only runtime.
+func lambdaRuntime(inner string) string {
+	if inner == "python" {
+		return ManagedPython
+	}
+	return string(types.RuntimeProvidedal2023)
 }
 
 func (s *Server) observe(step string, start time.Time) {

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/lambda/payload"
@@ -81,6 +83,21 @@ type spec struct {
 	Architecture string            `json:"architecture"`
 	MemoryMB     int32             `json:"memoryMB"`
 	TimeoutSecs  int32             `json:"timeoutSeconds"`
+	// LambdaRuntime is a zip function's Lambda runtime (lambdaRuntime);
+	// Image an image function's image, "" for a zip.
+	LambdaRuntime string `json:"lambdaRuntime,omitempty"`
+	Image         string `json:"image,omitempty"`
+}
+
+// spec is the spec of a function of this server with handler ("" for a
+// task), the Run's env and timeout.
+func (s *Server) spec(handler string, env map[string]string, timeoutSecs int32) spec {
+	sp := spec{Runtime: s.cfg.Runtime, Handler: handler, Env: env, Role: s.cfg.Role, Architecture: s.cfg.Architecture,
+		MemoryMB: s.cfg.MemoryMB, TimeoutSecs: timeoutSecs, Image: s.cfg.Image}
+	if sp.Image == "" {
+		sp.LambdaRuntime = lambdaRuntime(sp.Runtime)
+	}
+	return sp
 }
 
 // pkg is a built deployment package.
@@ -99,6 +116,9 @@ func (s *Server) build(dir string, sp spec) (*pkg, error) {
 	env, err := functionEnv(sp)
 	if err != nil {
 		return nil, err
+	}
+	if sp.Image != "" {
+		return s.imagePackage(dir, sp, env)
 	}
 	if err := s.boot.load(); err != nil {
 		return nil, err
@@ -173,6 +193,32 @@ func (s *Server) build(dir string, sp spec) (*pkg, error) {
 	return &pkg{zip: buf.Bytes(), digest: digest, name: name, env: env, spec: sp}, nil
 }
 
+// imagePackage is the package of an image function: nothing to upload,
+// the image holds the code. A Run that brings files of its own is refused,
+// since they would never reach the function.
+func (s *Server) imagePackage(dir string, sp spec, env map[string]string) (*pkg, error) {
+	var first string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			first = path
+			return filepath.SkipAll
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the source: %w", err)
+	}
+	if first != "" {
+		rel, _ := filepath.Rel(dir, first)
+		return nil, errdefs.InvalidArgument("source", "the functions of this Runtime run the code in the image %s, so a Run's source (%s) would never reach them: build it into the image, or leave spec.source out", sp.Image, rel)
+	}
+	canon, _ := json.Marshal(sp) // see build
+	sum := sha256.Sum256(canon)
+	digest := hex.EncodeToString(sum[:])
+	name := s.cfg.NamePrefix + digest[:min(len(digest), 64-len(s.cfg.NamePrefix))]
+	return &pkg{digest: digest, name: name, env: env, spec: sp}, nil
+}
+
 func copyFile(w io.Writer, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -198,6 +244,13 @@ func functionEnv(sp spec) (map[string]string, error) {
 	}
 	slices.Sort(keys)
 	env[payload.EnvRuntime] = sp.Runtime
+	switch {
+	case sp.Image != "" && sp.Handler != "":
+		env[payload.EnvHandler] = sp.Handler
+	case sp.Image == "" && sp.LambdaRuntime != string(types.RuntimeProvidedal2023):
+		// A managed runtime starts the bootstrap as its wrapper.
+		env["AWS_LAMBDA_EXEC_WRAPPER"] = ExecWrapper
+	}
 	if len(keys) > 0 {
 		env[payload.EnvUserKeys] = strings.Join(keys, ",")
 	}
@@ -219,7 +272,7 @@ func reservedEnv(k string) bool {
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION", "AWS_LAMBDA_INITIALIZATION_TYPE",
 		"AWS_LAMBDA_LOG_GROUP_NAME", "AWS_LAMBDA_LOG_STREAM_NAME", "AWS_ACCESS_KEY", "AWS_ACCESS_KEY_ID",
 		"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_LAMBDA_RUNTIME_API", "LAMBDA_TASK_ROOT",
-		"LAMBDA_RUNTIME_DIR", payload.EnvRuntime, payload.EnvUserKeys:
+		"LAMBDA_RUNTIME_DIR", "AWS_LAMBDA_EXEC_WRAPPER", payload.EnvRuntime, payload.EnvUserKeys, payload.EnvHandler:
 		return true
 	}
 	return false

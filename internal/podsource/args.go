@@ -35,6 +35,9 @@ func LambdaArgs(l *v1alpha1.LambdaSpec) []string {
 			args = append(args, f.flag, f.v)
 		}
 	}
+	if l.Image != "" {
+		args = append(args, "--lambda-image", l.Image)
+	}
 	return args
 }
 

@@ -128,6 +128,11 @@ func TestLambdaFieldsBecomeFlags(t *testing.T) {
 	if !strings.HasSuffix(args, want) {
 		t.Fatalf("args %q, want ending %q", args, want)
 	}
+	rt.Spec.Lambda.Bootstrap, rt.Spec.Lambda.Image = "", "1.dkr.ecr.eu-west-1.amazonaws.com/fn:1"
+	args = strings.Join(container(t, Deployment(rt, Options{}).Spec.Template.Spec, ContainerRuntimeServer).Args, " ")
+	if !strings.HasSuffix(args, "--lambda-name-prefix t- --lambda-image 1.dkr.ecr.eu-west-1.amazonaws.com/fn:1") {
+		t.Fatalf("args %q, want ending with --lambda-image", args)
+	}
 }
 
 func TestStatusCountsReadyPodsAndFreeSlots(t *testing.T) {

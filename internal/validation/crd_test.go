@@ -56,6 +56,7 @@ var crdBounds = map[string]map[string][]int64{
 		"spec.lambda.memoryMB rules":                {minLambdaMemMB, maxLambdaMemMB},
 		"spec.lambda.namePrefix maxLength":          {maxNamePrefix},
 		"spec.lambda.bootstrap maxLength":           {bounds.Path},
+		"spec.lambda.image maxLength":               {maxImageURI},
 		"spec.template.image maxLength":             {bounds.Path},
 		"spec.template.env maxItems":                {bounds.EnvEntries},
 		"spec.template.volumes maxItems":            {maxTemplateVolumes},

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"unicode"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -36,6 +37,7 @@ const (
 	// agentURL.
 	maxAgentListen = 256
 	maxAgentURL    = 2048
+	maxImageURI    = 1024
 	minLambdaMemMB = 128
 	maxLambdaMemMB = 10240
 )
@@ -205,6 +207,12 @@ func validateLambda(e *errorList, s *v1alpha1.RuntimeSpec, p *field.Path) {
 	}
 	if l.Bootstrap != "" && (!strings.HasPrefix(l.Bootstrap, "/") || len(l.Bootstrap) > bounds.Path) {
 		e.add(p.Child("bootstrap"), "%s is not an absolute path", quote(l.Bootstrap))
+	}
+	switch {
+	case len(l.Image) > maxImageURI || strings.ContainsFunc(l.Image, unicode.IsSpace):
+		e.add(p.Child("image"), "%s is not an image URI (at most %d characters, no spaces)", quote(l.Image), maxImageURI)
+	case l.Image != "" && l.Bootstrap != "":
+		e.add(p.Child("image"), "and bootstrap exclude each other: an image function's bootstrap is the image's /opt/stoke/bootstrap")
 	}
 	for name, v := range map[string]string{"agentCert": l.AgentCert, "agentKey": l.AgentKey} {
 		if v != "" && (!strings.HasPrefix(v, "/") || len(v) > bounds.Path) {

@@ -483,6 +483,18 @@ var runtimeCases = []runtimeCase{
 	{"invoke timeout negative", func(rt *v1alpha1.Runtime) {
 		rt.Spec.DefaultInvokeTimeout = &metav1.Duration{Duration: -1}
 	}, "spec.defaultInvokeTimeout"},
+	{"lambda image", func(rt *v1alpha1.Runtime) {
+		rt.Spec.Server = "lambda"
+		rt.Spec.Lambda = &v1alpha1.LambdaSpec{Runtime: "python", Role: "arn:aws:iam::1:role/x", Image: "1.dkr.ecr.eu-west-1.amazonaws.com/fn:1"}
+	}, ""},
+	{"lambda image with spaces", func(rt *v1alpha1.Runtime) {
+		rt.Spec.Server = "lambda"
+		rt.Spec.Lambda = &v1alpha1.LambdaSpec{Runtime: "python", Role: "arn:aws:iam::1:role/x", Image: "fn 1"}
+	}, "spec.lambda.image"},
+	{"lambda image and bootstrap", func(rt *v1alpha1.Runtime) {
+		rt.Spec.Server = "lambda"
+		rt.Spec.Lambda = &v1alpha1.LambdaSpec{Runtime: "python", Role: "arn:aws:iam::1:role/x", Image: "fn:1", Bootstrap: "/opt/stoke"}
+	}, "spec.lambda.image"},
 }
 
 func TestValidateRuntime(t *testing.T) {

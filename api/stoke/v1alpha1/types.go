@@ -449,6 +449,7 @@ type RuntimeTemplate struct {
 }
 
 // LambdaSpec configures the functions of a lambda Runtime.
+// +kubebuilder:validation:XValidation:rule="!(has(self.image) && has(self.bootstrap))",message="image and bootstrap exclude each other: an image function's bootstrap is the image's /opt/stoke/bootstrap"
 type LambdaSpec struct {
 	// Runtime is the runtime inside the function: bash or python.
 	// +kubebuilder:validation:Enum=bash;python
@@ -502,6 +503,15 @@ type LambdaSpec struct {
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:Pattern=`^(/.*)?$`
 	AgentKey string `json:"agentKey,omitempty"`
+	// Image makes the functions container-image functions of this image
+	// (PackageType Image; an ECR URI): the image holds the code at its
+	// LAMBDA_TASK_ROOT and a stoke binary at /opt/stoke/bootstrap, which
+	// Stoke makes the entrypoint (docs/lambda.md gives the Dockerfile
+	// lines). Its Runs carry no source. Not with bootstrap.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[^\s]*$`
+	Image string `json:"image,omitempty"`
 }
 
 // RuntimeStatus reports the pool's pods.

@@ -79,7 +79,7 @@ func ConfigFromEnv(env []string) Config {
 	return Config{
 		RuntimeAPI:   get("AWS_LAMBDA_RUNTIME_API"),
 		TaskRoot:     get("LAMBDA_TASK_ROOT"),
-		Handler:      get("_HANDLER"),
+		Handler:      cmp.Or(get("_HANDLER"), get(payload.EnvHandler)),
 		Runtime:      get(payload.EnvRuntime),
 		FunctionName: get("AWS_LAMBDA_FUNCTION_NAME"),
 		Env:          env,

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,16 +43,39 @@ type sandbox struct {
 
 // startSandbox unpacks the package and starts an RIE for it.
 func (s *Simulator) startSandbox(ctx context.Context, fn *function, conf configuration, zipFile []byte) (*sandbox, error) {
-	// The package is unpacked once per function and shared, read-only in
-	// spirit, by its sandboxes, as Lambda's /var/task is.
-	fn.unpackOnce.Do(func() {
-		fn.code, fn.unpackErr = os.MkdirTemp(s.cfg.Dir, conf.FunctionName+"-code-")
-		if fn.unpackErr == nil {
-			fn.unpackErr = unzip(zipFile, fn.code)
+	var code string // LAMBDA_TASK_ROOT
+	var argv []string
+	if fn.imageURI != "" {
+		img := s.cfg.Images[fn.imageURI]
+		code = filepath.Join(img.Root, TaskRoot)
+		argv = img.Entrypoint
+		if c := conf.ImageConfig; c != nil && len(c.ImageConfig.EntryPoint) > 0 {
+			argv = c.ImageConfig.EntryPoint
 		}
-	})
-	if fn.unpackErr != nil {
-		return nil, fmt.Errorf("unpacking the package: %w", fn.unpackErr)
+		if c := conf.ImageConfig; c != nil {
+			argv = append(slices.Clone(argv), c.ImageConfig.Command...)
+		}
+		if len(argv) == 0 {
+			return nil, fmt.Errorf("image %s has no entrypoint", fn.imageURI)
+		}
+		argv = append([]string{filepath.Join(img.Root, argv[0])}, argv[1:]...)
+	} else {
+		// The package is unpacked once per function and shared, read-only
+		// in spirit, by its sandboxes, as Lambda's /var/task is.
+		fn.unpackOnce.Do(func() {
+			fn.code, fn.unpackErr = os.MkdirTemp(s.cfg.Dir, conf.FunctionName+"-code-")
+			if fn.unpackErr == nil {
+				fn.unpackErr = unzip(zipFile, fn.code)
+			}
+		})
+		if fn.unpackErr != nil {
+			return nil, fmt.Errorf("unpacking the package: %w", fn.unpackErr)
+		}
+		code = fn.code
+		var err error
+		if argv, err = runtimeCommand(conf, code); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := os.MkdirTemp(s.cfg.Dir, conf.FunctionName+"-")
 	if err != nil {
@@ -64,7 +88,7 @@ func (s *Simulator) startSandbox(ctx context.Context, fn *function, conf configu
 	}
 	var lastErr error
 	for range 3 { // a free port found may be taken before the RIE binds it
-		sb, err := startRIE(ctx, s.cfg.RIE, dir, fn.code, sandboxEnv(conf, fn.code, tmp))
+		sb, err := startRIE(ctx, s.cfg.RIE, dir, code, argv, sandboxEnv(conf, code, tmp))
 		if err == nil {
 			return sb, nil
 		}
@@ -74,9 +98,37 @@ func (s *Simulator) startSandbox(ctx context.Context, fn *function, conf configu
 	return nil, lastErr
 }
 
-// startRIE starts an RIE serving task/bootstrap with env; dir is the
-// sandbox's directory, removed by kill.
-func startRIE(ctx context.Context, rie, dir, task string, env []string) (*sandbox, error) {
+// runtimeCommand is how a Zip function's runtime starts in code, its
+// unpacked package: an OS-only runtime runs the package's bootstrap; a
+// managed Python runtime runs its own start-up command (this machine's
+// python3 with Lambda's runtime client, which the simulator does not have)
+// or, with AWS_LAMBDA_EXEC_WRAPPER, the wrapper with that command as its
+// arguments, the wrapper's /var/task taken in the package.
+func runtimeCommand(conf configuration, code string) ([]string, error) {
+	if !managedPython(conf.Runtime) {
+		return []string{filepath.Join(code, "bootstrap")}, nil
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		return nil, fmt.Errorf("the managed runtime %s: %w", conf.Runtime, err)
+	}
+	argv := []string{python, managedRuntimeScript}
+	var wrapper string
+	if conf.Environment != nil {
+		wrapper = conf.Environment.Variables["AWS_LAMBDA_EXEC_WRAPPER"]
+	}
+	if wrapper == "" {
+		return argv, nil
+	}
+	if rel, ok := strings.CutPrefix(wrapper, TaskRoot+"/"); ok {
+		wrapper = filepath.Join(code, rel)
+	}
+	return append([]string{wrapper}, argv...), nil
+}
+
+// startRIE starts an RIE serving argv (the runtime's command) in task with
+// env; dir is the sandbox's directory, removed by kill.
+func startRIE(ctx context.Context, rie, dir, task string, argv []string, env []string) (*sandbox, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -86,8 +138,8 @@ func startRIE(ctx context.Context, rie, dir, task string, env []string) (*sandbo
 	cmd := exec.Command(rie,
 		"--runtime-interface-emulator-address", invokeAddr,
 		"--runtime-api-address", apiAddr,
-		"--log-level", "warn",
-		filepath.Join(task, "bootstrap"))
+		"--log-level", "warn")
+	cmd.Args = append(cmd.Args, argv...)
 	cmd.Dir = task
 	cmd.Env = env
 	r, w, err := os.Pipe()
@@ -146,7 +198,7 @@ type Sandbox struct{ sb *sandbox }
 func StartSandbox(ctx context.Context, rie, dir, taskDir string, env []string) (*Sandbox, error) {
 	env = append([]string{"PATH=" + os.Getenv("PATH"), "LAMBDA_TASK_ROOT=" + taskDir, "AWS_LAMBDA_FUNCTION_TIMEOUT=600",
 		"AWS_ACCESS_KEY_ID=SIMULATED", "AWS_SECRET_ACCESS_KEY=SIMULATED", "AWS_SESSION_TOKEN=SIMULATED"}, env...)
-	sb, err := startRIE(ctx, rie, dir, taskDir, env)
+	sb, err := startRIE(ctx, rie, dir, taskDir, []string{filepath.Join(taskDir, "bootstrap")}, env)
 	if err != nil {
 		return nil, err
 	}
@@ -165,8 +217,9 @@ func (s *Sandbox) Invoke(ctx context.Context, event []byte) ([]byte, error) {
 // Close kills the sandbox.
 func (s *Sandbox) Close() { s.sb.kill() }
 
-// sandboxEnv is the environment Lambda gives a provided.al2023 function.
-// The RIE hands its own environment to the bootstrap.
+// sandboxEnv is the environment Lambda gives a function (a managed
+// runtime's adds AWS_EXECUTION_ENV). The RIE hands its own environment to
+// the runtime.
 func sandboxEnv(conf configuration, task, tmp string) []string {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
@@ -188,6 +241,9 @@ func sandboxEnv(conf configuration, task, tmp string) []string {
 		"AWS_ACCESS_KEY_ID=SIMULATED",
 		"AWS_SECRET_ACCESS_KEY=SIMULATED",
 		"AWS_SESSION_TOKEN=SIMULATED",
+	}
+	if managedPython(conf.Runtime) {
+		env = append(env, "AWS_EXECUTION_ENV=AWS_Lambda_"+conf.Runtime)
 	}
 	if conf.Environment != nil {
 		for k, v := range conf.Environment.Variables {

@@ -12,7 +12,17 @@
 // sandboxes, which stay warm and are reused. The function's timeout kills
 // the sandbox; a caller that goes away does not end its invocation.
 //
-// What it does not model: IAM (the role is only checked to look like an
+// A function's runtime starts as on Lambda: provided.al2023 runs the
+// package's bootstrap; a managed python3.x runtime runs this machine's
+// python3 with Lambda's runtime script, handed to AWS_LAMBDA_EXEC_WRAPPER
+// as its arguments when the function sets one (it has no runtime client of
+// its own, so without a wrapper the init fails); an Image function runs its
+// ImageConfig.EntryPoint (or Config.Images' entrypoint) inside the
+// directory Config.Images maps its URI to, whose var/task is the code.
+//
+// What it does not model: a managed runtime's own client and version (the
+// machine's python3 stands for it); an image's layers, pull, metadata and
+// isolation (its programs run on this machine, without a chroot); IAM (the role is only checked to look like an
 // ARN; the signature only to name the configured access key), versions,
 // aliases and qualifiers, asynchronous invocation, layers, S3 code,
 // UpdateFunction*, memory limits and the /tmp size, freezing a sandbox
@@ -75,8 +85,36 @@ type Config struct {
 	// goes away), or refuses it by returning a Refusal.
 	BeforeCreate func(ctx context.Context, name string) *Refusal
 	BeforeInvoke func(ctx context.Context, name string) *Refusal
-	Logger       *slog.Logger
+	// Images are the container images a function may be created from
+	// (PackageType Image), by ImageUri, as the Kubernetes test node agent
+	// maps images: each is a directory on this machine that stands for
+	// the image's file system. An unknown ImageUri is refused.
+	Images map[string]Image
+	Logger *slog.Logger
 }
+
+// Image is a container image as the simulator runs it.
+type Image struct {
+	// Root stands for the image's root file system: the paths of the
+	// entrypoint and of LAMBDA_TASK_ROOT (/var/task) are taken inside it.
+	// The programs themselves run on this machine, not in the image (no
+	// chroot): an absolute path they use is the machine's, and the image's
+	// python3 is the machine's.
+	Root string
+	// Entrypoint is the image's ENTRYPOINT, its paths inside Root;
+	// CreateFunction's ImageConfig.EntryPoint replaces it.
+	Entrypoint []string
+}
+
+// TaskRoot is LAMBDA_TASK_ROOT, where Lambda's code is.
+const TaskRoot = "/var/task"
+
+// managedRuntimeCommand is how a managed Python runtime starts (its own
+// runtime client, which the simulator does not have): the wrapper of
+// AWS_LAMBDA_EXEC_WRAPPER gets it as its arguments; without a wrapper the
+// sandbox fails its init, as a python3.x function would on Lambda whose
+// handler module the simulator cannot load.
+const managedRuntimeScript = "/var/runtime/bootstrap.py"
 
 // Refusal is an AWS error a hook answers a call with: the HTTP status and
 // the error type (e.g. 403 AccessDeniedException, 500 ServiceException,
@@ -126,13 +164,15 @@ type Ended struct {
 
 // function is one Lambda function.
 type function struct {
-	conf    configuration
-	tags    map[string]string
-	zip     []byte
-	created time.Time
-	idle    []*sandbox // warm sandboxes waiting for an invocation
-	all     map[*sandbox]struct{}
-	deleted bool
+	conf configuration
+	tags map[string]string
+	zip  []byte // a Zip function's package
+	// imageURI is an Image function's image (Config.Images).
+	imageURI string
+	created  time.Time
+	idle     []*sandbox // warm sandboxes waiting for an invocation
+	all      map[*sandbox]struct{}
+	deleted  bool
 
 	unpackOnce sync.Once
 	code       string // the unpacked package, shared by the sandboxes
@@ -154,6 +194,7 @@ type configuration struct {
 	LastModified     string       `json:"LastModified"`
 	Version          string       `json:"Version"`
 	Environment      *environment `json:"Environment,omitempty"`
+	ImageConfig      *imageConfig `json:"ImageConfigResponse,omitempty"`
 	State            string       `json:"State"`
 	StateReason      string       `json:"StateReason,omitempty"`
 	StateReasonCode  string       `json:"StateReasonCode,omitempty"`
@@ -164,6 +205,14 @@ type configuration struct {
 
 type environment struct {
 	Variables map[string]string `json:"Variables,omitempty"`
+}
+
+type imageConfig struct {
+	ImageConfig struct {
+		EntryPoint       []string `json:"EntryPoint,omitempty"`
+		Command          []string `json:"Command,omitempty"`
+		WorkingDirectory string   `json:"WorkingDirectory,omitempty"`
+	} `json:"ImageConfig"`
 }
 
 // New starts a simulator on a loopback port.
@@ -202,6 +251,32 @@ func (s *Simulator) CreateCalls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.creates
+}
+
+// Created is what a function was created with, for a test to check.
+type Created struct {
+	Runtime, Handler, PackageType, ImageURI string
+	// EntryPoint is the ImageConfig's.
+	EntryPoint []string
+	Env        map[string]string
+}
+
+// Created returns what function name was created with.
+func (s *Simulator) Created(name string) (Created, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn := s.fns[name]
+	if fn == nil {
+		return Created{}, false
+	}
+	c := Created{Runtime: fn.conf.Runtime, Handler: fn.conf.Handler, PackageType: fn.conf.PackageType, ImageURI: fn.imageURI}
+	if ic := fn.conf.ImageConfig; ic != nil {
+		c.EntryPoint = slices.Clone(ic.ImageConfig.EntryPoint)
+	}
+	if e := fn.conf.Environment; e != nil {
+		c.Env = copyTags(e.Variables)
+	}
+	return c, true
 }
 
 // Functions lists the names of the functions that exist, sorted.
@@ -343,10 +418,22 @@ type createRequest struct {
 	Tags          map[string]string `json:"Tags"`
 	Architectures []string          `json:"Architectures"`
 	PackageType   string            `json:"PackageType"`
-	Code          struct {
+	ImageConfig   *struct {
+		EntryPoint       []string `json:"EntryPoint"`
+		Command          []string `json:"Command"`
+		WorkingDirectory string   `json:"WorkingDirectory"`
+	} `json:"ImageConfig"`
+	Code struct {
 		ZipFile  []byte `json:"ZipFile"`
 		S3Bucket string `json:"S3Bucket"`
+		ImageURI string `json:"ImageUri"`
 	} `json:"Code"`
+}
+
+// managedPython is a managed Python runtime's name (python3.N), which the
+// simulator runs with this machine's python3.
+func managedPython(runtime string) bool {
+	return strings.HasPrefix(runtime, "python3.")
 }
 
 func (s *Simulator) createFunction(w http.ResponseWriter, r *http.Request) {
@@ -363,6 +450,7 @@ func (s *Simulator) createFunction(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.BeforeCreate != nil && refused(w, s.cfg.BeforeCreate(r.Context(), req.FunctionName)) {
 		return
 	}
+	image := req.PackageType == "Image"
 	switch {
 	case req.FunctionName == "" || len(req.FunctionName) > 64:
 		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "FunctionName must have 1 to 64 characters")
@@ -370,8 +458,22 @@ func (s *Simulator) createFunction(w http.ResponseWriter, r *http.Request) {
 	case !strings.HasPrefix(req.Role, "arn:aws:iam::"):
 		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "The role defined for the function cannot be assumed by Lambda.")
 		return
-	case req.Runtime != "provided.al2023" && req.Runtime != "provided.al2":
-		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "The simulator runs only OS-only runtimes (provided.al2023), not "+req.Runtime)
+	case req.PackageType != "" && req.PackageType != "Zip" && !image:
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "PackageType must be Zip or Image, not "+req.PackageType)
+		return
+	case image && (req.Runtime != "" || req.Handler != "" || len(req.Code.ZipFile) > 0):
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "Runtime, Handler and Code.ZipFile are not supported for functions with the Image package type")
+		return
+	case image && req.Code.ImageURI == "":
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "Code.ImageUri is required for the Image package type")
+		return
+	case image:
+		if _, ok := s.cfg.Images[req.Code.ImageURI]; !ok {
+			writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "Source image "+req.Code.ImageURI+" does not exist. Provide a valid source image.")
+			return
+		}
+	case req.Runtime != "provided.al2023" && req.Runtime != "provided.al2" && !managedPython(req.Runtime):
+		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "The simulator runs OS-only runtimes (provided.al2023) and python3.x, not "+req.Runtime)
 		return
 	case len(req.Code.ZipFile) == 0:
 		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "Code.ZipFile is required (the simulator has no S3)")
@@ -380,9 +482,11 @@ func (s *Simulator) createFunction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "RequestEntityTooLargeException", "Request must be smaller than 69905067 bytes for the CreateFunction operation")
 		return
 	}
-	if _, err := zip.NewReader(bytes.NewReader(req.Code.ZipFile), int64(len(req.Code.ZipFile))); err != nil {
-		writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "Could not unzip uploaded file. Please check your file, then try to upload again.")
-		return
+	if !image {
+		if _, err := zip.NewReader(bytes.NewReader(req.Code.ZipFile), int64(len(req.Code.ZipFile))); err != nil {
+			writeError(w, http.StatusBadRequest, "InvalidParameterValueException", "Could not unzip uploaded file. Please check your file, then try to upload again.")
+			return
+		}
 	}
 	if req.Timeout == 0 {
 		req.Timeout = 3
@@ -403,6 +507,15 @@ func (s *Simulator) createFunction(w http.ResponseWriter, r *http.Request) {
 			Environment: req.Environment, LastUpdateStatus: "Successful", PackageType: "Zip", Architectures: req.Architectures,
 		},
 		tags: req.Tags, zip: req.Code.ZipFile, created: time.Now(), all: map[*sandbox]struct{}{},
+	}
+	if image {
+		fn.conf.PackageType, fn.imageURI = "Image", req.Code.ImageURI
+		if req.ImageConfig != nil {
+			fn.conf.ImageConfig = &imageConfig{}
+			fn.conf.ImageConfig.ImageConfig.EntryPoint = req.ImageConfig.EntryPoint
+			fn.conf.ImageConfig.ImageConfig.Command = req.ImageConfig.Command
+			fn.conf.ImageConfig.ImageConfig.WorkingDirectory = req.ImageConfig.WorkingDirectory
+		}
 	}
 	s.mu.Lock()
 	if _, ok := s.fns[req.FunctionName]; ok {

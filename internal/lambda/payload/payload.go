@@ -42,6 +42,9 @@ const (
 	// function's environment are the Run's own env (the rest is Lambda's
 	// and Stoke's), so that handlers see exactly what they see on a pod.
 	EnvUserKeys = "STOKE_ENV_KEYS"
+	// EnvHandler is an image function's handler: Lambda takes no Handler
+	// for an image, so the bootstrap reads it here when _HANDLER is empty.
+	EnvHandler = "STOKE_HANDLER"
 	// TaskHandler is the Handler of a task function, which has none.
 	TaskHandler = "stoke.task"
 )
