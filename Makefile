@@ -12,12 +12,15 @@ build:
 	$(GO) build -o bin/stoke ./cmd/stoke
 
 # Regenerates the protobuf code, the API types' deepcopy code and the CRDs
-# (deploy/crds) with the generator versions pinned in tools/go.mod. The
+# (deploy/crds) with the generator versions pinned in tools/go.mod, then
+# the plain manifests rendered from the Helm chart (deploy/controller,
+# deploy/examples/runtimes.yaml) and the chart's copy of the CRDs. The
 # output is committed; check-generated fails when stale.
-GENERATED := api/ deploy/crds/
+GENERATED := api/ deploy/crds/ deploy/controller/ deploy/examples/ deploy/helm/stoke/crds/
 generate:
 	$(TOOL) buf generate
 	$(TOOL) controller-gen object crd paths=./api/stoke/... output:crd:dir=deploy/crds
+	STOKE_WRITE_GENERATED=1 $(GO) test -count=1 -run '^TestGeneratedManifestsAreTheChart$$' ./deploy/
 
 check-generated: generate
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }

@@ -40,7 +40,7 @@ const (
 )
 
 // BenchmarkKube measures the figures on one cluster with Stoke
-// installed from deploy/ (startKube), all of it on this machine, and a
+// installed from the Helm chart (startKube), all of it on this machine, and a
 // bash Runtime of its own (two Pods of 16 slots) so that the examples'
 // sizes do not decide the figures. Run one sub-benchmark per command
 // (see the Makefile's bench target): each starts its own cluster.

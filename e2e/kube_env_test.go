@@ -24,11 +24,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/deploy"
 	"stoke.dev/stoke/internal/kubetest"
 	"stoke.dev/stoke/internal/kubetest/nodeagent"
 )
 
-// Names a user's installation from deploy/ has.
+// Names a user's installation from the Helm chart (deploy/helm/stoke) has.
 const (
 	stokeNamespace = "stoke-system"     // the controller's namespace
 	controllerName = "stoke-controller" // its Deployment and leader-election Lease
@@ -98,9 +99,13 @@ func startKube(t testing.TB) *kubeEnv {
 		}
 	})
 
-	e.apply(t, "deploy/controller")
+	// What `helm install stoke deploy/helm/stoke -n stoke-system
+	// --create-namespace` installs, rendered by Helm's own packages: the
+	// controller's objects first, the Runtimes once a replica leads.
+	controllerObjs, runtimeObjs := e.renderChart(t)
+	e.applyFile(t, controllerObjs)
 	e.awaitLeader(t, installBound)
-	e.apply(t, "deploy/examples")
+	e.applyFile(t, runtimeObjs)
 	e.awaitRuntimesReady(t, installBound)
 	t.Logf("stoke installed in %v", time.Since(began).Round(time.Millisecond))
 	return e
@@ -161,10 +166,40 @@ func (e *kubeEnv) sharedDir(t testing.TB) string {
 // repoPath is path (slash-separated, from the repository root) from e2e/.
 func repoPath(path string) string { return filepath.Join("..", filepath.FromSlash(path)) }
 
-// apply is `kubectl apply -f path` with path from the repository root.
-func (e *kubeEnv) apply(t testing.TB, path string) string {
+// renderChart writes the chart's objects (deploy.Render, default values
+// and the Namespace, into stokeNamespace) to two files: the Runtimes', and
+// everything else's.
+func (e *kubeEnv) renderChart(t testing.TB) (others, runtimes string) {
 	t.Helper()
-	return e.cluster.Kubectl(t, "apply", "-f", repoPath(path))
+	ms, err := deploy.Render(stokeNamespace, map[string]any{"namespace": map[string]any{"create": true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o, r []string
+	for _, m := range ms {
+		if filepath.Base(m.Template) == "runtimes.yaml" {
+			r = append(r, m.Content)
+		} else {
+			o = append(o, m.Content)
+		}
+	}
+	if len(o) == 0 || len(r) == 0 {
+		t.Fatalf("the chart rendered %d objects and %d Runtimes", len(o), len(r))
+	}
+	dir := t.TempDir()
+	others, runtimes = filepath.Join(dir, "stoke.yaml"), filepath.Join(dir, "runtimes.yaml")
+	for f, docs := range map[string][]string{others: o, runtimes: r} {
+		if err := os.WriteFile(f, []byte(strings.Join(docs, "\n---\n")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return others, runtimes
+}
+
+// applyFile is `kubectl apply -f file`.
+func (e *kubeEnv) applyFile(t testing.TB, file string) string {
+	t.Helper()
+	return e.cluster.Kubectl(t, "apply", "-f", file)
 }
 
 // stokeClient is a REST client of stoke.dev/v1alpha1 with the admin's

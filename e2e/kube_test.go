@@ -12,7 +12,7 @@ import (
 )
 
 // TestKube is Kubernetes mode end to end, on one cluster with Stoke
-// installed from deploy/ (startKube). The subtests run in order: those
+// installed from the Helm chart (startKube). The subtests run in order: those
 // that leave the cluster as they found it first, then the two that
 // disturb it (a controller killed, the API server stopped), each of
 // which also checks that everything recovered.
