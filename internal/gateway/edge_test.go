@@ -50,6 +50,7 @@ func TestQueryParameters(t *testing.T) {
 		{"unknown on runtime apply", http.MethodPut, "/v1/namespaces/default/runtimes/bash?x=1", `{"spec":{"server":"bash","replicas":1,"runs":4}}`, "x"},
 		{"unknown on runtime delete", http.MethodDelete, "/v1/namespaces/default/runtimes/bash?x=1", "", "x"},
 		{"unknown on runtime list", http.MethodGet, "/v1/namespaces/default/runtimes?x=1", "", "x"},
+		{"unknown on invoke", http.MethodPost, run + "/0123-uid/invoke?async=true", `{}`, "async"},
 	}
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {

@@ -36,6 +36,10 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 	if invID == "" {
 		invID = newInvocationID() // so that every response, errors included, carries one
 	}
+	if err := noQuery(r); err != nil {
+		writeError(w, err, invID)
+		return
+	}
 	var timeoutMs int64
 	if v := r.Header.Get(httpapi.HeaderTimeout); v != "" {
 		d, err := time.ParseDuration(v + "ms")
