@@ -35,15 +35,28 @@ type debugTarget struct {
 
 // debugTargets are the debug sockets of the controller replicas and of
 // every runtime Pod's two containers.
+// gatewayDebugSocket is where the chart's gateway serves its profiles
+// (stoke gateway's default --debug-socket).
+const gatewayDebugSocket = "/var/run/stoke-gateway/run/debug/debug.sock"
+
 func (e *kubeEnv) debugTargets(t testing.TB) []debugTarget {
 	t.Helper()
 	var out []debugTarget
-	ctrl, err := e.kube.CoreV1().Pods(stokeNamespace).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range ctrl.Items {
-		out = append(out, debugTarget{p.Namespace, p.Name, "controller", controller.DefaultDebugSocket})
+	// stoke-system holds the controllers and, installed by the chart, the
+	// gateways: each by its own label, container and socket.
+	for _, role := range []struct{ label, container, socket string }{
+		{controllerName, "controller", controller.DefaultDebugSocket},
+		{"stoke-gateway", "gateway", gatewayDebugSocket},
+	} {
+		pods, err := e.kube.CoreV1().Pods(stokeNamespace).List(context.Background(), metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/name=" + role.label,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			out = append(out, debugTarget{p.Namespace, p.Name, role.container, role.socket})
+		}
 	}
 	rts, err := e.kube.CoreV1().Pods(runsNamespace).List(context.Background(), metav1.ListOptions{
 		LabelSelector: runtimeset.LabelName + "=" + runtimeset.NameRuntimePod,
@@ -167,7 +180,7 @@ func (e *kubeEnv) profileAll(b testing.TB, dir string, seconds int) (wait func()
 func testProfiles(t *testing.T, e *kubeEnv) {
 	targets := e.debugTargets(t)
 	if len(targets) < 4 {
-		t.Fatalf("debug sockets of %d processes, want the controllers' and at least one runtime Pod's", len(targets))
+		t.Fatalf("debug sockets of %d processes, want the controllers', the gateways' and at least one runtime Pod's", len(targets))
 	}
 	dir := t.TempDir()
 	for _, tg := range targets {
