@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -64,6 +65,25 @@ func deployFile(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(root, "deploy", name)
+}
+
+// exampleRuntimes is deploy/examples/runtimes.yaml placed in ns: the file,
+// rendered from the chart, names the chart's Runtime namespace, which
+// `kubectl apply -n` refuses to override.
+func exampleRuntimes(t *testing.T, ns string) string {
+	b, err := os.ReadFile(deployFile(t, "examples/runtimes.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := strings.ReplaceAll(string(b), "\n  namespace: default\n", "\n  namespace: "+ns+"\n")
+	if placed == string(b) {
+		t.Fatal("deploy/examples/runtimes.yaml names no namespace default to replace")
+	}
+	path := filepath.Join(t.TempDir(), "runtimes.yaml")
+	if err := os.WriteFile(path, []byte(placed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // impersonate is c's admin configuration acting as user.
@@ -158,7 +178,7 @@ func TestRuntimeBecomesPodsAndGoesWithThem(t *testing.T) {
 	}
 	ctx := t.Context()
 	ns := c.Namespace(t)
-	c.Kubectl(t, "apply", "-n", ns, "-f", deployFile(t, "examples/runtimes.yaml"))
+	c.Kubectl(t, "apply", "-n", ns, "-f", exampleRuntimes(t, ns))
 
 	var rt v1alpha1.Runtime
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bash"}, &rt); err != nil {
@@ -341,7 +361,7 @@ func TestRuntimedRole(t *testing.T) {
 	}
 	ctx := t.Context()
 	ns, other := c.Namespace(t), c.Namespace(t)
-	c.Kubectl(t, "apply", "-n", ns, "-f", deployFile(t, "examples/runtimes.yaml"))
+	c.Kubectl(t, "apply", "-n", ns, "-f", exampleRuntimes(t, ns))
 	// The reconciler made the RoleBinding and the TLS Secret (the last
 	// thing it makes of a namespace's) once this exists.
 	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: newScheme(t)})
