@@ -126,6 +126,11 @@ func (a *Authorizer) authenticate(ctx context.Context, key tokenKey, token strin
 	}
 	a.lookups.WithLabelValues("token", "miss").Inc()
 	v, err, _ := a.flights.Do("t"+string(key[:]), func() (any, error) {
+		// A miss may reach here after another caller's flight for the
+		// same token ended and filled the cache.
+		if v, ok := a.users.Get(key); ok {
+			return v, nil
+		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
 		defer cancel()
 		tr, err := a.cfg.Client.AuthenticationV1().TokenReviews().Create(ctx,
@@ -163,6 +168,9 @@ func (a *Authorizer) authorize(ctx context.Context, key decisionKey, user authnv
 	acc := key.access
 	flight := fmt.Sprintf("a%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%s", key.token[:], acc.Verb, acc.Resource, acc.Subresource, acc.Namespace, acc.Name, acc.Path)
 	v, err, _ := a.flights.Do(flight, func() (any, error) {
+		if v, ok := a.decisions.Get(key); ok {
+			return v, nil
+		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
 		defer cancel()
 		sar, err := a.cfg.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, subjectAccessReview(user, acc), metav1.CreateOptions{})
