@@ -139,6 +139,19 @@ const (
 	ExecSessionsPerServer = 64
 )
 
+// A Function's invocation queue in the gateway (internal/dispatch): how
+// many invocations may wait for an idle replica, and how long each may
+// wait. The defaults apply when a Function leaves them unset; the
+// maxima bound what one may set.
+const (
+	FunctionQueue     = 256
+	MaxFunctionQueue  = 10000
+	FunctionQueueWait = 10 * time.Second
+	// MaxFunctionQueueWait is MaxInvokeTimeout: a wait counts against
+	// the invocation's own timeout, so a longer one would never be used.
+	MaxFunctionQueueWait = MaxInvokeTimeout
+)
+
 // Server-side defaults for limits a request may leave at zero. Zero never
 // means unlimited.
 const (
