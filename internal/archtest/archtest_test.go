@@ -79,6 +79,9 @@ var forbidden = map[string][]string{
 	"stoke.dev/stoke/internal/store/storetest": {"stoke.dev/stoke/internal/store/sqlite", "stoke.dev/stoke/internal/store/kube"},
 	// Metrics over gRPC know neither who serves them nor who scrapes.
 	"stoke.dev/stoke/internal/metricsrpc": {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/gateway"},
+	// The loop kit is below every control loop: it knows keys, a clock
+	// and goroutines, nothing of Runs, stores, processes or Kubernetes.
+	"stoke.dev/stoke/internal/loop": {"stoke.dev/stoke/internal/", "k8s.io/client-go", "k8s.io/api", "modernc.org/sqlite", "os/exec"},
 	// The exec core is below the Runtime Server, runtimed and the gateway,
 	// which all reuse it.
 	"stoke.dev/stoke/internal/exec": {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store"},

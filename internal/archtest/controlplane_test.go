@@ -17,6 +17,7 @@ var controlPlaneCore = []string{
 	"stoke.dev/stoke/internal/runtimed",
 	"stoke.dev/stoke/internal/podsource",
 	"stoke.dev/stoke/internal/controlplane",
+	"stoke.dev/stoke/internal/loop",
 }
 
 // coreBansAnywhere are what the core may not reach even indirectly: a
