@@ -140,6 +140,13 @@ type Config struct {
 	// write goroutines: it must be fast and safe for concurrent use. This
 	// is the hook for the metrics layer.
 	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
+	// OnUnschedulable, when set, is called after each Unschedulable
+	// condition is stored, and OnConflict after each assignment the store
+	// refused because the Run had changed (a reservation conflict: the Run
+	// is decided again from the newer version). Both are called from the
+	// write goroutines, like OnScheduled: metrics hooks.
+	OnUnschedulable func(run *v1alpha1.Run)
+	OnConflict      func(run *v1alpha1.Run)
 	// UnschedulableAfter is how long a Run waits for a slot, and its pool
 	// hands no slot to any Run, before the Scheduled=False/Unschedulable
 	// condition (and phase Pending) is written; zero means
@@ -155,6 +162,9 @@ type Scheduler struct {
 	cfg Config
 	log *slog.Logger
 	clk clock.Clock
+
+	// waiting is the number of Runs in the pools' queues, for Waiting.
+	waiting atomic.Int64
 
 	runQueue     *informer.Queue // Run keys from the informer
 	runtimeQueue *informer.Queue // Runtime keys from the informer
@@ -542,6 +552,7 @@ func (s *Scheduler) decide(ctx context.Context, rs *runState, run *v1alpha1.Run)
 	}
 	if rs.index < 0 {
 		heap.Push(&p.waiting, rs)
+		s.waiting.Add(1)
 	}
 	s.dirty[p.key] = struct{}{}
 	if unschedulableWritten(run) {
@@ -620,8 +631,13 @@ func (s *Scheduler) runtimeExists(p *poolState) bool {
 func (s *Scheduler) unwait(rs *runState) {
 	if rs.index >= 0 {
 		heap.Remove(&s.pools[rs.pool].waiting, rs.index)
+		s.waiting.Add(-1)
 	}
 }
+
+// Waiting is the number of Runs waiting for a slot now (the queue depth,
+// all Runtimes together). It is safe to call from any goroutine.
+func (s *Scheduler) Waiting() int { return int(s.waiting.Load()) }
 
 // after makes the timer sync rs at t.
 func (s *Scheduler) after(rs *runState, t time.Time) {
@@ -660,6 +676,7 @@ func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
 			break
 		}
 		rs := heap.Pop(&p.waiting).(*runState)
+		s.waiting.Add(-1)
 		run, ok := s.cfg.RunInformer.Get(rs.key.Namespace, rs.key.Name)
 		if !ok || run.ResourceVersion != rs.rv {
 			continue // a newer version is queued for sync

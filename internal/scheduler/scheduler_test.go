@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,15 +62,20 @@ type env struct {
 	pods  *fakePods
 	clk   clock.Clock
 	track *tracker
+	sched *scheduler.Scheduler
 }
 
 type envOptions struct {
 	clock              clock.Clock
 	unschedulableAfter time.Duration
 	onScheduled        func(*v1alpha1.Run, time.Duration)
-	runtimes           []string // created before the scheduler starts
-	ready              []podsource.Pod
-	invariant          func(state map[string]*v1alpha1.Run, ev store.Event[*v1alpha1.Run]) error
+	onUnschedulable    func(*v1alpha1.Run)
+	onConflict         func(*v1alpha1.Run)
+	// runs wraps the store's status writer the scheduler writes through.
+	runs      func(store.StatusWriter[*v1alpha1.Run]) store.StatusWriter[*v1alpha1.Run]
+	runtimes  []string // created before the scheduler starts
+	ready     []podsource.Pod
+	invariant func(state map[string]*v1alpha1.Run, ev store.Event[*v1alpha1.Run]) error
 	// before runs against the store before the scheduler starts.
 	before func(e *env)
 	// noTracker leaves out the test's own watch (benchmarks).
@@ -88,6 +94,10 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, ctx: ctx, st: st, runs: st.Runs(), pods: newFakePods(o.ready...), clk: o.clock}
+	var writer store.StatusWriter[*v1alpha1.Run] = st.Runs()
+	if o.runs != nil {
+		writer = o.runs(writer)
+	}
 	if e.clk == nil {
 		e.clk = clock.RealClock{}
 	}
@@ -104,13 +114,15 @@ func newEnv(t testing.TB, o envOptions) *env {
 	runInf := informer.New(st.Runs(), informer.Options{Logger: log})
 	rtInf := informer.New(st.Runtimes(), informer.Options{Logger: log})
 	s, err := scheduler.New(scheduler.Config{
-		Runs: st.Runs(), RunInformer: runInf, Runtimes: st.Runtimes(), RuntimeInformer: rtInf,
+		Runs: writer, RunInformer: runInf, Runtimes: st.Runtimes(), RuntimeInformer: rtInf,
 		Pods: e.pods, Clock: o.clock, Logger: log, OnScheduled: o.onScheduled,
+		OnUnschedulable: o.onUnschedulable, OnConflict: o.onConflict,
 		UnschedulableAfter: o.unschedulableAfter,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.sched = s
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	for _, run := range []func(context.Context) error{runInf.Run, rtInf.Run, s.Run} {
@@ -861,5 +873,102 @@ func TestPodGoneFreesNothingButStopsAssignments(t *testing.T) {
 	e.track.waitFor("r2 scheduled", phaseIs("r2", v1alpha1.PhaseScheduled))
 	if got := e.track.get("r2").Status.AssignedPod; got != "b" {
 		t.Errorf("r2 went to %s", got)
+	}
+}
+
+// writeFunc is a store.StatusWriter from a function.
+type writeFunc func(ctx context.Context, run *v1alpha1.Run) (*v1alpha1.Run, error)
+
+func (f writeFunc) UpdateStatus(ctx context.Context, run *v1alpha1.Run) (*v1alpha1.Run, error) {
+	return f(ctx, run)
+}
+
+// TestMetricsHooks: the queue depth follows the waiting Runs, each stored
+// Unschedulable condition is reported once, and an assignment the store
+// refuses because another writer changed the Run meanwhile is reported as
+// a conflict (made real here: a label write lands between the decision and
+// the assignment's write).
+func TestMetricsHooks(t *testing.T) {
+	fc := testingclock.NewFakeClock(t0)
+	a := pod("bash", "a", 1)
+	var unsched, conflicts atomic.Int32
+	var meddled atomic.Bool
+	var e *env
+	e = newEnv(t, envOptions{
+		clock: fc, runtimes: []string{"bash"}, unschedulableAfter: -1,
+		onUnschedulable: func(*v1alpha1.Run) { unsched.Add(1) },
+		onConflict:      func(*v1alpha1.Run) { conflicts.Add(1) },
+		runs: func(w store.StatusWriter[*v1alpha1.Run]) store.StatusWriter[*v1alpha1.Run] {
+			return writeFunc(func(ctx context.Context, run *v1alpha1.Run) (*v1alpha1.Run, error) {
+				if run.Name == "r1" && run.Status.Phase == v1alpha1.PhaseScheduled && meddled.CompareAndSwap(false, true) {
+					other, err := e.runs.Get(ctx, "", "r1")
+					if err != nil {
+						return nil, err
+					}
+					other.Labels = map[string]string{"touched": "yes"}
+					if _, err := e.runs.Update(ctx, other); err != nil {
+						return nil, err
+					}
+				}
+				return w.UpdateStatus(ctx, run)
+			})
+		},
+	})
+	// No pod: both wait and are marked Unschedulable once each.
+	e.create("r1", "bash")
+	e.create("r2", "bash")
+	e.track.waitFor("both unschedulable", func(st map[string]*v1alpha1.Run) bool {
+		return isUnschedulable("r1")(st) && isUnschedulable("r2")(st)
+	})
+	waitUntil(t, "two waiting", func() bool { return e.sched.Waiting() == 2 })
+	if n := unsched.Load(); n != 2 {
+		t.Errorf("%d Unschedulable writes reported, want 2", n)
+	}
+	// A pod of one slot: r1 (the oldest) is decided first; its first
+	// assignment conflicts with the label write. The slot then goes to r1
+	// from its newer version or to r2, whichever the scheduler decides
+	// first (the label write voids r1's reservation as soon as the
+	// informer shows it, before the write's result is in).
+	e.send(podsource.Event{Type: podsource.PodReady, Pod: a})
+	var first, second string
+	e.track.waitFor("one scheduled", func(st map[string]*v1alpha1.Run) bool {
+		switch {
+		case phaseIs("r1", v1alpha1.PhaseScheduled)(st):
+			first, second = "r1", "r2"
+		case phaseIs("r2", v1alpha1.PhaseScheduled)(st):
+			first, second = "r2", "r1"
+		default:
+			return false
+		}
+		return true
+	})
+	// r1's write may still be in flight: once the label write reached the
+	// informer, the reservation it was made on is void and the slot free.
+	waitUntil(t, "the conflict reported", func() bool { return conflicts.Load() >= 1 })
+	waitUntil(t, "one waiting", func() bool { return e.sched.Waiting() == 1 })
+	e.setStatus(first, func(st *v1alpha1.RunStatus) { st.Phase = v1alpha1.PhaseSucceeded })
+	e.track.waitFor(second+" scheduled", phaseIs(second, v1alpha1.PhaseScheduled))
+	waitUntil(t, "none waiting", func() bool { return e.sched.Waiting() == 0 })
+	if got := e.track.get("r1").Labels["touched"]; got != "yes" {
+		t.Errorf("r1 lost the label written meanwhile: %q", got)
+	}
+	if n := unsched.Load(); n != 2 {
+		t.Errorf("%d Unschedulable writes reported, want still 2", n)
+	}
+	if n := conflicts.Load(); n != 1 {
+		t.Errorf("%d conflicts reported in all, want 1", n)
+	}
+}
+
+// waitUntil polls cond, which the scheduler's goroutine makes true soon
+// after an event the test has seen, until waitTimeout.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

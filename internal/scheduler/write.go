@@ -78,8 +78,13 @@ func (s *Scheduler) do(ctx context.Context, j job) result {
 		retry.Apply(run, retry.Decide(run, RuntimeNotFound, msg, now))
 	}
 	r.stored, r.err = s.cfg.Runs.UpdateStatus(ctx, run)
-	if r.err == nil && j.kind == jobAssign && s.cfg.OnScheduled != nil {
+	switch {
+	case r.err == nil && j.kind == jobAssign && s.cfg.OnScheduled != nil:
 		s.cfg.OnScheduled(r.stored, s.clk.Since(j.since))
+	case r.err == nil && j.kind == jobUnschedulable && s.cfg.OnUnschedulable != nil:
+		s.cfg.OnUnschedulable(r.stored)
+	case j.kind == jobAssign && errors.Is(r.err, errdefs.ErrConflict) && s.cfg.OnConflict != nil:
+		s.cfg.OnConflict(j.run)
 	}
 	return r
 }
