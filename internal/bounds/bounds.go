@@ -137,6 +137,38 @@ const (
 	// is refused at once (ResourceExhausted, HTTP 429).
 	ExecSessionsPerRun    = 8
 	ExecSessionsPerServer = 64
+
+	// FunctionReplicas is the most replicas (spec.replicas, scale.min,
+	// scale.max) one Function may have; FunctionTargetInFlight the largest
+	// scale.targetInFlight.
+	FunctionReplicas       = 1024
+	FunctionTargetInFlight = 1024
+	// FunctionIdleSeconds is the longest scale.idleSeconds (a day).
+	FunctionIdleSeconds = 86400
+	// FunctionQueue is the longest queue.length: the most invocations of
+	// one Function waiting for an idle replica at once.
+	FunctionQueue = 65536
+	// FunctionDrainSeconds is the longest spec.drainSeconds.
+	FunctionDrainSeconds = 300
+	// ScaleReason bounds status.lastScale.reason.
+	ScaleReason = 1 << 10
+)
+
+// A Function's defaults for what its spec leaves out, or sets to 0 (the
+// CRD's default markers restate them; internal/validation's
+// SetFunctionDefaults applies them before either store writes).
+const (
+	// DefaultFunctionMax is scale.max's default; scale.min's is 0 (an idle
+	// Function has no replicas), which Go's zero value says.
+	DefaultFunctionMax            = 8
+	DefaultFunctionTargetInFlight = 1
+	DefaultFunctionIdleSeconds    = 60
+	DefaultFunctionQueue          = 1024
+	DefaultFunctionDrainSeconds   = 2
+	// DefaultFunctionQueueWait is queue.maxWait's default;
+	// MaxFunctionQueueWait (an invocation's longest timeout) its bound.
+	DefaultFunctionQueueWait = 10 * time.Second
+	MaxFunctionQueueWait     = MaxInvokeTimeout
 )
 
 // A Function's invocation queue in the gateway (internal/dispatch): how

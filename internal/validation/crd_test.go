@@ -69,6 +69,26 @@ var crdBounds = map[string]map[string][]int64{
 		"spec.lambda.agentCert maxLength":           {bounds.Path},
 		"spec.lambda.agentKey maxLength":            {bounds.Path},
 	},
+	"stoke.dev_functions.yaml": {
+		" rules":                              {dnsLabel},
+		"spec.runtime maxLength":              {dnsLabel},
+		"spec.handler maxLength":              {bounds.Handler},
+		"spec.handler rules":                  {bounds.Handler},
+		"spec.env maxItems":                   {bounds.EnvEntries},
+		"spec.source.inline.path maxLength":   {bounds.Path},
+		"spec.source.inline.text maxLength":   {bounds.Source},
+		"spec.source.inline.text rules":       {bounds.Source},
+		"spec.source.archive.tarGz maxLength": {int64(base64.StdEncoding.EncodedLen(bounds.Source))},
+		"spec.source.archive.tarGz rules":     {bounds.Source},
+		"spec.replicas maximum":               {bounds.FunctionReplicas},
+		"spec.scale.min maximum":              {bounds.FunctionReplicas},
+		"spec.scale.max maximum":              {bounds.FunctionReplicas},
+		"spec.scale.targetInFlight maximum":   {bounds.FunctionTargetInFlight},
+		"spec.scale.idleSeconds maximum":      {bounds.FunctionIdleSeconds},
+		"spec.queue.length maximum":           {bounds.FunctionQueue},
+		"spec.drainSeconds maximum":           {bounds.FunctionDrainSeconds},
+		"status.lastScale.reason maxLength":   {bounds.ScaleReason},
+	},
 }
 
 // TestCRDMatchesBounds reads the generated CRDs and checks that every

@@ -19,7 +19,7 @@ var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 // conventions use.
 var SchemeGroupVersion = GroupVersion
 
-// SchemeBuilder registers Run, Runtime and their lists; AddToScheme adds
+// SchemeBuilder registers Run, Runtime, Function and their lists; AddToScheme adds
 // them to a runtime.Scheme for client-go and controller-runtime clients.
 var (
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
@@ -27,7 +27,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &Run{}, &RunList{}, &Runtime{}, &RuntimeList{})
+	s.AddKnownTypes(SchemeGroupVersion, &Run{}, &RunList{}, &Runtime{}, &RuntimeList{}, &Function{}, &FunctionList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }

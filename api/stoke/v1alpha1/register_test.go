@@ -14,6 +14,7 @@ func TestAddToScheme(t *testing.T) {
 	for kind, obj := range map[string]runtime.Object{
 		KindRun: &Run{}, KindRun + "List": &RunList{},
 		KindRuntime: &Runtime{}, KindRuntime + "List": &RuntimeList{},
+		KindFunction: &Function{}, KindFunction + "List": &FunctionList{},
 	} {
 		gvks, _, err := s.ObjectKinds(obj)
 		if err != nil {
