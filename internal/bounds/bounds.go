@@ -145,9 +145,6 @@ const (
 	FunctionTargetInFlight = 1024
 	// FunctionIdleSeconds is the longest scale.idleSeconds (a day).
 	FunctionIdleSeconds = 86400
-	// FunctionQueue is the longest queue.length: the most invocations of
-	// one Function waiting for an idle replica at once.
-	FunctionQueue = 65536
 	// FunctionDrainSeconds is the longest spec.drainSeconds.
 	FunctionDrainSeconds = 300
 	// ScaleReason bounds status.lastScale.reason.
@@ -156,19 +153,15 @@ const (
 
 // A Function's defaults for what its spec leaves out, or sets to 0 (the
 // CRD's default markers restate them; internal/validation's
-// SetFunctionDefaults applies them before either store writes).
+// SetFunctionDefaults applies them before either store writes). The
+// queue's are below (FunctionQueue, FunctionQueueWait).
 const (
 	// DefaultFunctionMax is scale.max's default; scale.min's is 0 (an idle
 	// Function has no replicas), which Go's zero value says.
 	DefaultFunctionMax            = 8
 	DefaultFunctionTargetInFlight = 1
 	DefaultFunctionIdleSeconds    = 60
-	DefaultFunctionQueue          = 1024
 	DefaultFunctionDrainSeconds   = 2
-	// DefaultFunctionQueueWait is queue.maxWait's default;
-	// MaxFunctionQueueWait (an invocation's longest timeout) its bound.
-	DefaultFunctionQueueWait = 10 * time.Second
-	MaxFunctionQueueWait     = MaxInvokeTimeout
 )
 
 // A Function's invocation queue in the gateway (internal/dispatch): how

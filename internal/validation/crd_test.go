@@ -85,7 +85,7 @@ var crdBounds = map[string]map[string][]int64{
 		"spec.scale.max maximum":              {bounds.FunctionReplicas},
 		"spec.scale.targetInFlight maximum":   {bounds.FunctionTargetInFlight},
 		"spec.scale.idleSeconds maximum":      {bounds.FunctionIdleSeconds},
-		"spec.queue.length maximum":           {bounds.FunctionQueue},
+		"spec.queue.length maximum":           {bounds.MaxFunctionQueue},
 		"spec.drainSeconds maximum":           {bounds.FunctionDrainSeconds},
 		"status.lastScale.reason maxLength":   {bounds.ScaleReason},
 	},

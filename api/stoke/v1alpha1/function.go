@@ -8,26 +8,11 @@ import (
 // replicas, each an ordinary function Run, as the load needs.
 const KindFunction = "Function"
 
-// Labels and annotations that tie a Function to its replica Runs. The
-// Function controller sets them; the gateway's dispatcher and the
-// autoscaler read them.
-const (
-	// LabelFunction is on every replica Run: the owning Function's name.
-	LabelFunction = "stoke.dev/function"
-	// LabelTemplateHash is on every replica Run: the hash of the Function
-	// spec's template fields (runtime, handler, source, env, timeout) the
-	// Run was made from. A Run whose hash is not the Function's current
-	// one is old and is rolled away.
-	LabelTemplateHash = "stoke.dev/template-hash"
-	// LabelDraining, set to "true" on a replica Run, means the Function
-	// controller is taking it away (a rolling update or a scale-down):
-	// the dispatcher sends it no new invocation from the moment it sees
-	// the label, and lets its in-flight one end. The controller deletes
-	// the Run (whose own delete drains its registration) once
-	// Function.spec.drainSeconds have passed since it set the label, and
-	// never before the Run's replacement, if any, is Ready.
-	LabelDraining = "stoke.dev/draining"
-)
+// LabelTemplateHash is on every replica Run beside LabelFunction: the
+// hash of the Function spec's template fields (runtime, handler, source,
+// env, timeout) the Run was made from. A Run whose hash is not the
+// Function's current one is old and is rolled away.
+const LabelTemplateHash = "stoke.dev/template-hash"
 
 // Function is a function by name: the template of its replicas (each an
 // ordinary function Run with the one-registration contract unchanged), how
@@ -111,10 +96,11 @@ type FunctionSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Queue FunctionQueue `json:"queue"`
-	// DrainSeconds is how long a replica being taken away is marked
-	// draining (LabelDraining) before it is deleted, so that every
-	// dispatcher has seen the mark (1–300; unset or 0 means 2). Its
-	// in-flight invocation is not cut then: the Run's delete drains it.
+	// DrainSeconds bounds how long a replica being taken away is marked
+	// draining (AnnotationDraining) before it is deleted, when the
+	// dispatchers do not report it idle sooner (1–300; unset or 0 means
+	// 2). Its in-flight invocation is not cut then: the Run's delete
+	// drains it.
 	// +optional
 	// +kubebuilder:default=2
 	// +kubebuilder:validation:Minimum=1
@@ -160,16 +146,17 @@ type FunctionScale struct {
 // than MaxWait (or its own timeout, whichever ends first), is answered 429
 // with Retry-After.
 type FunctionQueue struct {
-	// Length is the most invocations waiting at once (1–65536; unset or 0
-	// means 1024).
+	// Length is the most invocations waiting at once (1–10000; unset or 0
+	// means 256).
 	// +optional
-	// +kubebuilder:default=1024
+	// +kubebuilder:default=256
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=65536
+	// +kubebuilder:validation:Maximum=10000
 	Length int32 `json:"length"`
 	// MaxWait is the longest an invocation waits in the queue (default
 	// 10s; more than 0 and at most 15m, the longest invocation timeout).
 	// +optional
+	// +kubebuilder:default="10s"
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('15m')",message="must be more than 0s and at most 15m"
 	MaxWait *metav1.Duration `json:"maxWait,omitempty"`
 }
