@@ -5,7 +5,10 @@
 // for it. Every socket is on 127.0.0.1 and authenticated: etcd and the API
 // server serve TLS and require client certificates (the API server also
 // takes service-account tokens; anonymous requests are refused), and the
-// controller-manager and scheduler serve nothing. The cluster's data,
+// controller-manager and scheduler serve nothing. The aggregation layer is
+// on (a front-proxy CA and client certificate), and with the
+// controller-manager a stand-in publishes the Services' EndpointSlices,
+// so an APIService reaches its Pods. The cluster's data,
 // certificates, kubeconfigs and logs live in one private directory, and
 // nothing it started outlives it.
 package kubetest
@@ -52,7 +55,10 @@ type Options struct {
 
 // Controllers are the kube-controller-manager controllers the cluster runs:
 // what Deployments, owner references, namespaces, ServiceAccounts and their
-// tokens need. Node lifecycle, endpoints, Jobs and the rest do not run.
+// tokens need. Node lifecycle, Jobs and the rest do not run; neither do the
+// endpoints and EndpointSlice controllers, whose addresses the API server
+// refuses for the node agent's loopback Pod IPs: endpointSlices stands in
+// for them.
 var Controllers = []string{
 	"deployment-controller",
 	"replicaset-controller",
@@ -63,6 +69,10 @@ var Controllers = []string{
 	"root-ca-certificate-publisher-controller",
 	"pod-garbage-collector-controller",
 }
+
+// FrontProxyClientName is the common name of the API server's front-proxy
+// client certificate (--requestheader-allowed-names).
+const FrontProxyClientName = "front-proxy-client"
 
 // Bounds on waiting for the cluster.
 const (
@@ -85,6 +95,9 @@ type Cluster struct {
 	BinDir string
 
 	etcd, apiserver, controllerManager, scheduler *component
+	// slices publishes the Services' EndpointSlices (with the
+	// controller-manager).
+	slices *endpointSlices
 	// etcdClient is how the API server reaches etcd: its URL, CA and the
 	// client certificate and key.
 	etcdClient struct{ url, ca, cert, key string }
@@ -129,6 +142,9 @@ func start(opts Options, dir string) (_ *Cluster, err error) {
 		}
 	}
 	if c.controllerManager != nil {
+		if c.slices, err = startEndpointSlices(c.Config); err != nil {
+			return nil, err
+		}
 		// Pods are admitted only once their namespace's default
 		// ServiceAccount exists; the controller-manager makes it.
 		if err := c.waitForDefaultServiceAccount(metav1.NamespaceDefault); err != nil {
@@ -155,7 +171,16 @@ func (c *Cluster) configure(opts Options) error {
 	}
 	caFile := filepath.Join(pki, "ca.crt")
 	etcdCAFile := filepath.Join(pki, "etcd-ca.crt")
-	for f, b := range map[string][]byte{caFile: clusterCA.pem, etcdCAFile: etcdCA.pem} {
+	// The aggregation layer's own trust domain, as kubeadm keeps it: the
+	// API server proxies to an aggregated API with a client certificate
+	// of the front-proxy CA, and the aggregated server trusts the
+	// identity headers of that certificate only.
+	frontProxyCA, err := newCA("stoke-kubetest-front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	frontProxyCAFile := filepath.Join(pki, "front-proxy-ca.crt")
+	for f, b := range map[string][]byte{caFile: clusterCA.pem, etcdCAFile: etcdCA.pem, frontProxyCAFile: frontProxyCA.pem} {
 		if err := os.WriteFile(f, b, 0o600); err != nil {
 			return err
 		}
@@ -175,6 +200,7 @@ func (c *Cluster) configure(opts Options) error {
 		// rights: their RBAC roles are not what these tests are about.
 		{"controller-manager", "system:kube-controller-manager", []string{"system:masters"}, false, clusterCA},
 		{"scheduler", "system:kube-scheduler", []string{"system:masters"}, false, clusterCA},
+		{"front-proxy-client", FrontProxyClientName, nil, false, frontProxyCA},
 	} {
 		pair, err := kp.ca.issue(kp.cn, kp.orgs, kp.server)
 		if err != nil {
@@ -238,6 +264,20 @@ func (c *Cluster) configure(opts Options) error {
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 			"--service-account-key-file=" + saPub, "--service-account-signing-key-file=" + saKey,
 			"--profiling=false",
+			// The aggregation layer, as kubeadm configures it: the API
+			// server authenticates and authorizes the caller of an
+			// aggregated API, then proxies with the front-proxy client
+			// certificate and the caller in X-Remote-* headers. It dials
+			// a Service's endpoints itself (there is no kube-proxy).
+			"--requestheader-client-ca-file=" + frontProxyCAFile,
+			"--requestheader-allowed-names=" + FrontProxyClientName,
+			"--requestheader-username-headers=X-Remote-User",
+			"--requestheader-uid-headers=X-Remote-Uid",
+			"--requestheader-group-headers=X-Remote-Group",
+			"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+			"--proxy-client-cert-file=" + files["front-proxy-client"][0],
+			"--proxy-client-key-file=" + files["front-proxy-client"][1],
+			"--enable-aggregator-routing=true",
 		},
 	}
 
@@ -432,6 +472,9 @@ func (c *Cluster) deleteNamespace(ns string) error {
 // reports any that had exited by itself.
 func (c *Cluster) stop() error {
 	var errs []error
+	if c.slices != nil {
+		c.slices.stop()
+	}
 	for _, comp := range []*component{c.scheduler, c.controllerManager, c.apiserver, c.etcd} {
 		if comp == nil {
 			continue
