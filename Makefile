@@ -8,8 +8,11 @@ BENCHTIME ?= 2s
 
 all: build
 
+# stoke, and beside it the small bootstrap a lambda Runtime Server packages
+# into its functions (docs/lambda.md), stripped to keep the package small.
 build:
 	$(GO) build -o bin/stoke ./cmd/stoke
+	$(GO) build -trimpath -ldflags='-s -w' -o bin/stoke-lambda-bootstrap ./cmd/stoke-lambda-bootstrap
 
 # Regenerates the protobuf code, the API types' deepcopy code and the CRDs
 # (deploy/crds) with the generator versions pinned in tools/go.mod, then

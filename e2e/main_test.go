@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"stoke.dev/stoke/internal/testbin"
@@ -36,6 +37,12 @@ func TestMain(m *testing.M) {
 		}
 		*b.path = path
 		cleanups = append(cleanups, cleanup)
+	}
+	// Beside stoke, where a lambda Runtime Server finds the bootstrap it
+	// packages (as make build and the Dockerfile place it).
+	if _, err := testbin.LambdaBootstrap(filepath.Dir(stokeBin)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		exit(1)
 	}
 	exit(m.Run())
 }

@@ -84,7 +84,7 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 	f.StringVar(&lcfg.Architecture, "lambda-architecture", "", "lambda: x86_64 or arm64 (default: this binary's)")
 	f.Int32Var(&lcfg.MemoryMB, "lambda-memory", lambda.DefaultMemoryMB, "lambda: the functions' memory in MB")
 	f.StringVar(&lcfg.NamePrefix, "lambda-name-prefix", lambda.DefaultNamePrefix, "lambda: the start of every function name")
-	f.StringVar(&lcfg.Bootstrap, "lambda-bootstrap", "", "lambda: the stoke binary to package as bootstrap (default: this one)")
+	f.StringVar(&lcfg.Bootstrap, "lambda-bootstrap", "", "lambda: the binary to package as bootstrap, a stoke-lambda-bootstrap or stoke built for the architecture (default: the stoke-lambda-bootstrap beside this stoke, else this stoke)")
 	f.StringVar(&lcfg.AgentListen, "lambda-agent-listen", "127.0.0.1:0", "lambda: where exec's reverse agents connect; TLS (--lambda-agent-cert/-key) unless a loopback address")
 	f.StringVar(&lcfg.AgentURL, "lambda-agent-url", "", "lambda: the public wss:// URL of --lambda-agent-listen the functions dial (default: its own address, reachable from this machine only)")
 	f.StringVar(&lcfg.AgentCert, "lambda-agent-cert", "", "lambda: the agent endpoint's TLS certificate (PEM file)")

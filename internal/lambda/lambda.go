@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"sync"
@@ -66,10 +67,26 @@ const (
 	// command as arguments: the packaged bootstrap at Lambda's task root,
 	// which ignores them and serves the Runtime API itself.
 	ExecWrapper = "/var/task/bootstrap"
-	// ImageBootstrap is where a container image holds its stoke binary;
+	// ImageBootstrap is where a container image holds its bootstrap;
 	// Stoke makes it the image function's entrypoint.
 	ImageBootstrap = "/opt/stoke/bootstrap"
+	// BootstrapBinary is the name of the small bootstrap binary
+	// (cmd/stoke-lambda-bootstrap) beside a stoke binary.
+	BootstrapBinary = "stoke-lambda-bootstrap"
 )
+
+// DefaultBootstrap is what a Runtime Server running the stoke binary exe
+// packages as bootstrap when told nothing: the stoke-lambda-bootstrap
+// beside exe (a fifth of its size: it leaves out the control plane, the
+// CLI and the Kubernetes clients), else exe itself, which also serves as
+// bootstrap under that name but deflates to about Lambda's limit.
+func DefaultBootstrap(exe string) string {
+	small := filepath.Join(filepath.Dir(exe), BootstrapBinary)
+	if fi, err := os.Stat(small); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return small
+	}
+	return exe
+}
 
 // Config configures a Lambda Runtime Server.
 type Config struct {
@@ -83,8 +100,10 @@ type Config struct {
 	// NamePrefix starts every function name; the collector only looks at
 	// functions with it.
 	NamePrefix string
-	// Bootstrap is the stoke binary to package as bootstrap; empty means
-	// this executable, which must then match Architecture.
+	// Bootstrap is the binary to package as bootstrap: a
+	// stoke-lambda-bootstrap or a stoke, built for Architecture. Empty
+	// means DefaultBootstrap of this executable, which must then match
+	// Architecture.
 	Bootstrap string
 	// Image, when set, makes the functions container-image functions of
 	// this image (PackageType Image), which holds the code and a stoke
@@ -218,7 +237,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lambda: %w", err)
 		}
-		cfg.Bootstrap = exe
+		cfg.Bootstrap = DefaultBootstrap(exe)
+		if cfg.Bootstrap == exe {
+			cfg.Logger.Warn("no "+BootstrapBinary+" beside this stoke: packaging the whole stoke binary as bootstrap, which may pass Lambda's package limit",
+				"want", filepath.Join(filepath.Dir(exe), BootstrapBinary))
+		}
 	}
 	if cfg.Relay == "" {
 		exe, err := os.Executable()

@@ -30,11 +30,12 @@ import (
 var stokeBin, rieBin string
 
 // launcher is what these tests package as bootstrap: a script that runs
-// the stoke binary built for the test under the name bootstrap. The
-// sandboxes run on this machine, so the package need not carry the binary,
-// and tens of megabytes less per CreateFunction keep the tests fast under
-// -race. The e2e tests package the binary itself.
-var launcher string
+// the stoke-lambda-bootstrap built for the test (beside stokeBin, where a
+// Runtime Server finds it). The sandboxes run on this machine, so the
+// package need not carry the binary, and megabytes less per CreateFunction
+// keep the tests fast under -race. The e2e tests' launchers run the stoke
+// binary under the name bootstrap, its other way to serve.
+var launcher, bootstrapBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
@@ -49,8 +50,12 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		if bootstrapBin, err = testbin.LambdaBootstrap(filepath.Dir(stokeBin)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		launcher = filepath.Join(filepath.Dir(stokeBin), "launcher")
-		script := "#!/usr/bin/env bash\nexec -a bootstrap " + stokeBin + " \"$@\"\n"
+		script := "#!/usr/bin/env bash\nexec " + bootstrapBin + " \"$@\"\n"
 		if err := os.WriteFile(launcher, []byte(script), 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1

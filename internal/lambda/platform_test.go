@@ -70,8 +70,8 @@ func TestBashOnTheOSOnlyRuntime(t *testing.T) {
 const testImage = lambdasim.Account + ".dkr.ecr." + lambdasim.Region + ".amazonaws.com/stoke-python:1"
 
 // imageRoot lays out what the documented Dockerfile makes: the handler at
-// LAMBDA_TASK_ROOT and a stoke at /opt/stoke/bootstrap (here the launcher
-// of the test's stoke binary).
+// LAMBDA_TASK_ROOT and Stoke's bootstrap at /opt/stoke/bootstrap (here the
+// launcher of the test's stoke-lambda-bootstrap).
 func imageRoot(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()

@@ -48,3 +48,21 @@ func Build(pkg, modfile string) (path string, cleanup func(), err error) {
 func Stoke() (path string, cleanup func(), err error) {
 	return Build("stoke.dev/stoke/cmd/stoke", "")
 }
+
+// LambdaBootstrap builds cmd/stoke-lambda-bootstrap into dir (a stoke
+// binary's directory, where a lambda Runtime Server looks for it) the way
+// `make build` and the Dockerfile do: stripped, without build paths.
+func LambdaBootstrap(dir string) (path string, err error) {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	path = filepath.Join(dir, "stoke-lambda-bootstrap")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", path, "stoke.dev/stoke/cmd/stoke-lambda-bootstrap")
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build stoke-lambda-bootstrap: %w", err)
+	}
+	return path, nil
+}
