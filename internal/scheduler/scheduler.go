@@ -6,7 +6,9 @@
 // time (retry backoff, the Unschedulable condition) from one timer; there
 // is no polling loop. All decisions are made on one goroutine over
 // in-memory state, and status writes go to a few worker goroutines so that
-// deciding never waits for the store.
+// deciding never waits for the store. That mechanism (key queue, timer
+// heap, write workers) is internal/loop's; this package holds the
+// decisions, as the loop's hooks.
 //
 // Capacity is derived from the Runs, never counted separately: the slots
 // used on a pod are the Runs in the informer cache whose
@@ -61,7 +63,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/loop"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
@@ -166,29 +168,40 @@ type Scheduler struct {
 	// waiting is the number of Runs in the pools' queues, for Waiting.
 	waiting atomic.Int64
 
-	runQueue     *informer.Queue // Run keys from the informer
-	runtimeQueue *informer.Queue // Runtime keys from the informer
-	results      resultQueue     // from the write workers
-	started      atomic.Bool
+	// loop is the mechanism: Run and Runtime keys from the informers,
+	// Run and pool timers, pod events, the write workers.
+	loop    *loop.Loop[loopKey, podsource.Event, result]
+	started atomic.Bool
 
 	// Owned by the Run goroutine.
-	runs   map[informer.Key]*runState
-	pods   map[string]*podState // ready pods by UID
-	pools  map[informer.Key]*poolState
-	used   map[string]int // slots taken per pod UID, reservations included
-	dirty  map[informer.Key]struct{}
-	timers informer.Timers // Run keys
+	runs  map[informer.Key]*runState
+	pods  map[string]*podState // ready pods by UID
+	pools map[informer.Key]*poolState
+	used  map[string]int // slots taken per pod UID, reservations included
+	dirty map[informer.Key]struct{}
 	// unschedWriting is the number of Unschedulable writes in flight; at
 	// most maxUnschedWriting, so that marking a long queue neither fills
 	// the workers ahead of the assignments nor goes on once the pool hands
 	// out a slot again.
 	unschedWriting int
-	// poolTimers are pool keys (namespace and Runtime name), in a heap of
-	// their own since a Runtime and a Run may share a name.
-	poolTimers informer.Timers
-	seq        uint64
-	jobs       chan job
+	seq            uint64
 }
+
+// loopKey is a key of the scheduler's loop: a Run, or a Runtime that was
+// deleted (queued), or a pool whose stuck check is due (timer). The kind
+// keeps apart a Run and a Runtime that share a name.
+type loopKey struct {
+	kind keyKind
+	informer.Key
+}
+
+type keyKind uint8
+
+const (
+	keyRun     keyKind = iota // a Run: sync it
+	keyRuntime                // a deleted Runtime: recheck its pool
+	keyPool                   // a pool (namespace, Runtime name): is it stuck?
+)
 
 // New checks cfg and returns a Scheduler.
 func New(cfg Config) (*Scheduler, error) {
@@ -214,14 +227,18 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
-	return &Scheduler{
-		cfg:          cfg,
-		log:          cfg.Logger,
-		clk:          cfg.Clock,
-		runQueue:     informer.NewQueue(),
-		runtimeQueue: informer.NewQueue(),
-		results:      resultQueue{ready: make(chan struct{}, 1)},
-	}, nil
+	s := &Scheduler{cfg: cfg, log: cfg.Logger, clk: cfg.Clock}
+	s.loop = loop.New(loop.Config[loopKey, podsource.Event, result]{
+		Clock:   cfg.Clock,
+		Workers: cfg.Workers,
+		Hooks: loop.Hooks[loopKey, podsource.Event, result]{
+			Sync:   s.syncKey,
+			Event:  s.podEvent,
+			Result: s.handleResult,
+			Settle: s.scheduleDirty,
+		},
+	})
+	return s, nil
 }
 
 // Run waits for the informers to sync, subscribes to pods and schedules
@@ -243,127 +260,58 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.pools = map[informer.Key]*poolState{}
 	s.used = map[string]int{}
 	s.dirty = map[informer.Key]struct{}{}
-	s.jobs = make(chan job, 256)
 
 	events, snapshot, cancel := s.cfg.Pods.Subscribe()
 	defer cancel()
 	for _, p := range snapshot {
 		s.podReady(p)
 	}
+	addRun := func(r *v1alpha1.Run) { s.loop.Add(loopKey{keyRun, informer.KeyOf(r)}) }
 	removeRuns := s.cfg.RunInformer.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{
-		AddFunc:    func(r *v1alpha1.Run) { s.runQueue.Add(informer.KeyOf(r)) },
-		UpdateFunc: func(_, r *v1alpha1.Run) { s.runQueue.Add(informer.KeyOf(r)) },
-		DeleteFunc: func(r *v1alpha1.Run) { s.runQueue.Add(informer.KeyOf(r)) },
+		AddFunc:    addRun,
+		UpdateFunc: func(_, r *v1alpha1.Run) { addRun(r) },
+		DeleteFunc: addRun,
 	})
 	defer removeRuns()
 	removeRuntimes := s.cfg.RuntimeInformer.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Runtime]{
-		DeleteFunc: func(r *v1alpha1.Runtime) { s.runtimeQueue.Add(informer.KeyOf(r)) },
+		DeleteFunc: func(r *v1alpha1.Runtime) { s.loop.Add(loopKey{keyRuntime, informer.KeyOf(r)}) },
 	})
 	defer removeRuntimes()
 
-	var wg sync.WaitGroup
-	for range s.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range s.jobs {
-				s.results.put(s.do(ctx, j))
-			}
-		}()
+	if err := s.loop.Run(ctx, events); err != nil {
+		if errors.Is(err, loop.ErrEventsEnded) {
+			return errors.New("scheduler: the pod subscription ended")
+		}
+		return fmt.Errorf("scheduler: %w", err)
 	}
-	defer wg.Wait()
-	defer close(s.jobs)
-
-	var timer clock.Timer
-	var timerAt time.Time
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		s.scheduleDirty(ctx)
-		next, ok := s.nextTimer()
-		if ok && !next.After(s.clk.Now()) {
-			// Already due (a timer armed now might not fire on a fake
-			// clock, and a round trip through the timer gains nothing).
-			s.fireTimers(ctx)
-			continue
-		}
-		// Arm the one timer for the earliest wake-up.
-		if ok && (timer == nil || next.Before(timerAt)) {
-			if timer != nil {
-				timer.Stop()
-			}
-			timer, timerAt = s.clk.NewTimer(next.Sub(s.clk.Now())), next
-		}
-		var timerC <-chan time.Time
-		if timer != nil {
-			timerC = timer.C()
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.runQueue.Ready():
-			for _, k := range s.runQueue.Take() {
-				s.sync(ctx, k)
-			}
-		case <-s.runtimeQueue.Ready():
-			for _, k := range s.runtimeQueue.Take() {
-				if p := s.pools[k]; p != nil {
-					p.runtimeConfirmed = false
-					s.recheck(ctx, p)
-				}
-			}
-		case ev, ok := <-events:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("scheduler: the pod subscription ended")
-			}
-			switch ev.Type {
-			case podsource.PodReady:
-				s.podReady(ev.Pod)
-			case podsource.PodGone:
-				s.podGone(ctx, ev.Pod)
-			}
-		case <-s.results.ready:
-			for _, r := range s.results.take() {
-				s.handleResult(ctx, r)
-			}
-		case <-timerC:
-			timer = nil
-			s.fireTimers(ctx)
-		}
-	}
+	return nil
 }
 
-// nextTimer is the earliest due time of a Run's or a pool's timer.
-func (s *Scheduler) nextTimer() (time.Time, bool) {
-	run, okRun := s.timers.Next()
-	pool, okPool := s.poolTimers.Next()
-	if okPool && (!okRun || pool.Before(run)) {
-		return pool, true
-	}
-	return run, okRun
-}
-
-// fireTimers syncs the Runs whose timers are due and checks the pools
-// whose timers are.
-func (s *Scheduler) fireTimers(ctx context.Context) {
-	now := s.clk.Now()
-	for _, k := range s.timers.PopDue(now) {
-		if rs := s.runs[k]; rs != nil {
-			rs.timerAt = time.Time{}
+// syncKey is the loop's Sync hook: a Run to decide, a deleted Runtime
+// whose waiting Runs to decide again, or a pool whose stuck check is due.
+func (s *Scheduler) syncKey(ctx context.Context, k loopKey) {
+	switch k.kind {
+	case keyRun:
+		s.sync(ctx, k.Key)
+	case keyRuntime:
+		if p := s.pools[k.Key]; p != nil {
+			p.runtimeConfirmed = false
+			s.recheck(ctx, p)
 		}
-		s.sync(ctx, k)
-	}
-	for _, k := range s.poolTimers.PopDue(now) {
-		if p := s.pools[k]; p != nil {
-			p.checkAt = time.Time{}
+	case keyPool:
+		if p := s.pools[k.Key]; p != nil {
 			s.checkStuck(ctx, p)
 		}
+	}
+}
+
+// podEvent is the loop's Event hook.
+func (s *Scheduler) podEvent(ctx context.Context, ev podsource.Event) {
+	switch ev.Type {
+	case podsource.PodReady:
+		s.podReady(ev.Pod)
+	case podsource.PodGone:
+		s.podGone(ctx, ev.Pod)
 	}
 }
 
@@ -395,7 +343,6 @@ type runState struct {
 
 	index    int       // position in its pool's waiting heap; -1 when not waiting
 	since    time.Time // when this attempt was first seen waiting
-	timerAt  time.Time // earliest timer set for the Run
 	unschedQ bool      // queued in its pool's due list
 }
 
@@ -418,9 +365,6 @@ type poolState struct {
 	// handedAt is when the pool last handed a slot to a Run (zero:
 	// never); the pool is stuck from handedAt + UnschedulableAfter.
 	handedAt time.Time
-	// checkAt is when the pool's timer will check whether it is stuck
-	// (zero: no check set).
-	checkAt time.Time
 	// runtimeConfirmed: the store said the Runtime exists although the
 	// informer did not have it yet.
 	runtimeConfirmed bool
@@ -578,13 +522,10 @@ func (s *Scheduler) stuckAt(p *poolState) time.Time {
 	return p.handedAt.Add(s.cfg.UnschedulableAfter)
 }
 
-// afterPool makes the timer check p at t.
+// afterPool makes the timer check p at t (or earlier, if it is armed
+// earlier).
 func (s *Scheduler) afterPool(p *poolState, t time.Time) {
-	if !p.checkAt.IsZero() && !p.checkAt.After(t) {
-		return
-	}
-	p.checkAt = t
-	s.poolTimers.Push(t, p.key)
+	s.loop.After(t, loopKey{keyPool, p.key})
 }
 
 // checkStuck decides again the Runs of p that have waited
@@ -639,13 +580,10 @@ func (s *Scheduler) unwait(rs *runState) {
 // all Runtimes together). It is safe to call from any goroutine.
 func (s *Scheduler) Waiting() int { return int(s.waiting.Load()) }
 
-// after makes the timer sync rs at t.
+// after makes the timer sync rs at t (or earlier, if it is armed
+// earlier).
 func (s *Scheduler) after(rs *runState, t time.Time) {
-	if !rs.timerAt.IsZero() && !rs.timerAt.After(t) {
-		return
-	}
-	rs.timerAt = t
-	s.timers.Push(t, rs.key)
+	s.loop.After(t, loopKey{keyRun, rs.key})
 }
 
 // recheck decides every waiting Run of p again (its Runtime may be gone).
@@ -793,10 +731,7 @@ func (s *Scheduler) podGone(ctx context.Context, p podsource.Pod) {
 func (s *Scheduler) write(ctx context.Context, rs *runState, run *v1alpha1.Run, j job) {
 	rs.busy = true
 	j.rs, j.run, j.since = rs, run, rs.since
-	select {
-	case s.jobs <- j:
-	case <-ctx.Done():
-	}
+	s.loop.Submit(ctx, func(ctx context.Context) result { return s.do(ctx, j) })
 }
 
 // handleResult takes a finished write back into the state.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -107,30 +106,4 @@ func assign(run *v1alpha1.Run, pod podsource.Pod, now time.Time) {
 	if c := meta.FindStatusCondition(st.Conditions, retry.ConditionRetrying); c != nil && c.Status != metav1.ConditionFalse {
 		c.Status, c.Reason, c.LastTransitionTime = metav1.ConditionFalse, ReasonScheduled, at
 	}
-}
-
-// resultQueue hands results from the workers to the Run goroutine without
-// ever blocking a worker.
-type resultQueue struct {
-	mu    sync.Mutex
-	items []result
-	ready chan struct{}
-}
-
-func (q *resultQueue) put(r result) {
-	q.mu.Lock()
-	q.items = append(q.items, r)
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (q *resultQueue) take() []result {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	items := q.items
-	q.items = nil
-	return items
 }
