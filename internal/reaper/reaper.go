@@ -33,14 +33,15 @@
 // TTL: a Run that is terminal with a completionTime is deleted
 // spec.ttlSecondsAfterFinished seconds after completionTime or, when the
 // Run sets none, Config.FinishedRunTTL after it; a timer heap fed from the
-// informer does it (no polling).
+// informer does it (no polling). The queue, the timers (Runs to look at
+// again, TTLs, the sweep) and the pod events are internal/loop's; this
+// package holds the decisions.
 // Config.OnDeleted is called for every Run deletion the reaper observes,
 // its own or anybody's, so the wiring can remove the working directory
 // and logs.
 package reaper
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/loop"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
@@ -112,20 +114,37 @@ type Reaper struct {
 	log *slog.Logger
 	clk clock.Clock
 
-	queue   *informer.Queue
+	// loop is the mechanism: Run keys from the informer, the timers
+	// (Runs to look at again, TTLs, the sweep), pod events.
+	loop    *loop.Loop[loopKey, podsource.Event, struct{}]
 	started atomic.Bool
 	delMu   sync.Mutex
 	dels    []*v1alpha1.Run // deletions seen by the handler, for OnDeleted
 
 	// Owned by the Run goroutine.
-	live      map[string]podsource.Pod
-	gone      map[string]goneInfo
-	orphans   map[types.UID]time.Time // Run UID → first found on an unknown pod
-	ttl       ttlHeap
-	ttlAt     map[types.UID]time.Time // Run UID → its entry in ttl
-	timers    informer.Timers         // keys to look at again
-	nextSweep time.Time
+	live    map[string]podsource.Pod
+	gone    map[string]goneInfo
+	orphans map[types.UID]time.Time // Run UID → first found on an unknown pod
+	ttlAt   map[types.UID]time.Time // Run UID → when its TTL timer is due
 }
+
+// loopKey is a key of the reaper's loop.
+type loopKey struct {
+	kind keyKind
+	informer.Key
+	uid types.UID // keyTTL: the Run's UID
+}
+
+type keyKind uint8
+
+const (
+	keyRun     keyKind = iota // a Run: look at it
+	keyDeleted                // Runs were deleted: tell OnDeleted
+	keyTTL                    // a finished Run whose TTL may be up
+	keySweep                  // the periodic sweep
+)
+
+func ttlKey(k informer.Key, uid types.UID) loopKey { return loopKey{kind: keyTTL, Key: k, uid: uid} }
 
 type goneInfo struct {
 	pod    podsource.Pod
@@ -153,7 +172,12 @@ func New(cfg Config) (*Reaper, error) {
 	if cfg.OrphanGrace == 0 {
 		cfg.OrphanGrace = DefaultOrphanGrace
 	}
-	return &Reaper{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, queue: informer.NewQueue()}, nil
+	r := &Reaper{cfg: cfg, log: cfg.Logger, clk: cfg.Clock}
+	r.loop = loop.New(loop.Config[loopKey, podsource.Event, struct{}]{
+		Clock: cfg.Clock,
+		Hooks: loop.Hooks[loopKey, podsource.Event, struct{}]{Sync: r.syncKey, Event: r.podEvent},
+	})
+	return r, nil
 }
 
 // Run waits for the informer to sync, subscribes to pods, sweeps, and then
@@ -177,14 +201,16 @@ func (r *Reaper) Run(ctx context.Context) error {
 	for _, p := range snapshot {
 		r.live[p.UID] = p
 	}
+	addRun := func(run *v1alpha1.Run) { r.loop.Add(loopKey{kind: keyRun, Key: informer.KeyOf(run)}) }
 	remove := r.cfg.RunInformer.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{
-		AddFunc:    func(run *v1alpha1.Run) { r.queue.Add(informer.KeyOf(run)) },
-		UpdateFunc: func(_, run *v1alpha1.Run) { r.queue.Add(informer.KeyOf(run)) },
+		AddFunc:    addRun,
+		UpdateFunc: func(_, run *v1alpha1.Run) { addRun(run) },
 		DeleteFunc: func(run *v1alpha1.Run) {
 			r.delMu.Lock()
 			r.dels = append(r.dels, run)
 			r.delMu.Unlock()
-			r.queue.Add(informer.KeyOf(run))
+			r.loop.Add(loopKey{kind: keyDeleted}) // before the Run's own key
+			addRun(run)
 		},
 	})
 	defer remove()
@@ -192,59 +218,36 @@ func (r *Reaper) Run(ctx context.Context) error {
 	r.drainPods(ctx, events)
 	r.sweep(ctx)
 
-	var timer clock.Timer
-	var timerAt time.Time
-	defer func() {
-		if timer != nil {
-			timer.Stop()
+	if err := r.loop.Run(ctx, events); err != nil {
+		if errors.Is(err, loop.ErrEventsEnded) {
+			return errors.New("reaper: the pod subscription ended")
 		}
-	}()
-	for {
-		next := r.nextSweep
-		if t, ok := r.timers.Next(); ok && t.Before(next) {
-			next = t
+		return fmt.Errorf("reaper: %w", err)
+	}
+	return nil
+}
+
+// syncKey is the loop's Sync hook.
+func (r *Reaper) syncKey(ctx context.Context, k loopKey) {
+	switch k.kind {
+	case keyRun:
+		r.sync(ctx, k.Key)
+	case keyDeleted:
+		r.delMu.Lock()
+		dels := r.dels
+		r.dels = nil
+		r.delMu.Unlock()
+		for _, run := range dels {
+			r.deleted(run)
 		}
-		if len(r.ttl) > 0 && r.ttl[0].at.Before(next) {
-			next = r.ttl[0].at
+	case keyTTL:
+		if _, ok := r.ttlAt[k.uid]; !ok {
+			return // dropped
 		}
-		if !next.After(r.clk.Now()) {
-			// Already due: no round trip through a timer (one armed for
-			// now might not fire on a fake clock).
-			r.fire(ctx)
-			continue
-		}
-		if timer == nil || !timerAt.Equal(next) {
-			if timer != nil {
-				timer.Stop()
-			}
-			timer, timerAt = r.clk.NewTimer(next.Sub(r.clk.Now())), next
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-events:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("reaper: the pod subscription ended")
-			}
-			r.podEvent(ctx, ev)
-		case <-r.queue.Ready():
-			r.delMu.Lock()
-			dels := r.dels
-			r.dels = nil
-			r.delMu.Unlock()
-			for _, run := range dels {
-				r.deleted(run)
-			}
-			for _, k := range r.queue.Take() {
-				r.sync(ctx, k)
-			}
-		case <-timer.C():
-			timer = nil
-			r.fire(ctx)
-		}
+		delete(r.ttlAt, k.uid)
+		r.expire(ctx, k.Key, k.uid)
+	case keySweep:
+		r.sweep(ctx)
 	}
 }
 
@@ -294,7 +297,8 @@ func (r *Reaper) sync(ctx context.Context, k informer.Key) {
 // deleted handles a Run deletion the informer saw.
 func (r *Reaper) deleted(run *v1alpha1.Run) {
 	delete(r.orphans, run.UID)
-	delete(r.ttlAt, run.UID) // its heap entry is dropped when it comes up
+	delete(r.ttlAt, run.UID)
+	r.loop.Stop(ttlKey(informer.KeyOf(run), run.UID))
 	if r.cfg.OnDeleted != nil {
 		r.cfg.OnDeleted(run)
 	}
@@ -334,7 +338,7 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 				r.orphans[run.UID] = now
 			}
 			if due := first.Add(r.cfg.OrphanGrace); now.Before(due) {
-				r.timers.Push(due, informer.KeyOf(run))
+				r.loop.After(due, loopKey{kind: keyRun, Key: informer.KeyOf(run)})
 				return
 			}
 		}
@@ -348,7 +352,7 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 	}
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("reaper: write failed, will try again", "run", informer.KeyOf(run).String(), "run_uid", run.UID, "error", err)
-		r.timers.Push(r.clk.Now().Add(errorBackoff), informer.KeyOf(run))
+		r.loop.After(r.clk.Now().Add(errorBackoff), loopKey{kind: keyRun, Key: informer.KeyOf(run)})
 	}
 }
 
@@ -475,7 +479,7 @@ func phaseName(p v1alpha1.Phase) string {
 // sweep checks every Run against the live pods and forgets old gone UIDs.
 func (r *Reaper) sweep(ctx context.Context) {
 	now := r.clk.Now()
-	r.nextSweep = now.Add(r.cfg.SweepInterval)
+	r.loop.Set(now.Add(r.cfg.SweepInterval), loopKey{kind: keySweep})
 	for uid, g := range r.gone {
 		if now.Sub(g.at) > goneMemory {
 			delete(r.gone, uid)
@@ -486,26 +490,6 @@ func (r *Reaper) sweep(ctx context.Context) {
 	})
 	for _, run := range runs {
 		r.check(ctx, run)
-	}
-}
-
-// fire handles whatever is due: the sweep, Runs to look at again, and
-// TTL deletions.
-func (r *Reaper) fire(ctx context.Context) {
-	now := r.clk.Now()
-	if !now.Before(r.nextSweep) {
-		r.sweep(ctx)
-	}
-	for _, k := range r.timers.PopDue(now) {
-		r.sync(ctx, k)
-	}
-	for len(r.ttl) > 0 && !r.ttl[0].at.After(now) {
-		e := heap.Pop(&r.ttl).(ttlEntry)
-		if at, ok := r.ttlAt[e.uid]; !ok || !at.Equal(e.at) {
-			continue // superseded or dropped
-		}
-		delete(r.ttlAt, e.uid)
-		r.expire(ctx, e)
 	}
 }
 
@@ -529,56 +513,39 @@ func (r *Reaper) ttlDeadline(run *v1alpha1.Run) (time.Time, bool) {
 func (r *Reaper) trackTTL(run *v1alpha1.Run) {
 	at, ok := r.ttlDeadline(run)
 	old, had := r.ttlAt[run.UID]
+	k := ttlKey(informer.KeyOf(run), run.UID)
 	switch {
 	case !ok:
-		delete(r.ttlAt, run.UID)
+		if had {
+			delete(r.ttlAt, run.UID)
+			r.loop.Stop(k)
+		}
 	case !had || !old.Equal(at):
 		r.ttlAt[run.UID] = at
-		heap.Push(&r.ttl, ttlEntry{at: at, uid: run.UID, key: informer.KeyOf(run)})
+		r.loop.Set(at, k)
 	}
 }
 
 // expire deletes a Run whose TTL passed, if the informer agrees.
-func (r *Reaper) expire(ctx context.Context, e ttlEntry) {
-	run, ok := r.cfg.RunInformer.Get(e.key.Namespace, e.key.Name)
-	if !ok || run.UID != e.uid {
+func (r *Reaper) expire(ctx context.Context, key informer.Key, uid types.UID) {
+	run, ok := r.cfg.RunInformer.Get(key.Namespace, key.Name)
+	if !ok || run.UID != uid {
 		return
 	}
 	if at, ok := r.ttlDeadline(run); !ok || at.After(r.clk.Now()) {
 		r.trackTTL(run)
 		return
 	}
-	err := r.cfg.Runs.Delete(ctx, e.key.Namespace, e.key.Name, store.DeleteOptions{Preconditions: store.Preconditions{UID: string(e.uid)}})
+	err := r.cfg.Runs.Delete(ctx, key.Namespace, key.Name, store.DeleteOptions{Preconditions: store.Preconditions{UID: string(uid)}})
 	switch {
 	case err == nil:
-		r.log.Info("reaper: deleted finished run after its TTL", "run", e.key.String(), "run_uid", e.uid)
+		r.log.Info("reaper: deleted finished run after its TTL", "run", key.String(), "run_uid", uid)
 	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrConflict):
 	case ctx.Err() != nil:
 	default:
-		r.log.Warn("reaper: TTL delete failed, will try again", "run", e.key.String(), "run_uid", e.uid, "error", err)
+		r.log.Warn("reaper: TTL delete failed, will try again", "run", key.String(), "run_uid", uid, "error", err)
 		at := r.clk.Now().Add(errorBackoff)
-		r.ttlAt[e.uid] = at
-		heap.Push(&r.ttl, ttlEntry{at: at, uid: e.uid, key: e.key})
+		r.ttlAt[uid] = at
+		r.loop.Set(at, ttlKey(key, uid))
 	}
-}
-
-// Heaps.
-
-type ttlEntry struct {
-	at  time.Time
-	uid types.UID
-	key informer.Key
-}
-
-type ttlHeap []ttlEntry
-
-func (h ttlHeap) Len() int           { return len(h) }
-func (h ttlHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h ttlHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *ttlHeap) Push(x any)        { *h = append(*h, x.(ttlEntry)) }
-func (h *ttlHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
 }
