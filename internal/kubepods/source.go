@@ -30,6 +30,9 @@
 // is never announced again. Events of one Pod come in order; every
 // announced Pod gets exactly one PodGone, unless Run returns first — then
 // the subscriptions end without PodGone, because the Pods live on.
+//
+// The queue of Pod keys and their timers are internal/loop's; this
+// package holds the decisions (decide.go).
 package kubepods
 
 import (
@@ -56,6 +59,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/loop"
 	"stoke.dev/stoke/internal/podsource"
 )
 
@@ -97,19 +101,20 @@ type Config struct {
 // Run; Subscribe, Pods, Lookup and Synced may be called from any
 // goroutine.
 type Source struct {
-	cfg     Config
-	log     *slog.Logger
-	clk     clock.WithTicker
-	hub     *podsource.Hub
-	pods    cache.SharedIndexInformer
-	leases  cache.SharedIndexInformer
-	queue   *informer.Queue
+	cfg    Config
+	log    *slog.Logger
+	clk    clock.WithTicker
+	hub    *podsource.Hub
+	pods   cache.SharedIndexInformer
+	leases cache.SharedIndexInformer
+	// loop is the mechanism: Pod keys (from Pod, Lease and Runtime
+	// events) and their timers.
+	loop    *loop.Loop[informer.Key, struct{}, struct{}]
 	synced  chan struct{}
 	started atomic.Bool
 
 	// Owned by the Run goroutine.
 	state     map[informer.Key]*podState
-	timers    informer.Timers
 	reachable time.Time // since when the API server answers (zero: it does not)
 }
 
@@ -157,10 +162,13 @@ func New(cfg Config) (*Source, error) {
 		log:    cfg.Logger,
 		clk:    cfg.Clock,
 		hub:    podsource.NewHub(cfg.Logger),
-		queue:  informer.NewQueue(),
 		synced: make(chan struct{}),
 		state:  map[informer.Key]*podState{},
 	}
+	s.loop = loop.New(loop.Config[informer.Key, struct{}, struct{}]{
+		Clock: cfg.Clock,
+		Hooks: loop.Hooks[informer.Key, struct{}, struct{}]{Sync: s.sync},
+	})
 	s.pods = coreinformers.NewFilteredPodInformer(cfg.Client, metav1.NamespaceAll, 0,
 		cache.Indexers{byRuntime: func(obj any) ([]string, error) {
 			pod, ok := obj.(*corev1.Pod)
@@ -199,7 +207,7 @@ func (s *Source) enqueue(obj any) {
 	if err != nil {
 		return
 	}
-	s.queue.Add(informer.Key{Namespace: ns, Name: name})
+	s.loop.Add(informer.Key{Namespace: ns, Name: name})
 }
 
 // Subscribe is podsource.Source: the ready pods and their later
@@ -250,41 +258,12 @@ func (s *Source) Run(ctx context.Context) error {
 	s.reachable = s.clk.Now()
 	for _, key := range s.pods.GetIndexer().ListKeys() {
 		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
-			s.queue.Add(informer.Key{Namespace: ns, Name: name})
+			s.loop.Add(informer.Key{Namespace: ns, Name: name})
 		}
 	}
-	s.drain(ctx)
+	s.loop.SyncQueued(ctx)
 	close(s.synced)
-
-	var timer clock.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		var timerC <-chan time.Time
-		if next, ok := s.timers.Next(); ok {
-			d := next.Sub(s.clk.Now())
-			if d <= 0 {
-				s.fire(ctx)
-				continue
-			}
-			if timer != nil {
-				timer.Stop()
-			}
-			timer = s.clk.NewTimer(d)
-			timerC = timer.C()
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.queue.Ready():
-			s.drain(ctx)
-		case <-timerC:
-			s.fire(ctx)
-		}
-	}
+	return s.loop.Run(ctx, nil)
 }
 
 // runtimeChanged queues the Pods of a Runtime (slots, server).
@@ -295,25 +274,7 @@ func (s *Source) runtimeChanged(rt *v1alpha1.Runtime) {
 	}
 	for _, key := range keys {
 		if ns, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
-			s.queue.Add(informer.Key{Namespace: ns, Name: name})
-		}
-	}
-}
-
-// drain looks at every queued Pod.
-func (s *Source) drain(ctx context.Context) {
-	for _, k := range s.queue.Take() {
-		s.sync(ctx, k)
-	}
-}
-
-// fire looks again at the Pods whose time has come.
-func (s *Source) fire(ctx context.Context) {
-	seen := map[informer.Key]bool{}
-	for _, k := range s.timers.PopDue(s.clk.Now()) {
-		if !seen[k] {
-			seen[k] = true
-			s.sync(ctx, k)
+			s.loop.Add(informer.Key{Namespace: ns, Name: name})
 		}
 	}
 }
@@ -361,7 +322,7 @@ func (s *Source) sync(ctx context.Context, k informer.Key) {
 			s.log.Warn("kubepods: cannot read a Lease that looks expired; fencing nothing meanwhile",
 				"pod", k.String(), "pod_uid", pod.UID, "err", err)
 			s.reachable = time.Time{}
-			s.timers.Push(now.Add(retryAfter), k)
+			s.loop.After(now.Add(retryAfter), k)
 			return
 		}
 		if s.reachable.IsZero() {
@@ -388,7 +349,7 @@ func (s *Source) sync(ctx context.Context, k informer.Key) {
 		}
 	}
 	if !v.recheck.IsZero() {
-		s.timers.Push(v.recheck, k)
+		s.loop.After(v.recheck, k)
 	}
 }
 
