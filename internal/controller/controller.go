@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,6 +45,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -125,6 +127,7 @@ type Controller struct {
 	log     *slog.Logger
 	mgr     manager.Manager
 	metrics metricsserver.Server // nil when disabled
+	sched   *controlplane.Metrics
 	health  *health.Server
 
 	mu      sync.Mutex
@@ -157,7 +160,7 @@ func New(cfg Config) (*Controller, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger, health: probe.NewHealth(ServiceLeader)}
+	c := &Controller{cfg: cfg, log: cfg.Logger, health: probe.NewHealth(ServiceLeader), sched: schedulerMetrics()}
 	mgr, err := manager.New(rc, manager.Options{
 		Scheme: scheme,
 		Logger: logr.FromSlogHandler(cfg.Logger.Handler()),
@@ -276,10 +279,28 @@ func (c *Controller) lead(ctx context.Context) error {
 		return err
 	}
 	core, err := controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: pods, PodsSynced: pods.Synced(),
-		Logger: c.log, OnScheduled: c.cfg.OnScheduled, FinishedRunTTL: c.cfg.FinishedRunTTL})
+		Logger: c.log, OnScheduled: c.cfg.OnScheduled, Metrics: c.sched, FinishedRunTTL: c.cfg.FinishedRunTTL})
 	if err != nil {
 		return err
 	}
 	return controlplane.Run(ctx, c.log, append(core.Components(),
 		controlplane.Component{Name: "pods", Run: pods.Run})...)
+}
+
+// schedulerMetrics are the scheduler's metrics on controller-runtime's
+// registry, which /metrics serves: registered once per process (tests run
+// two replicas in one), so every replica shares them; the queue depth is
+// the leading replica's.
+func schedulerMetrics() *controlplane.Metrics {
+	m := controlplane.NewMetrics()
+	if err := ctrlmetrics.Registry.Register(m); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*controlplane.Metrics); ok {
+				return existing
+			}
+		}
+		panic(fmt.Sprintf("controller: scheduler metrics: %v", err)) // names clash: a programming error
+	}
+	return m
 }

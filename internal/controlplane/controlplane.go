@@ -55,8 +55,10 @@ type Config struct {
 	PodsSynced <-chan struct{}
 	// Logger: nil discards (internal/logging).
 	Logger *slog.Logger
-	// OnScheduled observes each assignment's scheduling latency (metrics).
+	// OnScheduled observes each assignment's scheduling latency (tests).
 	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
+	// Metrics, when set, get the scheduler's metrics (NewMetrics).
+	Metrics *Metrics
 	// FinishedRunTTL is how long a finished Run that sets no
 	// ttlSecondsAfterFinished is kept; zero keeps it until deleted.
 	FinishedRunTTL time.Duration
@@ -72,6 +74,7 @@ type Core struct {
 	Reaper    *reaper.Reaper
 
 	podsSynced <-chan struct{}
+	metrics    *Metrics
 }
 
 // New builds the scheduler and the reaper; Components runs them.
@@ -81,8 +84,10 @@ func New(cfg Config) (*Core, error) {
 	}
 	log := logging.OrDiscard(cfg.Logger)
 	st, inf := cfg.Store, cfg.Informers
-	sched, err := scheduler.New(scheduler.Config{Runs: st.Runs(), RunInformer: inf.Runs, Runtimes: st.Runtimes(),
-		RuntimeInformer: inf.Runtimes, Pods: cfg.Pods, Logger: log, OnScheduled: cfg.OnScheduled})
+	sc := scheduler.Config{Runs: st.Runs(), RunInformer: inf.Runs, Runtimes: st.Runtimes(),
+		RuntimeInformer: inf.Runtimes, Pods: cfg.Pods, Logger: log, OnScheduled: cfg.OnScheduled}
+	cfg.Metrics.hooks(&sc)
+	sched, err := scheduler.New(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +96,7 @@ func New(cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Core{Informers: inf, Scheduler: sched, Reaper: reap, podsSynced: cfg.PodsSynced}, nil
+	return &Core{Informers: inf, Scheduler: sched, Reaper: reap, podsSynced: cfg.PodsSynced, metrics: cfg.Metrics}, nil
 }
 
 // Components are the informers, the scheduler and the reaper, for Run.
@@ -99,7 +104,10 @@ func (c *Core) Components() []Component {
 	return []Component{
 		{"run informer", c.Runs.Run},
 		{"runtime informer", c.Runtimes.Run},
-		{"scheduler", c.afterPods(c.Scheduler.Run)},
+		{"scheduler", c.afterPods(func(ctx context.Context) error {
+			defer c.metrics.running(c.Scheduler)()
+			return c.Scheduler.Run(ctx)
+		})},
 		{"reaper", c.afterPods(c.Reaper.Run)},
 	}
 }

@@ -14,8 +14,9 @@ import (
 )
 
 // Metrics is the Prometheus registry of a standalone Stoke: invocations by
-// status code and their latency, API requests, Runs by phase and the
-// scheduler's latency, plus the Go and process collectors.
+// status code and their latency, API requests, Runs by phase, plus the Go
+// and process collectors (stoke up registers the scheduler's,
+// controlplane.Metrics, here too).
 type Metrics struct {
 	reg           *prometheus.Registry
 	included      prometheus.Gatherers // more families served on /metrics
@@ -24,7 +25,6 @@ type Metrics struct {
 	apiRequests   *prometheus.CounterVec
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
-	schedLatency  prometheus.Histogram
 	exec          execMetrics
 }
 
@@ -45,11 +45,6 @@ func NewMetrics(runPhases func() map[v1alpha1.Phase]int) *Metrics {
 		Name: "stoke_api_requests_total",
 		Help: "HTTP API requests other than invocations, by method and status code.",
 	}, []string{"method", "code"})
-	m.schedLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "stoke_scheduling_duration_seconds",
-		Help:    "Time from a Run attempt waiting to its stored assignment to a pod.",
-		Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12), // 0.5 ms … 12 s
-	})
 	// Every route's requests, refusals included: the route is one of a
 	// fixed few names, the code one of the statuses the gateway writes.
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -61,7 +56,7 @@ func NewMetrics(runPhases func() map[v1alpha1.Phase]int) *Metrics {
 		Help:    "Time from a request's routing to its answer's end (an exec or a followed log: the whole session), by route.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14), // 100 µs … 15 s
 	}, []string{"route"})
-	m.reg.MustRegister(m.invocations, m.invokeLatency, m.apiRequests, m.schedLatency, m.requests, m.latency,
+	m.reg.MustRegister(m.invocations, m.invokeLatency, m.apiRequests, m.requests, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if runPhases != nil {
 		m.reg.MustRegister(&phaseCollector{count: runPhases, desc: prometheus.NewDesc("stoke_runs",
@@ -69,12 +64,6 @@ func NewMetrics(runPhases func() map[v1alpha1.Phase]int) *Metrics {
 	}
 	m.exec = newExecMetrics(m.reg)
 	return m
-}
-
-// ObserveScheduled records one assignment's scheduling latency; it is the
-// scheduler's OnScheduled hook.
-func (m *Metrics) ObserveScheduled(_ *v1alpha1.Run, latency time.Duration) {
-	m.schedLatency.Observe(latency.Seconds())
 }
 
 func (m *Metrics) observeInvoke(status int, d time.Duration) {

@@ -62,6 +62,8 @@ type Config struct {
 	// daemon removes a Run's log from when the Run leaves it (deleted, or
 	// given to another pod); in Kubernetes mode the logs live in the Pod.
 	RunLogs *runlog.Store
+	// Metrics, when set, get the dispatch latencies (NewMetrics).
+	Metrics *Metrics
 }
 
 // Daemon is one pod's runtimed.
@@ -177,7 +179,7 @@ func (d *Daemon) Adopt(runs []*v1alpha1.Run) {
 func (d *Daemon) startWorkerLocked(run *v1alpha1.Run, adopt bool) {
 	uid := string(run.UID)
 	ctx, cancel := context.WithCancel(d.ctx)
-	w := &worker{d: d, uid: uid, cancel: cancel, updates: make(chan struct{}, 1), latest: run, executing: make(chan struct{}), adopted: adopt,
+	w := &worker{d: d, uid: uid, cancel: cancel, updates: make(chan struct{}, 1), latest: run, executing: make(chan struct{}), adopted: adopt, taken: d.cfg.Now(),
 		log: d.log.With("run_uid", uid, "run", run.Namespace+"/"+run.Name, "attempt", run.Status.Attempt)}
 	d.workers[uid] = w
 	d.wg.Add(1)
@@ -229,6 +231,9 @@ type worker struct {
 	executing chan struct{}
 	// adopted is set for a Run a previous runtimed claimed (Adopt).
 	adopted bool
+	// taken is when this runtimed took the Run (the dispatch latency's
+	// start).
+	taken time.Time
 }
 
 func (w *worker) update(run *v1alpha1.Run) {

@@ -63,6 +63,9 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string)
 		}
 		return
 	}
+	if !w.adopted {
+		w.d.cfg.Metrics.dispatched(modeFunction, w.d.cfg.Now().Sub(w.taken))
+	}
 	reg := resp.GetRegistration()
 	w.d.setActive(w.uid, reg)
 	defer w.d.setActive(w.uid, nil)

@@ -55,6 +55,9 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	}
 	if err == nil {
 		close(w.executing)
+		if !w.adopted {
+			w.d.cfg.Metrics.dispatched(modeTask, w.d.cfg.Now().Sub(w.taken))
+		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {

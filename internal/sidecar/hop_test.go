@@ -8,10 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -23,6 +25,7 @@ import (
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/exec/exectest"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/metricsrpc"
 	"stoke.dev/stoke/internal/mtls"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/runtime/server"
@@ -80,8 +83,15 @@ func newHopEnv(t *testing.T) *hopEnv {
 	}
 	pod := podsource.Pod{Namespace: "default", Runtime: "bash", Name: "bash-abcde", UID: "pod-uid-1", Server: "bash", Slots: 8,
 		Addr: "unix://" + sock, WorkspaceRoot: ws}
-	d := runtimed.Start(ctx, runtimed.Config{Pod: pod, Runs: st.Runs(), Conn: conn, Logger: log, StatusPoll: 50 * time.Millisecond})
 	inf := informer.New(st.Runs(), informer.Options{Namespace: pod.Namespace, AssignedPodUID: pod.UID, Logger: log})
+	metrics := runtimed.NewMetrics(func() []v1alpha1.Phase {
+		var phases []v1alpha1.Phase
+		for _, r := range inf.List(nil) {
+			phases = append(phases, r.Status.Phase)
+		}
+		return phases
+	})
+	d := runtimed.Start(ctx, runtimed.Config{Pod: pod, Runs: st.Runs(), Conn: conn, Logger: log, StatusPoll: 50 * time.Millisecond, Metrics: metrics})
 	inf.AddEventHandler(d.Handler())
 	infDone := make(chan struct{})
 	go func() {
@@ -101,7 +111,7 @@ func newHopEnv(t *testing.T) *hopEnv {
 		t.Fatal(err)
 	}
 	e.addr = lis.Addr().String()
-	hop := sidecar.NewHop(log, d.Daemon, tlsCfg, nil)
+	hop := sidecar.NewHop(log, d.Daemon, tlsCfg, nil, metrics)
 	hopErr := make(chan error, 1)
 	go func() { hopErr <- hop.Serve(ctx, lis, time.Second, nil) }()
 	t.Cleanup(func() {
@@ -266,6 +276,59 @@ func TestHopServesOnlyTheGateway(t *testing.T) {
 	// None of them reached the function.
 	if after := lastActivity(); after != before {
 		t.Errorf("the function was active after the gateway's invocation (%d, then %d)", before, after)
+	}
+}
+
+// runtimed's metrics are served on the hop (metrics.v1), to the gateway
+// alone: its Runs by phase, the dispatch latency of the function's
+// registration, and the hop's invocations by result.
+func TestHopServesRuntimedMetrics(t *testing.T) {
+	e := newHopEnv(t)
+	fn := e.submit(t, functionRun("fn"), v1alpha1.PhaseReady)
+	if _, err := invoke(e.gatewayConn(t), string(fn.UID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := invoke(e.gatewayConn(t), "no-such-run"); status.Code(err) != codes.NotFound {
+		t.Fatalf("an unknown run: %v", err)
+	}
+	scrape := func() string {
+		t.Helper()
+		mfs, err := metricsrpc.Scrape(context.Background(), e.gatewayConn(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text strings.Builder
+		for _, mf := range mfs {
+			if _, err := expfmt.MetricFamilyToText(&text, mf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return text.String()
+	}
+	// The phases are the informer's, which may show Ready a moment after
+	// the store.
+	text := scrape()
+	for deadline := time.Now().Add(exectest.Timeout); !strings.Contains(text, `stoke_runtimed_runs{phase="Ready"} 1`) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		text = scrape()
+	}
+	for _, want := range []string{
+		`stoke_runtimed_runs{phase="Ready"} 1`, `stoke_runtimed_runs{phase="Running"} 0`,
+		`stoke_runtimed_dispatch_duration_seconds_count{mode="function"} 1`,
+		`stoke_runtimed_invocations_total{result="ok"} 1`, `stoke_runtimed_invocations_total{result="not_found"} 1`,
+		`stoke_runtimed_invocation_duration_seconds_count{result="ok"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("runtimed's metrics lack %s:\n%s", want, text)
+		}
+	}
+	// A client certificate of the CA for another name gets nothing.
+	other, err := mtls.ClientConfig(e.ca.Issue(t, filepath.Join(e.root, "scraper"), testtls.Leaf{CommonName: "prometheus", Client: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metricsrpc.Scrape(context.Background(), e.dial(t, other)); status.Code(err) != codes.Unavailable {
+		t.Errorf("a scrape with another name's certificate: %v, want the connection refused", err)
 	}
 }
 

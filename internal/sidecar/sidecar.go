@@ -28,11 +28,13 @@ import (
 	"k8s.io/utils/clock"
 
 	pb "stoke.dev/stoke/api/executor/v1"
+	metricsv1 "stoke.dev/stoke/api/metrics/v1"
 	rdpb "stoke.dev/stoke/api/runtimed/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/metricsrpc"
 	"stoke.dev/stoke/internal/mtls"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/probe"
@@ -172,8 +174,15 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	metrics := runtimed.NewMetrics(func() []v1alpha1.Phase {
+		var phases []v1alpha1.Phase
+		for _, r := range runs.List(nil) {
+			phases = append(phases, r.Status.Phase)
+		}
+		return phases
+	})
 	d := runtimed.Start(ctx, runtimed.Config{
-		Pod: cfg.Pod, Runs: cfg.Runs, Conn: conn, Logger: cfg.Logger, StatusPoll: cfg.StatusPoll, RunLogs: logs,
+		Pod: cfg.Pod, Runs: cfg.Runs, Conn: conn, Logger: cfg.Logger, StatusPoll: cfg.StatusPoll, RunLogs: logs, Metrics: metrics,
 		DefaultTaskTimeout: cfg.DefaultTaskTimeout, DefaultFunctionTimeout: cfg.DefaultFunctionTimeout,
 		Endpoint: endpoint(cfg.EndpointBase),
 	})
@@ -195,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 		rsHealthy,
 		func(context.Context) error { return lease.Fresh() },
 	}}
-	hop := NewHop(log, d.Daemon, tlsCfg, logs)
+	hop := NewHop(log, d.Daemon, tlsCfg, logs, metrics)
 
 	errc := make(chan error, 7)
 	var running int
@@ -296,15 +305,23 @@ func waitRuntimeServer(ctx context.Context, health healthpb.HealthClient, log *s
 }
 
 // NewHop is the gateway's hop into this Pod: the FunctionRuntime proxy and
-// the exec service of d, and, when logs is set, the Runs' logs
-// (runtimed.v1 Logs), behind mutual TLS with tlsCfg (mtls.ServerConfig),
+// the exec service of d, when logs is set the Runs' logs (runtimed.v1
+// Logs), and when metrics is set runtimed's metrics (metrics.v1, which the
+// gateway scrapes), behind mutual TLS with tlsCfg (mtls.ServerConfig),
 // with the Runtime Server's interceptors (error categories as status
 // codes, panic recovery, call logs).
-func NewHop(log *slog.Logger, d *runtimed.Daemon, tlsCfg *tls.Config, logs *runlog.Store) *server.GRPC {
-	g := server.NewGRPC(log, server.Services{Functions: d.Proxy(), Exec: exec.NewGRPCServer(d.Exec())},
-		grpc.Creds(credentials.NewTLS(tlsCfg)))
+func NewHop(log *slog.Logger, d *runtimed.Daemon, tlsCfg *tls.Config, logs *runlog.Store, metrics *runtimed.Metrics) *server.GRPC {
+	opts := []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}
+	if metrics != nil {
+		// After the server's own interceptors: innermost.
+		opts = append(opts, grpc.ChainUnaryInterceptor(metrics.Unary()))
+	}
+	g := server.NewGRPC(log, server.Services{Functions: d.Proxy(), Exec: exec.NewGRPCServer(d.Exec())}, opts...)
 	if logs != nil {
 		rdpb.RegisterLogsServer(g.Server, d.LogService(logs))
+	}
+	if metrics != nil {
+		metricsv1.RegisterMetricsServiceServer(g.Server, metricsrpc.NewServer(metrics.Gatherer()))
 	}
 	return g
 }

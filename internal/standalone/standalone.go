@@ -69,8 +69,8 @@ type Config struct {
 	// LambdaCollectInterval is how often functions of lambda Runtimes
 	// whose Run is gone are deleted (default lambda.DefaultCollectInterval).
 	LambdaCollectInterval time.Duration
-	// OnScheduled observes each assignment's scheduling latency (metrics).
-	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
+	// Metrics, when set, get the scheduler's metrics.
+	Metrics *controlplane.Metrics
 	// FinishedRunTTL is how long a finished Run that sets no
 	// ttlSecondsAfterFinished is kept; zero keeps it until deleted.
 	FinishedRunTTL time.Duration
@@ -161,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		return nil, err
 	}
 	s.core, err = controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: s.pods, Logger: cfg.Logger,
-		OnScheduled: cfg.OnScheduled, FinishedRunTTL: cfg.FinishedRunTTL,
+		Metrics: cfg.Metrics, FinishedRunTTL: cfg.FinishedRunTTL,
 		OnDeleted: func(run *v1alpha1.Run) {
 			_ = os.RemoveAll(filepath.Join(s.runsRoot, string(run.UID)))
 			s.logs.Remove(string(run.UID))

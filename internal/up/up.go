@@ -20,6 +20,7 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cgroup"
+	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/debugsock"
 	"stoke.dev/stoke/internal/gateway"
@@ -209,8 +210,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var s *standalone.Standalone
 	metrics := gateway.NewMetrics(func() map[v1alpha1.Phase]int { return s.RunPhases() })
+	schedMetrics := controlplane.NewMetrics()
+	metrics.MustRegister(schedMetrics)
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
-		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, OnScheduled: metrics.ObserveScheduled,
+		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, Metrics: schedMetrics,
 		FinishedRunTTL: cfg.FinishedRunTTL, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods,
 		DebugSockets: cfg.DebugSocket != "", RunAs: cfg.RunAs})
 	if err != nil {

@@ -66,15 +66,16 @@ func (m *Metrics) unary() grpc.UnaryServerInterceptor {
 		m.inFlight.Inc()
 		defer m.inFlight.Dec()
 		resp, err := handler(ctx, req)
-		result := invokeResult(err)
+		result := InvokeResult(err)
 		m.invocations.WithLabelValues(result).Inc()
 		m.duration.WithLabelValues(result).Observe(time.Since(start).Seconds())
 		return resp, err
 	}
 }
 
-// invokeResult is the result label of an invocation that returned err.
-func invokeResult(err error) string {
+// InvokeResult is the result label of an invocation that returned err
+// (runtimed labels the hop's invocations with it too).
+func InvokeResult(err error) string {
 	if err == nil {
 		return "ok"
 	}
