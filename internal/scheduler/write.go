@@ -107,3 +107,57 @@ func assign(run *v1alpha1.Run, pod podsource.Pod, now time.Time) {
 		c.Status, c.Reason, c.LastTransitionTime = metav1.ConditionFalse, ReasonScheduled, at
 	}
 }
+
+// write hands a status write for rs to the workers.
+func (s *Scheduler) write(ctx context.Context, rs *runState, run *v1alpha1.Run, j job) {
+	rs.busy = true
+	j.rs, j.run, j.since = rs, run, rs.since
+	s.loop.Submit(ctx, func(ctx context.Context) result { return s.do(ctx, j) })
+}
+
+// handleResult takes a finished write back into the state.
+func (s *Scheduler) handleResult(ctx context.Context, r result) {
+	rs := r.rs
+	if r.kind == jobUnschedulable {
+		s.unschedWriting--
+		for k, p := range s.pools { // the marking goes on where it waited
+			if len(p.due) > 0 {
+				s.dirty[k] = struct{}{}
+			}
+		}
+	}
+	if s.runs[rs.key] != rs {
+		return // ended or replaced meanwhile
+	}
+	rs.busy = false
+	base := r.run.ResourceVersion
+	switch {
+	case r.err == nil && r.kind == jobRuntimeCheck && r.stored == nil:
+		// The Runtime exists; the informer has not caught up.
+		s.pool(rs.pool).runtimeConfirmed = true
+	case r.err == nil:
+		if r.stored.ResourceVersion == base {
+			// Nothing changed, so no event will come.
+			break
+		}
+		if r.kind == jobAssign {
+			s.log.Debug("scheduler: assigned", "run", rs.key.String(), "run_uid", rs.uid, "pod", r.pod.Name)
+		}
+		if rs.rv == base {
+			rs.holdRV = base // decide again once the informer shows the write
+		}
+	case errors.Is(r.err, errdefs.ErrConflict) || errors.Is(r.err, errdefs.ErrNotFound):
+		if rs.rv == base {
+			rs.holdRV = base
+		}
+	case ctx.Err() != nil:
+		return
+	default:
+		s.log.Warn("scheduler: status write failed", "run", rs.key.String(), "run_uid", rs.uid, "error", r.err)
+		rs.retryAt = s.clk.Now().Add(errorBackoff)
+	}
+	if r.err != nil && rs.reserved != "" && rs.reservedBase == base {
+		rs.reserved, rs.reservedBase = "", ""
+	}
+	s.sync(ctx, rs.key)
+}
