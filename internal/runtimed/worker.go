@@ -1,0 +1,149 @@
+package runtimed
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/retry"
+)
+
+// worker drives one Run on this pod.
+type worker struct {
+	d      *Daemon
+	uid    string
+	log    *slog.Logger
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	latest  *v1alpha1.Run
+	deleted bool
+	updates chan struct{} // signalled when latest changes
+	// executing is closed once a task's execution was started on the
+	// Runtime Server, so that an exec can wait for it.
+	executing chan struct{}
+	// adopted is set for a Run a previous runtimed claimed (Adopt).
+	adopted bool
+	// taken is when this runtimed took the Run (the dispatch latency's
+	// start).
+	taken time.Time
+}
+
+func (w *worker) update(run *v1alpha1.Run) {
+	w.mu.Lock()
+	w.latest = run
+	w.mu.Unlock()
+	w.signal()
+}
+
+// wrote records what the worker's own write of base stored, unless the
+// informer handed over another version while the write was in flight:
+// that one is the stored version itself or a later one (a delete, a
+// cancel), and overwriting it would lose that change for good, as no
+// further event brings it back. Versions are compared for equality only;
+// Kubernetes keeps them opaque.
+func (w *worker) wrote(base, stored *v1alpha1.Run) {
+	w.mu.Lock()
+	if w.latest.ResourceVersion == base.ResourceVersion {
+		w.latest = stored
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+func (w *worker) signal() {
+	select {
+	case w.updates <- struct{}{}:
+	default:
+	}
+}
+
+// markDeleted hands the worker the Run's last state, gone for good; under
+// w.mu, as current reads it.
+func (w *worker) markDeleted(run *v1alpha1.Run) {
+	w.mu.Lock()
+	w.deleted = true
+	w.mu.Unlock()
+	w.update(run)
+}
+
+func (w *worker) current() (*v1alpha1.Run, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.latest, w.deleted
+}
+
+// stopRequested reports whether the Run is being cancelled or deleted.
+func (w *worker) stopRequested() (cancel, deleted bool) {
+	run, gone := w.current()
+	return run.Spec.CancelRequested, gone || run.DeletionTimestamp != nil
+}
+
+func (w *worker) run(ctx context.Context) {
+	if w.adopted {
+		// Claimed and materialised by the previous runtimed; its
+		// execution or registration may still be on the Runtime Server.
+		run, _ := w.current()
+		dir := w.d.workDir(w.uid)
+		defer w.removeDir(ctx, dir)
+		w.log.Info("adopting a run claimed by the previous runtimed", "phase", run.Status.Phase)
+		if run.Spec.Mode.Function != nil {
+			w.runFunction(ctx, run, dir)
+			return
+		}
+		w.runTask(ctx, run, dir)
+		return
+	}
+	// Claim: Scheduled → Running with startTime. A conflict means the Run
+	// moved on (cancelled, reassigned): re-read and decide again. A
+	// function requeued after a restart keeps its first startTime: its
+	// reservation lifetime counts from there (a retry clears it).
+	now := metav1.NewTime(w.d.cfg.Now())
+	claimed, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
+		if r.Status.Phase != v1alpha1.PhaseScheduled {
+			return false
+		}
+		r.Status.Phase = v1alpha1.PhaseRunning
+		if r.Status.StartTime == nil {
+			r.Status.StartTime = &now
+		}
+		r.Status.Reason, r.Status.Message = "", ""
+		return true
+	})
+	if err != nil || claimed == nil {
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("claiming run", "error", err)
+		}
+		return
+	}
+	run := claimed
+	dir := w.d.workDir(w.uid)
+	defer w.removeDir(ctx, dir)
+	if err := materialise(w.d.cfg.WorkDirs, dir, run.Spec.Source); err != nil {
+		w.fail(ctx, retry.InvalidSpec, fmt.Sprintf("materialising source: %v", err))
+		return
+	}
+	if run.Spec.Mode.Function != nil {
+		w.runFunction(ctx, run, dir)
+		return
+	}
+	w.runTask(ctx, run, dir)
+}
+
+// removeDir removes the Run's working directory once the worker is done
+// with the Run. When the daemon stops first, what the Run started stays on
+// the pod (see Run), and so does its directory: the pod's end removes it,
+// or a restarted runtimed adopts the Run.
+func (w *worker) removeDir(ctx context.Context, dir string) {
+	if ctx.Err() != nil {
+		return
+	}
+	if err := w.d.cfg.WorkDirs.Remove(dir); err != nil {
+		w.log.Warn("removing working directory", "error", err)
+	}
+}
