@@ -20,9 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
@@ -349,7 +352,69 @@ func testGatewayConcurrentInvokes(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 			t.Fatalf("invocations overlapped: %v", m)
 		}
 	}
+	// runtimed counted them on its hop, and each replica serves runtimed's
+	// metrics on its /metrics, labelled with the pod (the pod's counters
+	// are cumulative: at least this test's calls).
+	reader := e.metricsReader(t)
+	for name, base := range urls {
+		res := g.call(http.MethodGet, base+"/metrics", reader, nil, nil)
+		if res.status != http.StatusOK {
+			t.Fatalf("gateway %s /metrics: %s", name, res)
+		}
+		got := runtimedInvocations(t, res.body, fn.Status.AssignedPod)
+		if got["ok"] < float64(ok) || got["resource_exhausted"] < float64(busy) || !strings.Contains(res.body, `stoke_runtimed_up{namespace="`+runsNamespace+`",pod="`+fn.Status.AssignedPod+`",runtime="python"} 1`) {
+			t.Errorf("gateway %s: runtimed's invocations of pod %s by result %v, want at least %d ok and %d resource_exhausted, and up 1", name, fn.Status.AssignedPod, got, ok, busy)
+		}
+	}
+	if res := g.call(http.MethodGet, anyGateway(urls)+"/metrics", g.editor, nil, nil); res.status != http.StatusForbidden {
+		t.Errorf("/metrics with stoke-edit's token: %s, want 403", res)
+	}
 	e.deleteRun(t, fn.Name)
+}
+
+// metricsReader is the token of a ServiceAccount bound to the chart's
+// stoke-metrics-reader (get on /metrics).
+func (e *kubeEnv) metricsReader(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	const name = "gw-metrics-reader"
+	if _, err := e.kube.CoreV1().ServiceAccounts(runsNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := e.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "stoke-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: runsNamespace}},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := e.kube.CoreV1().ServiceAccounts(runsNamespace).CreateToken(ctx, name, &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// runtimedInvocations sums stoke_runtimed_invocations_total of pod by
+// result from a /metrics answer.
+func runtimedInvocations(t *testing.T, body, pod string) map[string]float64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	got := map[string]float64{}
+	for _, m := range mfs["stoke_runtimed_invocations_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["pod"] == pod {
+			got[labels["result"]] += m.GetCounter().GetValue()
+		}
+	}
+	return got
 }
 
 // Killing a gateway process under load: the calls in flight to it fail

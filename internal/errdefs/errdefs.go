@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Error categories. Wrap them with fmt.Errorf("...: %w", ErrX) or use the
@@ -211,7 +212,10 @@ func HTTPStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
-// ToGRPC converts err into a gRPC status error at a server edge.
+// ToGRPC converts err into a gRPC status error at a server edge. A
+// Retry-After (WithRetryAfter) crosses as an errdetails.RetryInfo, which
+// FromGRPC turns back into one, so that a hop's peer (the Kubernetes
+// gateway, from runtimed) answers with the same Retry-After.
 func ToGRPC(err error) error {
 	if err == nil {
 		return nil
@@ -219,28 +223,37 @@ func ToGRPC(err error) error {
 	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
 		return err
 	}
+	var st *status.Status
+	var details []protoadapt.MessageV1
 	var fe *FunctionError
 	if errors.As(err, &fe) {
-		st := status.New(codes.Unknown, fe.Error())
-		details := []protoadapt.MessageV1{&errdetails.ErrorInfo{
+		st = status.New(codes.Unknown, fe.Error())
+		details = append(details, &errdetails.ErrorInfo{
 			Reason:   FunctionErrorReason,
 			Domain:   ErrorDomain,
 			Metadata: map[string]string{"errorType": fe.Type, "invocationId": fe.InvocationID},
-		}}
+		})
 		if fe.StackTrace != "" {
 			details = append(details, &errdetails.DebugInfo{Detail: fe.StackTrace})
 		}
+	} else {
+		st = status.New(Code(err), err.Error())
+	}
+	if d, ok := RetryAfter(err); ok {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+	}
+	if len(details) > 0 {
 		if withDetails, derr := st.WithDetails(details...); derr == nil {
 			st = withDetails
 		}
-		return st.Err()
 	}
-	return status.Error(Code(err), err.Error())
+	return st.Err()
 }
 
 // FromGRPC converts a gRPC status error from a peer back into a categorized
 // error, so that a hop (runtimed, the gateway) can re-map it. A FUNCTION_ERROR
-// status becomes a *FunctionError again.
+// status becomes a *FunctionError again, and a RetryInfo a Retry-After
+// (WithRetryAfter).
 func FromGRPC(err error) error {
 	if err == nil {
 		return nil
@@ -249,6 +262,17 @@ func FromGRPC(err error) error {
 	if !ok {
 		return err
 	}
+	back := fromStatus(st)
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			return WithRetryAfter(back, min(max(ri.GetRetryDelay().AsDuration(), 0), MaxRetryAfter))
+		}
+	}
+	return back
+}
+
+// fromStatus is FromGRPC's category (or function error) of st.
+func fromStatus(st *status.Status) error {
 	if st.Code() == codes.Unknown {
 		fe := &FunctionError{Message: st.Message()}
 		isFunction := false

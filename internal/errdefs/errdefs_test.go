@@ -108,3 +108,29 @@ func TestRetryAfter(t *testing.T) {
 		t.Error("WithRetryAfter(nil) is not nil")
 	}
 }
+
+// A Retry-After crosses a gRPC hop (runtimed to the Kubernetes gateway) as
+// a RetryInfo, with its category and message; an unmarked error gets none,
+// and a peer's absurd delay is capped.
+func TestRetryAfterCrossesGRPC(t *testing.T) {
+	for _, cat := range []error{ErrUnavailable, ErrFailedPrecondition, ErrResourceExhausted} {
+		back := FromGRPC(ToGRPC(fmt.Errorf("hop: %w", WithRetryAfter(Errorf(cat, "not yet"), 2500*time.Millisecond))))
+		if d, ok := RetryAfter(back); !ok || d != 2500*time.Millisecond {
+			t.Errorf("%v: RetryAfter after the hop = %v, %v; want 2.5s", cat, d, ok)
+		}
+		if !errors.Is(back, cat) || back.Error() != "hop: not yet" {
+			t.Errorf("%v came back as %v", cat, back)
+		}
+		if _, ok := RetryAfter(FromGRPC(ToGRPC(Errorf(cat, "no")))); ok {
+			t.Errorf("%v without a Retry-After came back with one", cat)
+		}
+	}
+	fe := &FunctionError{Type: "ValueError", Message: "boom", InvocationID: "inv1"}
+	var back *FunctionError
+	if err := FromGRPC(ToGRPC(WithRetryAfter(fe, time.Second))); !errors.As(err, &back) || *back != *fe {
+		t.Errorf("a function error with a Retry-After came back as %v", err)
+	}
+	if d, _ := RetryAfter(FromGRPC(ToGRPC(WithRetryAfter(Errorf(ErrUnavailable, "x"), 1000*time.Hour)))); d != MaxRetryAfter {
+		t.Errorf("a delay of 1000 h came back as %v, want MaxRetryAfter", d)
+	}
+}

@@ -5,6 +5,9 @@ import (
 	"time"
 )
 
+// MaxRetryAfter caps a Retry-After that comes from a peer (FromGRPC).
+const MaxRetryAfter = time.Hour
+
 // WithRetryAfter marks err as transient: the same request may succeed when
 // sent again after d (for example a function registered again after a
 // restart). Its category is err's; the gateway answers it with a

@@ -33,6 +33,7 @@ import (
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/metricsrpc"
 	"stoke.dev/stoke/internal/mtls"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimeset"
@@ -120,6 +121,10 @@ func Run(ctx context.Context, cfg Config) error {
 	auth := NewAuthorizer(AuthConfig{Client: client, TTL: cfg.AuthTTL, Clock: cfg.AuthClock, Logger: log})
 	metrics := gateway.NewMetrics(nil)
 	metrics.MustRegister(auth.Collector())
+	// runtimed's metrics, from every runtime Pod over the hop's mutual
+	// TLS (metrics.v1): no runtime Pod opens a port for them.
+	metrics.Include(metricsrpc.NewGatherer(hops.targets, podScrapeTimeout, log).WithUp(
+		"stoke_runtimed_up", "Whether the last scrape of a runtime Pod's runtimed metrics over its hop succeeded."))
 	rt := &routes{runs: runs, hops: hops}
 	g := gateway.New(gateway.Config{
 		Router: rt, Exec: rt, Logs: rt, Auth: auth, Metrics: metrics, Logger: log, Timeouts: cfg.Timeouts,
@@ -173,6 +178,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return first
 }
+
+// podScrapeTimeout bounds the scrape of one runtime Pod's metrics.
+const podScrapeTimeout = 2 * time.Second
 
 // servingConfig is the HTTPS side: the files' certificate, or a
 // self-signed one.

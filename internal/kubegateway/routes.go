@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -18,6 +20,8 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/gateway"
+	"stoke.dev/stoke/internal/metricsrpc"
+	"stoke.dev/stoke/internal/runtimeset"
 )
 
 // runCache is the Runs the gateway knows, from its informer's memory.
@@ -209,30 +213,63 @@ func (h *hops) conn(run *v1alpha1.Run) (*grpc.ClientConn, error) {
 	uid := run.Status.AssignedPodUID
 	h.mu.RLock()
 	pod := h.pods[uid]
-	c := h.conns[uid]
 	h.mu.RUnlock()
-	addr, ok := hopAddr(pod, h.port)
+	conn, ok, err := h.podConn(uid, pod)
 	if !ok {
 		return nil, gateway.PodGone(run)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("run %s/%s: the hop of pod %s: %w", run.Namespace, run.Name, run.Status.AssignedPod, err)
+	}
+	return conn, nil
+}
+
+// podConn is the connection to pod's hop, made at its first use; ok is
+// false when the pod has no live address.
+func (h *hops) podConn(uid string, pod *corev1.Pod) (_ *grpc.ClientConn, ok bool, _ error) {
+	addr, ok := hopAddr(pod, h.port)
+	if !ok {
+		return nil, false, nil
+	}
+	h.mu.RLock()
+	c := h.conns[uid]
+	h.mu.RUnlock()
 	if c != nil && c.addr == addr {
-		return c.conn, nil
+		return c.conn, true, nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if c := h.conns[uid]; c != nil {
 		if c.addr == addr {
-			return c.conn, nil
+			return c.conn, true, nil
 		}
 		_ = c.conn.Close()
 		delete(h.conns, uid)
 	}
 	conn, err := h.dial(addr)
 	if err != nil {
-		return nil, fmt.Errorf("run %s/%s: the hop of pod %s: %w", run.Namespace, run.Name, run.Status.AssignedPod, err)
+		return nil, true, err
 	}
 	h.conns[uid] = &hopConn{addr: addr, conn: conn}
-	return conn, nil
+	return conn, true, nil
+}
+
+// targets are the live runtime pods' hops, for scraping runtimed's
+// metrics, each labelled with its namespace, Runtime and pod.
+func (h *hops) targets() []metricsrpc.Target {
+	h.mu.RLock()
+	pods := slices.Collect(maps.Values(h.pods))
+	h.mu.RUnlock()
+	var out []metricsrpc.Target
+	for _, pod := range pods {
+		conn, ok, err := h.podConn(string(pod.UID), pod)
+		if !ok || err != nil {
+			continue
+		}
+		out = append(out, metricsrpc.Target{Conn: conn, Labels: map[string]string{
+			"namespace": pod.Namespace, "runtime": pod.Labels[runtimeset.LabelRuntime], "pod": pod.Name}})
+	}
+	return out
 }
 
 // hopAddr is a live pod's hop address.

@@ -90,11 +90,13 @@ type Target struct {
 
 // Gatherer scrapes every current target on each Gather, in parallel, and
 // merges their families. A target that does not answer within the timeout
-// is left out of that scrape; UpName then reports it 0.
+// is left out of that scrape; the up gauge (UpName) then reports it 0.
 type Gatherer struct {
 	targets func() []Target
 	timeout time.Duration
 	log     *slog.Logger
+	// upName and upHelp name the up gauge (UpName by default).
+	upName, upHelp string
 }
 
 // UpName is the gauge a Gatherer adds: 1 for each target scraped, 0 for
@@ -104,7 +106,15 @@ const UpName = "stoke_runtime_server_up"
 // NewGatherer returns a Gatherer of the targets listed by targets at each
 // scrape.
 func NewGatherer(targets func() []Target, timeout time.Duration, log *slog.Logger) *Gatherer {
-	return &Gatherer{targets: targets, timeout: timeout, log: logging.OrDiscard(log)}
+	return &Gatherer{targets: targets, timeout: timeout, log: logging.OrDiscard(log),
+		upName: UpName, upHelp: "Whether the last scrape of a Runtime Server's metrics succeeded."}
+}
+
+// WithUp names the up gauge for targets that are not Runtime Servers (the
+// gateway's scrape of runtimed); it returns g.
+func (g *Gatherer) WithUp(name, help string) *Gatherer {
+	g.upName, g.upHelp = name, help
+	return g
 }
 
 // Gather implements prometheus.Gatherer. It never fails: a target that
@@ -128,8 +138,8 @@ func (g *Gatherer) Gather() ([]*dto.MetricFamily, error) {
 	wg.Wait()
 
 	byName := map[string]*dto.MetricFamily{}
-	upFamily := &dto.MetricFamily{Name: proto.String(UpName), Type: dto.MetricType_GAUGE.Enum(),
-		Help: proto.String("Whether the last scrape of a Runtime Server's metrics succeeded.")}
+	upFamily := &dto.MetricFamily{Name: proto.String(g.upName), Type: dto.MetricType_GAUGE.Enum(),
+		Help: proto.String(g.upHelp)}
 	for i, t := range targets {
 		labels := labelPairs(t.Labels)
 		up := 0.0

@@ -2,6 +2,7 @@ package runtimed
 
 import (
 	"context"
+	"time"
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/errdefs"
@@ -37,11 +38,33 @@ func (p *proxy) resolve(ref *pb.FunctionRegistration) (*pb.FunctionRegistration,
 	}
 	p.d.mu.Lock()
 	reg := p.d.active[ref.GetRunUid()]
+	w := p.d.workers[ref.GetRunUid()]
 	p.d.mu.Unlock()
-	if reg == nil {
-		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s: no active function registration on pod %s", ref.GetRunUid(), p.d.cfg.Pod.Name)
+	if reg != nil {
+		return reg, nil
 	}
-	return reg, nil
+	if w != nil && w.registering() {
+		// The Run is this pod's and its function is (being) registered:
+		// the caller may try again shortly. The Retry-After crosses the
+		// hop (errdefs.ToGRPC) to the gateway's 503.
+		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrFailedPrecondition,
+			"run %s: its function is not registered on pod %s yet (registering, or registering again)", ref.GetRunUid(), p.d.cfg.Pod.Name), registeringRetry)
+	}
+	return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s: no active function registration on pod %s", ref.GetRunUid(), p.d.cfg.Pod.Name)
+}
+
+// registeringRetry is the Retry-After of an invocation of a function that
+// is registering (the gateway's NotReadyRetry).
+const registeringRetry = time.Second
+
+// registering reports whether w holds a function Run that has not ended
+// and is not going away, so that its registration is on its way.
+func (w *worker) registering() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	run := w.latest
+	return !w.deleted && run != nil && run.Spec.Mode.Function != nil && run.DeletionTimestamp == nil &&
+		!run.Spec.CancelRequested && !run.Status.Phase.Terminal()
 }
 
 // InvokeFunction forwards one invocation; the Runtime Server's status

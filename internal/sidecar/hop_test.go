@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,8 +25,10 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/exec/exectest"
+	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/metricsrpc"
 	"stoke.dev/stoke/internal/mtls"
@@ -330,6 +335,83 @@ func TestHopServesRuntimedMetrics(t *testing.T) {
 	if _, err := metricsrpc.Scrape(context.Background(), e.dial(t, other)); status.Code(err) != codes.Unavailable {
 		t.Errorf("a scrape with another name's certificate: %v, want the connection refused", err)
 	}
+}
+
+// A function still registering on its pod (here its source blocks on a
+// FIFO the test holds) answers through the hop with FailedPrecondition and
+// a Retry-After, which crosses gRPC (errdefs' RetryInfo) so that the
+// gateway answers 503 with Retry-After, as standalone's does; once it is
+// registered, the same call is answered.
+func TestHopCarriesRetryAfterOfARegisteringFunction(t *testing.T) {
+	e := newHopEnv(t)
+	fifo := filepath.Join(t.TempDir(), "hold")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := functionRun("slow")
+	run.Spec.Source.Inline.Text = fmt.Sprintf("handle() { printf '{\"got\":%%s}' \"$1\"; }\nread -r _ < %q\n", fifo)
+	fn := e.submit(t, run, v1alpha1.PhaseRunning)
+	uid := string(fn.UID)
+
+	_, err := invoke(e.gatewayConn(t), uid)
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("invoking a registering function through the hop: %v, want FailedPrecondition", err)
+	}
+	if d, ok := errdefs.RetryAfter(errdefs.FromGRPC(err)); !ok || d != time.Second {
+		t.Errorf("Retry-After through the hop: %v, %v; want 1s", d, ok)
+	}
+	// The gateway's answer, over this hop (as the Kubernetes gateway routes
+	// a Run its informer shows Ready while runtimed registers it again).
+	g := gateway.New(gateway.Config{Router: hopRouter{c: pb.NewFunctionRuntimeClient(e.gatewayConn(t))}, Token: "t"})
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	post := func() *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/namespaces/default/runs/slow/"+uid+"/invoke", strings.NewReader(`[1]`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer t")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp
+	}
+	if resp := post(); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("the gateway answered %d with Retry-After %q, want 503 with 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("go\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	e.await(t, "slow", v1alpha1.PhaseReady)
+	if resp := post(); resp.StatusCode != http.StatusOK {
+		t.Errorf("the registered function answered %d", resp.StatusCode)
+	}
+}
+
+// hopRouter routes every invocation to one hop, as the Kubernetes
+// gateway's routes do (kubegateway.remoteFunctions).
+type hopRouter struct{ c pb.FunctionRuntimeClient }
+
+func (r hopRouter) Route(string, string, string) (pb.FunctionRuntimeServer, error) {
+	return hopFunctions{c: r.c}, nil
+}
+
+type hopFunctions struct {
+	pb.UnimplementedFunctionRuntimeServer
+	c pb.FunctionRuntimeClient
+}
+
+func (f hopFunctions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, error) {
+	return f.c.InvokeFunction(ctx, req)
 }
 
 var execRuns atomic.Int64
