@@ -56,6 +56,9 @@ var forbidden = map[string][]string{
 	"stoke.dev/stoke/api/":             {"stoke.dev/stoke/internal/"},
 	"stoke.dev/stoke/internal/errdefs": {"stoke.dev/stoke/internal/"},
 	"stoke.dev/stoke/internal/bounds":  {"stoke.dev/stoke/internal/"},
+	// The dispatcher knows no store and no transport: its caller feeds it
+	// replicas and calls the one leased.
+	"stoke.dev/stoke/internal/dispatch": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/informer", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/api/", "google.golang.org/grpc", "net/", "k8s.io/client-go"},
 	// The log summariser is a leaf anything with a flood of per-request
 	// lines may use.
 	"stoke.dev/stoke/internal/logsummary": {"stoke.dev/stoke/internal/"},

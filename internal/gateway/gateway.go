@@ -75,6 +75,9 @@ type Config struct {
 	API API
 	// Router routes invocations; nil means API.
 	Router Router
+	// Functions, when set, serves the Functions' stable invoke URLs
+	// (functions.go).
+	Functions FunctionInvoker
 	// Exec, when set, serves exec sessions into Runs (exec.go).
 	Exec ExecRouter
 	// Logs, when set, serves the Runs' logs; nil means API's.
@@ -146,6 +149,9 @@ func New(cfg Config) *Gateway {
 		failed: logsummary.New(fl), bodies: semaphore.NewWeighted(bounds.ObjectBodiesAtOnce)}
 	cfg.Metrics.countSummarised(g.failed)
 	g.route(invokePath, "invoke", runAccess("create", "invoke"), g.invoke)
+	if cfg.Functions != nil {
+		g.route(functionInvokePath, "invoke", functionAccess("create", "invoke"), g.invokeFunction)
+	}
 	if cfg.Logs != nil {
 		g.route(logsPath, "logs", runAccess("get", "log"), g.logs)
 	}
@@ -166,6 +172,9 @@ func New(cfg Config) *Gateway {
 const (
 	invokePath = "POST /v1/namespaces/{ns}/runs/{name}/{uid}/invoke"
 	logsPath   = "GET /v1/namespaces/{ns}/runs/{name}/logs"
+	// functionInvokePath is a Function's stable URL: it names no Run,
+	// and lasts across replica replacement and spec changes.
+	functionInvokePath = "POST /v1/namespaces/{ns}/functions/{name}/invoke"
 )
 
 // route serves pattern with h once the caller is authorized for what
@@ -189,6 +198,15 @@ func (g *Gateway) route(pattern, name string, access func(*http.Request) Access,
 func runAccess(verb, subresource string) func(*http.Request) Access {
 	return func(r *http.Request) Access {
 		return Access{Verb: verb, Resource: "runs", Subresource: subresource, Namespace: r.PathValue("ns"), Name: r.PathValue("name")}
+	}
+}
+
+// functionAccess is the access a route on one Function needs: verb on
+// its subresource, in its namespace (Kubernetes RBAC: `create` on
+// `functions/invoke`).
+func functionAccess(verb, subresource string) func(*http.Request) Access {
+	return func(r *http.Request) Access {
+		return Access{Verb: verb, Resource: "functions", Subresource: subresource, Namespace: r.PathValue("ns"), Name: r.PathValue("name")}
 	}
 }
 

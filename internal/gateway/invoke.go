@@ -23,6 +23,38 @@ import (
 )
 
 func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
+	ns, name, uid := r.PathValue("ns"), r.PathValue("name"), r.PathValue("uid")
+	g.serveInvoke(w, r, ns+"/"+name, func(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, string, error) {
+		proxy, err := g.cfg.Router.Route(ns, name, uid)
+		if err != nil {
+			return nil, "", err
+		}
+		req.Registration = &pb.FunctionRegistration{RunUid: uid}
+		resp, err := proxy.InvokeFunction(ctx, req)
+		if err != nil {
+			err = hopError(err, "run "+ns+"/"+name)
+		}
+		return resp, uid, err
+	})
+}
+
+// invokeFunction is a Function's stable URL: the invocation goes to one
+// of its replicas (FunctionInvoker), with the Run route's headers, error
+// bodies and statuses.
+func (g *Gateway) invokeFunction(w http.ResponseWriter, r *http.Request) {
+	ns, name := r.PathValue("ns"), r.PathValue("name")
+	g.serveInvoke(w, r, "function "+ns+"/"+name, func(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, string, error) {
+		return g.cfg.Functions.InvokeFunction(ctx, ns, name, req)
+	})
+}
+
+// callFunc makes an invocation's one call; it returns the Run UID that
+// took it ("" when none did).
+type callFunc func(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, string, error)
+
+// serveInvoke is both invoke routes: it reads and checks the request,
+// makes the one call, never retried after dispatch, and answers.
+func (g *Gateway) serveInvoke(w http.ResponseWriter, r *http.Request, target string, call callFunc) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
 	w = sw
@@ -54,40 +86,19 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, invID)
 		return
 	}
-	ns, name, uid := r.PathValue("ns"), r.PathValue("name"), r.PathValue("uid")
-	proxy, err := g.cfg.Router.Route(ns, name, uid)
-	if err != nil {
-		writeError(w, err, invID)
-		return
-	}
 	// The call, and the answer to the client, get the invocation's own
-	// time plus a margin for the Runtime Server to end it and answer.
+	// time plus a margin for the Runtime Server to end it and answer; a
+	// Function's queue wait counts against the invocation's own time.
 	deadline := time.Now().Add(invokeBound(timeoutMs) + invokeMargin)
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(deadline.Add(g.cfg.Timeouts.Write))
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
-	// One call, never retried: the invocation may have run.
-	resp, err := proxy.InvokeFunction(ctx, &pb.InvokeFunctionRequest{
-		Registration: &pb.FunctionRegistration{RunUid: uid},
+	resp, uid, err := call(ctx, &pb.InvokeFunctionRequest{
 		InvocationId: invID, Input: body, ContentType: invokeContentType(r), TimeoutMillis: timeoutMs,
 	})
 	if err != nil {
-		detail := err.Error()
-		if st, ok := status.FromError(err); ok {
-			if st.Code() == codes.Unavailable {
-				// The transport's own words ("error reading from server:
-				// EOF", the path of a socket) mean nothing to a caller and
-				// are the server's, for its log. The pod went away or is
-				// restarting its worker: the Run gets another pod, or ends
-				// and says so on the next call.
-				err = errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,
-					"run %s/%s: its runtime pod stopped answering (the invocation may have run)", ns, name), NotReadyRetry)
-			} else {
-				err = errdefs.FromGRPC(err)
-			}
-		}
-		g.failed.Record(ns+"/"+name, strconv.Itoa(errdefs.HTTPStatus(err)), "invocation "+invID+" of run_uid "+uid+": "+detail)
+		g.failed.Record(target, strconv.Itoa(errdefs.HTTPStatus(err)), "invocation "+invID+" of run_uid "+uid+": "+err.Error())
 		writeError(w, err, invID)
 		return
 	}
@@ -107,6 +118,22 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 		g.log.LogAttrs(ctx, slog.LevelDebug, "invoke", slog.String("run_uid", uid), slog.String("invocation_id", invID),
 			slog.Int("status", http.StatusOK), slog.Duration("duration", time.Since(start)))
 	}
+}
+
+// hopError is the error a proxy hop's call answered, for the caller.
+// The transport's own words for Unavailable ("error reading from server:
+// EOF", the path of a socket) mean nothing to a caller and are the
+// server's, for its log: the pod went away or is restarting its worker,
+// and the Run gets another pod, or ends and says so on the next call.
+func hopError(err error, target string) error {
+	if st, ok := status.FromError(err); ok {
+		if st.Code() == codes.Unavailable {
+			return errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,
+				"%s: its runtime pod stopped answering (the invocation may have run)", target), NotReadyRetry)
+		}
+		return errdefs.FromGRPC(err)
+	}
+	return err
 }
 
 // invokeMargin is how much longer than an invocation's own timeout the

@@ -108,6 +108,8 @@ type Standalone struct {
 	logs     *runlog.Store
 	runsRoot string
 	workDirs *runtime.DirPool // the Runs' working directories, for every runtimed
+	// fns dispatches the Functions' invocations to their replica Runs.
+	fns *gateway.Functions
 
 	mu      sync.Mutex
 	daemons map[string]*podDaemon // by pod UID
@@ -188,6 +190,8 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		}
 		return nil
 	}))
+	s.fns = gateway.NewFunctions(gateway.FunctionsConfig{Hop: s.FunctionProxy, Synced: s.runInf.HasSynced})
+	s.runInf.AddEventHandler(s.fns.Handler())
 	// Before New returns, so that the API can take Runs for the default
 	// Runtimes as soon as it serves.
 	if err := s.ensureRuntimes(ctx); err != nil {
@@ -616,6 +620,10 @@ func (s *Standalone) Route(namespace, name, uid string) (pb.FunctionRuntimeServe
 	}
 	return s.FunctionProxy(run)
 }
+
+// Functions is the gateway's route to the Functions' replicas; its
+// dispatcher holds their in-flight and queued counts.
+func (s *Standalone) Functions() *gateway.Functions { return s.fns }
 
 // Pods returns the ready runtime pods.
 func (s *Standalone) Pods() []podsource.Pod { return s.pods.Pods() }

@@ -223,7 +223,7 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics.Include(s.PodMetrics())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := gateway.New(gateway.Config{API: s, Exec: s, Token: token, Metrics: metrics, Logger: cfg.Logger, Timeouts: cfg.HTTPTimeouts}).Server()
+	srv := gateway.New(gateway.Config{API: s, Exec: s, Functions: s.Functions(), Token: token, Metrics: metrics, Logger: cfg.Logger, Timeouts: cfg.HTTPTimeouts}).Server()
 	// Streams (watch, logs -f) end when the server stops.
 	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	planeDone := make(chan error, 1)

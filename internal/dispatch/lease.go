@@ -1,0 +1,87 @@
+package dispatch
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Lease is one invocation's hold on one replica, from Acquire until
+// Release. Its holder calls the replica once, never again.
+type Lease struct {
+	d       *Dispatcher
+	f       *function
+	r       *replica
+	replica Replica
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	waited  time.Duration
+	once    sync.Once
+	// err refuses a waiter (Delete) instead of handing it a replica.
+	err error
+}
+
+// Replica is the replica leased.
+func (l *Lease) Replica() Replica { return l.replica }
+
+// Key is the Function the lease is of.
+func (l *Lease) Key() Key { return l.f.key }
+
+// Waited is how long the invocation waited in the queue.
+func (l *Lease) Waited() time.Duration { return l.waited }
+
+// Context ends, with ErrReplicaGone as its cause, when the replica leaves
+// the Function while the lease is held: the invocation's call should end
+// with it.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Gone says whether the replica left while the lease was held.
+func (l *Lease) Gone() bool { return context.Cause(l.ctx) == ErrReplicaGone }
+
+// Release ends the lease: the replica is idle again and goes to the
+// oldest waiter. Calling it again does nothing.
+func (l *Lease) Release() {
+	l.once.Do(func() {
+		l.d.mu.Lock()
+		defer l.d.mu.Unlock()
+		l.cancel(nil)
+		l.r.lease = nil
+		l.r.backoff = 0
+		l.f.inFlight--
+		l.d.offer(l.f, l.r)
+	})
+}
+
+// Busy ends a lease whose replica refused the invocation as busy before
+// running it — another gateway holds it (seed 000's one invocation in
+// flight is then the arbiter between gateways) — and waits again, first
+// in the queue, for another replica, within what is left of the
+// invocation's wait. The busy replica is not offered again for a short
+// backoff that doubles while it keeps refusing (at most maxHold).
+func (l *Lease) Busy(ctx context.Context, timeout time.Duration) (*Lease, error) {
+	l.once.Do(func() {
+		d, f, r := l.d, l.f, l.r
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		l.cancel(nil)
+		r.lease = nil
+		f.inFlight--
+		r.backoff = min(max(2*r.backoff, minHold), maxHold)
+		r.held = true
+		// The callback must not read the clock: a fake clock runs it
+		// under its own lock.
+		d.clock.AfterFunc(r.backoff, func() {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			r.held = false
+			d.offer(f, r)
+		})
+	})
+	return l.d.acquire(ctx, l.f.key, timeout, l.waited, true)
+}
+
+// How long a replica another gateway holds is left alone.
+const (
+	minHold = 2 * time.Millisecond
+	maxHold = 100 * time.Millisecond
+)
