@@ -98,6 +98,15 @@ func simulator(t testing.TB, opts ...func(*lambdasim.Config)) *lambdasim.Simulat
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the sandboxes wrote (the RIE's lines, the bootstrap's log),
+	// which a failure's error alone does not tell; registered before
+	// Close, so run after it, when every sandbox has ended and its output
+	// is all read.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the simulator's sandboxes:\n%s", sim.SandboxLogs())
+		}
+	})
 	t.Cleanup(func() { sim.Close() })
 	return sim
 }
@@ -331,8 +340,10 @@ func TestTasksOnLambda(t *testing.T) {
 			}
 		})
 	}
-	if got := e.sim.Functions(); len(got) != 0 {
-		t.Fatalf("functions after the tasks: %v; want none", got)
+	// Each task's function is deleted after its invocation has answered,
+	// a moment after the task's end may have reached the client.
+	if got, err := e.sim.AwaitFunctions(ctx, func(fns []string) bool { return len(fns) == 0 }); err != nil {
+		t.Fatalf("functions after the tasks: %v; want none (%v)", got, err)
 	}
 }
 

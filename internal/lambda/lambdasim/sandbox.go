@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -32,6 +33,8 @@ const logKeep = 64 << 10
 // sandbox is one execution environment: an unpacked package served by an
 // RIE process, whose session holds the bootstrap and everything it starts.
 type sandbox struct {
+	function  string
+	started   time.Time
 	dir       string
 	p         *proc.Process
 	invokeURL string
@@ -86,16 +89,14 @@ func (s *Simulator) startSandbox(ctx context.Context, fn *function, conf configu
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	var lastErr error
-	for range 3 { // a free port found may be taken before the RIE binds it
-		sb, err := startRIE(ctx, s.cfg.RIE, dir, code, argv, sandboxEnv(conf, code, tmp))
-		if err == nil {
-			return sb, nil
-		}
-		lastErr = err
+	sb, err := startRIE(ctx, s.cfg.RIE, dir, code, argv, sandboxEnv(conf, code, tmp))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	os.RemoveAll(dir)
-	return nil, lastErr
+	sb.function = conf.FunctionName
+	s.remember(sb)
+	return sb, nil
 }
 
 // runtimeCommand is how a Zip function's runtime starts in code, its
@@ -129,12 +130,22 @@ func runtimeCommand(conf configuration, code string) ([]string, error) {
 // startRIE starts an RIE serving argv (the runtime's command) in task with
 // env; dir is the sandbox's directory, removed by kill.
 func startRIE(ctx context.Context, rie, dir, task string, argv []string, env []string) (*sandbox, error) {
-	ports, err := freePorts(2)
+	var err error
+	for range 3 { // a free port found may be taken before the RIE binds it
+		var sb *sandbox
+		if sb, err = startRIEOnce(ctx, rie, dir, task, argv, env); err == nil || ctx.Err() != nil {
+			return sb, err
+		}
+	}
+	return nil, err
+}
+
+func startRIEOnce(ctx context.Context, rie, dir, task string, argv []string, env []string) (*sandbox, error) {
+	addrs, err := freeAddrs(2)
 	if err != nil {
 		return nil, err
 	}
-	invokeAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	apiAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
+	invokeAddr, apiAddr := addrs[0], addrs[1]
 	cmd := exec.Command(rie,
 		"--runtime-interface-emulator-address", invokeAddr,
 		"--runtime-api-address", apiAddr,
@@ -154,7 +165,7 @@ func startRIE(ctx context.Context, rie, dir, task string, argv []string, env []s
 		return nil, fmt.Errorf("starting the RIE: %w", err)
 	}
 	sb := &sandbox{
-		dir: dir, p: p, invokeURL: "http://" + invokeAddr + "/2015-03-31/functions/function/invocations",
+		started: time.Now(), dir: dir, p: p, invokeURL: "http://" + invokeAddr + "/2015-03-31/functions/function/invocations",
 		hc:     &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}},
 		logs:   &ring{max: logKeep},
 		pumped: make(chan struct{}),
@@ -164,26 +175,47 @@ func startRIE(ctx context.Context, rie, dir, task string, argv []string, env []s
 		defer r.Close()
 		_, _ = io.Copy(sb.logs, r)
 	}()
-	// The RIE says nothing when it listens: dial until it answers.
+	// The RIE says nothing when it listens: dial until it answers. Both
+	// addresses: it starts its Runtime API's listener on a goroutine of
+	// its own, racing the first invocation, which starts the runtime;
+	// under load the runtime's first call for an event was refused now and
+	// then, and it exited (Runtime.ExitError). On Lambda the Runtime API
+	// listens before the runtime starts, so no invocation goes to the
+	// sandbox before it does.
 	deadline := time.Now().Add(rieStartTimeout)
+	for _, addr := range []string{invokeAddr, apiAddr} {
+		if err := awaitListening(ctx, p, addr, deadline); err != nil {
+			sb.kill()
+			if errors.Is(err, errExited) {
+				return nil, fmt.Errorf("the RIE exited at start: %s", bytes.TrimSpace(sb.logs.since(0, 2048)))
+			}
+			return nil, err
+		}
+	}
+	return sb, nil
+}
+
+// errExited: the RIE exited before it listened.
+var errExited = errors.New("the RIE exited")
+
+// awaitListening dials addr until it accepts, p exits, ctx ends or the
+// deadline passes.
+func awaitListening(ctx context.Context, p *proc.Process, addr string, deadline time.Time) error {
 	for {
-		c, err := net.DialTimeout("tcp", invokeAddr, time.Second)
+		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return sb, nil
+			return nil
 		}
 		select {
 		case <-p.Done():
-			sb.kill()
-			return nil, fmt.Errorf("the RIE exited at start: %s", bytes.TrimSpace(sb.logs.since(0, 2048)))
+			return errExited
 		case <-ctx.Done():
-			sb.kill()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			sb.kill()
-			return nil, fmt.Errorf("the RIE did not listen on %s within %s", invokeAddr, rieStartTimeout)
+			return fmt.Errorf("the RIE did not listen on %s within %s", addr, rieStartTimeout)
 		}
 	}
 }
@@ -216,6 +248,10 @@ func (s *Sandbox) Invoke(ctx context.Context, event []byte) ([]byte, error) {
 
 // Close kills the sandbox.
 func (s *Sandbox) Close() { s.sb.kill() }
+
+// Logs is what the sandbox wrote (its last 64 KiB): the RIE's lines and
+// the runtime's stdout and stderr, all of it once Close has returned.
+func (s *Sandbox) Logs() string { return string(s.sb.logs.since(0, logKeep)) }
 
 // sandboxEnv is the environment Lambda gives a function (a managed
 // runtime's adds AWS_EXECUTION_ENV). The RIE hands its own environment to
@@ -308,9 +344,18 @@ func unzip(b []byte, dir string) error {
 	return nil
 }
 
-// freePorts finds n free loopback ports.
-func freePorts(n int) ([]int, error) {
-	var ports []int
+// freeAddrs finds n free TCP addresses for a sandbox's RIE to listen on,
+// on a loopback address of its own (127.0.0.0/8 is all loopback): the
+// ports are free when found but not held, and on 127.0.0.1, shared with
+// every other listener and outgoing connection of the machine, another
+// sandbox starting at the same time took one of them now and then before
+// its RIE bound it (bind: address already in use, or worse, a dial that
+// reached the other sandbox's RIE).
+func freeAddrs(n int) ([]string, error) {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	ip := net.IPv4(127, b[0], b[1], 1+b[2]%254).String()
+	var addrs []string
 	var lis []net.Listener
 	defer func() {
 		for _, l := range lis {
@@ -318,14 +363,14 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			return nil, err
 		}
 		lis = append(lis, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		addrs = append(addrs, l.Addr().String())
 	}
-	return ports, nil
+	return addrs, nil
 }
 
 func newRequestID() string {

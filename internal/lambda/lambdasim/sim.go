@@ -148,6 +148,8 @@ type Simulator struct {
 	creates  int
 	ended    []Ended
 	endedCh  chan struct{} // closed and replaced when an invocation ends
+	fnsCh    chan struct{} // closed and replaced when a function is created or deleted
+	boxes    []*sandbox    // the latest sandboxes, for SandboxLogs
 	wg       sync.WaitGroup
 }
 
@@ -233,7 +235,7 @@ func New(cfg Config) (*Simulator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lambdasim: %w", err)
 	}
-	s := &Simulator{cfg: cfg, log: cfg.Logger, lis: lis, fns: map[string]*function{}, endedCh: make(chan struct{})}
+	s := &Simulator{cfg: cfg, log: cfg.Logger, lis: lis, fns: map[string]*function{}, endedCh: make(chan struct{}), fnsCh: make(chan struct{})}
 	s.srv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 	s.wg.Add(1)
 	go func() {
@@ -289,6 +291,32 @@ func (s *Simulator) Functions() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// AwaitFunctions waits until ok holds of the names of the functions that
+// exist, sorted, and returns them: a function is deleted by its last
+// user's release, which may come a moment after the invocation that
+// preceded it has answered.
+func (s *Simulator) AwaitFunctions(ctx context.Context, ok func([]string) bool) ([]string, error) {
+	for {
+		s.mu.Lock()
+		ch := s.fnsCh
+		s.mu.Unlock()
+		names := s.Functions()
+		if ok(names) {
+			return names, nil
+		}
+		select {
+		case <-ctx.Done():
+			return names, fmt.Errorf("lambdasim: waiting for the functions to change from %v: %w", names, ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+func (s *Simulator) fnsChangedLocked() {
+	close(s.fnsCh)
+	s.fnsCh = make(chan struct{})
 }
 
 // AwaitEnded waits until n invocations have ended in their sandboxes,
@@ -525,6 +553,7 @@ func (s *Simulator) createFunction(w http.ResponseWriter, r *http.Request) {
 	}
 	s.fns[req.FunctionName] = fn
 	s.creates++
+	s.fnsChangedLocked()
 	conf := s.confLocked(fn)
 	s.mu.Unlock()
 	s.log.Debug("function created", "function", req.FunctionName)
@@ -645,6 +674,7 @@ func (s *Simulator) deleteFunction(w http.ResponseWriter, r *http.Request) {
 	}
 	delete(s.fns, name)
 	fn.deleted = true
+	s.fnsChangedLocked()
 	idle := fn.idle
 	fn.idle = nil
 	for _, sb := range idle {

@@ -338,3 +338,60 @@ func TestInitErrorIsAFunctionError(t *testing.T) {
 		t.Fatalf("ping of a missing handler = %s, function error %q", out.Payload, aws.ToString(out.FunctionError))
 	}
 }
+
+// On Lambda the Runtime API listens before the runtime starts; the RIE
+// starts its listener on a goroutine of its own, racing the first
+// invocation, which starts the runtime: a bootstrap that asks for its
+// first event at once was refused now and then under load, and exited
+// (Runtime.ExitError, the CI failure of TestTasksOnLambda). The simulator
+// sends no invocation before the Runtime API accepts. Each bootstrap here
+// dials the Runtime API first thing, before Python's start-up, and exits
+// if it is refused; many sandboxes start at once, to load the machine.
+func TestRuntimeAPIListensBeforeTheRuntimeStarts(t *testing.T) {
+	const n = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			dir := t.TempDir()
+			task := dir + "/task"
+			bootstrap := "#!/usr/bin/env bash\n" +
+				"exec 3<>/dev/tcp/${AWS_LAMBDA_RUNTIME_API%:*}/${AWS_LAMBDA_RUNTIME_API##*:} || { echo 'the Runtime API refused the runtime' >&2; exit 1; }\n" +
+				"exec 3>&-\n" +
+				"exec python3 \"$LAMBDA_TASK_ROOT/runtime.py\"\n"
+			if err := os.Mkdir(task, 0o755); err != nil {
+				errs <- err
+				return
+			}
+			if err := os.WriteFile(task+"/bootstrap", []byte(bootstrap), 0o755); err != nil {
+				errs <- err
+				return
+			}
+			if err := os.WriteFile(task+"/runtime.py", []byte(pyBootstrap), 0o644); err != nil {
+				errs <- err
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			sb, err := lambdasim.StartSandbox(ctx, rieBin, dir, task, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			out, err := sb.Invoke(ctx, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+			sb.Close()
+			if err != nil {
+				errs <- fmt.Errorf("sandbox %d: %w\n%s", i, err, sb.Logs())
+				return
+			}
+			if !strings.Contains(string(out), fmt.Sprintf(`"n": %d`, i)) {
+				errs <- fmt.Errorf("sandbox %d answered %s", i, out)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
