@@ -61,6 +61,7 @@ with the certificate in --hop-tls-dir. /healthz and /readyz need no token;
 	f.StringVar(&cfg.KeyFile, "tls-private-key-file", "", "the serving certificate's key (PEM)")
 	f.StringVar(&cfg.HopTLSDir, "hop-tls-dir", "/var/run/stoke-gateway/hop", "the client certificate for runtimed's hop: ca.crt, tls.crt, tls.key (the Secret stoke-gateway-tls)")
 	f.IntVar(&cfg.HopPort, "hop-port", kubegateway.DefaultHopPort, "runtimed's hop port on a runtime Pod's IP")
+	f.StringSliceVar(&cfg.TokenAudiences, "token-audiences", nil, "the audiences a caller's token must be for, asked for in each TokenReview (default: the API server's own, as kubectl's and ServiceAccount tokens have)")
 	f.DurationVar(&cfg.AuthTTL, "auth-cache-ttl", kubegateway.MaxDecisionTTL, "how long an authentication or authorization answer is kept (at most 10s)")
 	f.StringVar(&debugSocket, "debug-socket", "/var/run/stoke-gateway/run/debug/debug.sock", debugSocketUsage)
 	return cmd

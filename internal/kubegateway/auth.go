@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,8 +41,13 @@ type AuthConfig struct {
 	// Size bounds each of the two caches (default bounds.AuthCache).
 	Size int
 	// Clock is the caches' clock (tests move it; default the real one).
-	Clock  cache.Clock
-	Logger *slog.Logger
+	Clock cache.Clock
+	// Audiences, when set, are the audiences a caller's token must be
+	// for: they are asked for in the TokenReview, and a token the API
+	// server authenticates for none of them is refused (401). Empty: the
+	// API server's own audiences, as kubectl's tokens have.
+	Audiences []string
+	Logger    *slog.Logger
 }
 
 // Authorizer is the Kubernetes gateway's gateway.Authorizer: the caller's
@@ -134,15 +140,20 @@ func (a *Authorizer) authenticate(ctx context.Context, key tokenKey, token strin
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
 		defer cancel()
 		tr, err := a.cfg.Client.AuthenticationV1().TokenReviews().Create(ctx,
-			&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+			&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: a.cfg.Audiences}}, metav1.CreateOptions{})
 		if err != nil {
 			// The client's error names no token; it is not kept.
 			a.log.Warn("gateway: a TokenReview failed", "error", err)
 			return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "cannot authenticate the caller now: the API server's TokenReview failed"), time.Second)
 		}
 		e := userEntry{user: tr.Status.User}
-		if !tr.Status.Authenticated {
+		switch {
+		case !tr.Status.Authenticated:
 			e.err = errdefs.Errorf(errdefs.ErrUnauthenticated, "the bearer token is not valid: the API server does not authenticate it")
+		case len(a.cfg.Audiences) > 0 && !slices.ContainsFunc(tr.Status.Audiences, func(aud string) bool { return slices.Contains(a.cfg.Audiences, aud) }):
+			// The API server answers with the asked audiences the token
+			// is for; an authenticator that ignores audiences answers none.
+			e.err = errdefs.Errorf(errdefs.ErrUnauthenticated, "the bearer token is not for this gateway's audiences")
 		}
 		a.users.Add(key, e, a.cfg.TTL)
 		return e, nil

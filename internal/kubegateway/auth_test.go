@@ -273,3 +273,40 @@ func (e *authEnv) awaitDenied(t *testing.T, user string) {
 		}
 	}
 }
+
+// --token-audiences: a token must be for one of the gateway's audiences.
+// The API server answers a TokenReview that asks for audiences with those
+// the token is for; by default (none asked) only its own audience passes.
+func TestAuthorizerChecksTokenAudiences(t *testing.T) {
+	e := startAuthEnv(t)
+	e.user(t, "aud-editor", "stoke-edit")
+	token := func(audiences ...string) string {
+		t.Helper()
+		tr, err := e.admin.CoreV1().ServiceAccounts(e.ns).CreateToken(context.Background(), "aud-editor",
+			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	apiServers, gateways := token(), token("stoke-gateway")
+	def := NewAuthorizer(AuthConfig{Client: e.client})
+	own := NewAuthorizer(AuthConfig{Client: e.client, Audiences: []string{"stoke-gateway", "other"}})
+	invoke := access(e.ns, "create", "invoke")
+	for _, c := range []struct {
+		name  string
+		a     *Authorizer
+		token string
+		want  error
+	}{
+		{"default audiences, the API server's token", def, apiServers, nil},
+		{"default audiences, a token for the gateway", def, gateways, errdefs.ErrUnauthenticated},
+		{"the gateway's audiences, a token for the gateway", own, gateways, nil},
+		{"the gateway's audiences, the API server's token", own, apiServers, errdefs.ErrUnauthenticated},
+	} {
+		err := c.a.Authorize(request(c.token), invoke)
+		if (c.want == nil) != (err == nil) || (c.want != nil && !errors.Is(err, c.want)) {
+			t.Errorf("%s: %s (%v), want %s", c.name, category(err), err, category(c.want))
+		}
+	}
+}

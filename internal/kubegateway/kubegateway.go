@@ -60,8 +60,10 @@ type Config struct {
 	HopPort int
 	// AuthTTL is how long a decision is kept (at most and by default
 	// MaxDecisionTTL); AuthClock is the caches' clock (tests).
-	AuthTTL   time.Duration
-	AuthClock cache.Clock
+	AuthTTL time.Duration
+	// TokenAudiences are AuthConfig.Audiences (--token-audiences).
+	TokenAudiences []string
+	AuthClock      cache.Clock
 	// ShutdownGrace is how long requests in flight may finish after ctx
 	// ends (default 10 s).
 	ShutdownGrace time.Duration
@@ -86,7 +88,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
-	serving, err := servingConfig(cfg.CertFile, cfg.KeyFile)
+	serving, reloadCert, err := servingConfig(cfg.CertFile, cfg.KeyFile, log)
 	if err != nil {
 		return err
 	}
@@ -118,7 +120,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 
-	auth := NewAuthorizer(AuthConfig{Client: client, TTL: cfg.AuthTTL, Clock: cfg.AuthClock, Logger: log})
+	auth := NewAuthorizer(AuthConfig{Client: client, TTL: cfg.AuthTTL, Clock: cfg.AuthClock, Audiences: cfg.TokenAudiences, Logger: log})
 	metrics := gateway.NewMetrics(nil)
 	metrics.MustRegister(auth.Collector())
 	// runtimed's metrics, from every runtime Pod over the hop's mutual
@@ -154,6 +156,16 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { errc <- runs.Run(ctx) }()
 	go func() { pods.RunWithContext(ctx); errc <- nil }()
 	go func() { errc <- srv.Serve(lis) }()
+	reloaded := make(chan struct{})
+	if reloadCert != nil {
+		go func() {
+			defer close(reloaded)
+			reloadCert.Run(ctx)
+		}()
+	} else {
+		close(reloaded)
+	}
+	defer func() { <-reloaded }()
 	log.Info("gateway serving", "addr", raw.Addr().String(), "hop_port", cfg.HopPort)
 
 	var first error
@@ -182,23 +194,30 @@ func Run(ctx context.Context, cfg Config) error {
 // podScrapeTimeout bounds the scrape of one runtime Pod's metrics.
 const podScrapeTimeout = 2 * time.Second
 
-// servingConfig is the HTTPS side: the files' certificate, or a
-// self-signed one.
-func servingConfig(certFile, keyFile string) (*tls.Config, error) {
-	var cert tls.Certificate
-	var err error
+// servingConfig is the HTTPS side: the files' certificate, reloaded when
+// they change (the returned servingCert's Run watches them), or a
+// self-signed one (no servingCert).
+func servingConfig(certFile, keyFile string, log *slog.Logger) (*tls.Config, *servingCert, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 	if certFile != "" {
-		cert, err = tls.LoadX509KeyPair(certFile, keyFile)
-	} else {
-		var certPEM, keyPEM []byte
-		if certPEM, keyPEM, err = certutil.GenerateSelfSignedCertKey("stoke-gateway", nil, nil); err == nil {
-			cert, err = tls.X509KeyPair(certPEM, keyPEM)
+		sc, err := newServingCert(certFile, keyFile, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.GetCertificate = sc.GetCertificate
+		return cfg, sc, nil
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("stoke-gateway", nil, nil)
+	if err == nil {
+		var cert tls.Certificate
+		if cert, err = tls.X509KeyPair(certPEM, keyPEM); err == nil {
+			cfg.Certificates = []tls.Certificate{cert}
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("gateway: serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("gateway: serving certificate: %w", err)
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}, nil
+	return cfg, nil, nil
 }
 
 // podHandler keeps hops up to date with the runtime Pods.
