@@ -22,8 +22,8 @@ import (
 // (each invoked once) opens no socket that another local user could use:
 // its only TCP listener is the gateway, which refuses a request without
 // the token; every Unix socket it listens on lies in a directory of mode
-// 0700 owned by this user and is one of those it knows (its debug socket,
-// each pod's Runtime Server and debug sockets); it has no UDP socket. No process of its tree
+// 0700 owned by this user and is one of those it knows (its debug and
+// Docker API sockets, each pod's Runtime Server and debug sockets); it has no UDP socket. No process of its tree
 // shows a Run UID or the token in its arguments (/proc/PID/cmdline is
 // readable by every user).
 func TestUpOpensNoUnauthenticatedSocket(t *testing.T) {
@@ -143,16 +143,18 @@ func TestUpOpensNoUnauthenticatedSocket(t *testing.T) {
 	if len(listening) == 0 {
 		t.Errorf("no listening Unix socket found in the tree: the pods serve on Unix sockets, so the scan is broken")
 	}
-	// Each is one Stoke knows of: stoke up's debug socket, and each pod's
-	// Runtime Server and debug sockets, which the scan above must have
-	// seen.
-	debugSock := datadir.DebugSocket(dir)
-	if _, ok := listening[debugSock]; !ok {
-		t.Errorf("stoke up's debug socket %s is not among the sockets its tree listens on", debugSock)
+	// Each is one Stoke knows of: stoke up's debug and Docker API
+	// sockets, and each pod's Runtime Server and debug sockets, which the
+	// scan above must have seen.
+	debugSock, dockerSock := datadir.DebugSocket(dir), datadir.DockerSocket(dir)
+	for _, sock := range []string{debugSock, dockerSock} {
+		if _, ok := listening[sock]; !ok {
+			t.Errorf("stoke up's socket %s is not among the sockets its tree listens on", sock)
+		}
 	}
 	pods := 0
 	for path, pid := range listening {
-		if path == debugSock {
+		if path == debugSock || path == dockerSock {
 			continue
 		}
 		rel, err := filepath.Rel(filepath.Join(dir, "pods"), path)

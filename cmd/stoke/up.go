@@ -59,6 +59,9 @@ that user: they are not isolated from each other.`,
 			if !cmd.Flags().Changed("debug-socket") {
 				cfg.DebugSocket = datadir.DebugSocket(cfg.DataDir)
 			}
+			if !cmd.Flags().Changed("docker-socket") {
+				cfg.DockerSocket = datadir.DockerSocket(cfg.DataDir)
+			}
 			cfg.Logger = slog.Default()
 			cfg.Subreaper = true
 			mode, err := cgroup.ParseMode(containment)
@@ -86,6 +89,8 @@ that user: they are not isolated from each other.`,
 	f.DurationVar(&cfg.LambdaCollectInterval, "lambda-collect-interval", lambda.DefaultCollectInterval,
 		"how often functions of lambda Runtimes whose Run is gone are deleted")
 	f.StringVar(&cfg.DebugSocket, "debug-socket", "", "Unix socket serving Go's profiles (net/http/pprof; read with 'stoke debug pprof'), its directory made 0700; each pod then serves its own, <data-dir>/pods/<pod>/debug.sock (default <data-dir>/debug/up.sock; empty: none, for the pods too)")
+	f.StringVar(&cfg.DockerSocket, "docker-socket", "", "Unix socket serving the Docker Engine API (DOCKER_HOST=unix://PATH; see docs/docker.md), its directory made 0700 (default <data-dir>/docker/docker.sock; empty: none)")
+	f.StringVar(&cfg.DockerImages, "docker-images", "", "file of the Docker image → Runtime table (YAML; see docs/docker.md); default: python:* → python, bash/debian/ubuntu/alpine/busybox → bash")
 	f.StringVar(&runAs, "run-as-user", "", fmt.Sprintf("when stoke up is root, the unprivileged UID[:GID] its Runs (tasks, handlers, exec sessions) run as, without supplementary groups (default %d:%d, an ID no account has)", runuser.DefaultID, runuser.DefaultID))
 	f.DurationVar(&cfg.FinishedRunTTL, "finished-run-ttl", controlplane.DefaultFinishedRunTTL, "delete a finished Run this long after it finished, unless it sets ttlSecondsAfterFinished (0: keep it)")
 	return cmd

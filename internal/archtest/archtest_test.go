@@ -92,6 +92,11 @@ var forbidden = map[string][]string{
 	// (store types only), never to a store implementation; the invoke
 	// path reads memory.
 	"stoke.dev/stoke/internal/gateway": {"stoke.dev/stoke/internal/store/", "stoke.dev/stoke/internal/standalone"},
+	// The Docker API is a front door like the gateway: it reaches the
+	// control plane through its Backend interface and the Exec service,
+	// never a store, a pod or a Runtime Server directly, so that it can
+	// serve Kubernetes mode too.
+	"stoke.dev/stoke/internal/docker": {"stoke.dev/stoke/internal/store/", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/up"},
 	// The Kubernetes gateway is the gateway's code behind Kubernetes
 	// authorization and informers: nothing of standalone mode.
 	"stoke.dev/stoke/internal/kubegateway": {"stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store/sqlite", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/up"},

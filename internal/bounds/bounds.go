@@ -56,6 +56,14 @@ const (
 	// StackTrace bounds the stack trace carried with a function error.
 	StackTrace = 8 << 10
 
+	// DockerRequest bounds a Docker API request body read whole (a
+	// container or exec create); DockerExecs the exec sessions the Docker
+	// API remembers (created, running, or ended and still inspectable);
+	// DockerArchive the bytes one `docker cp` moves either way.
+	DockerRequest = 1 << 20
+	DockerExecs   = 1024
+	DockerArchive = 1 << 30
+
 	// Handler is the longest handler string.
 	Handler = 512
 	// EnvEntries is the most environment variables a Run or registration sets.

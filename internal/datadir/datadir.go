@@ -93,6 +93,11 @@ func Prepare(dir string, runAs *runuser.User) error {
 // debug, which the server makes 0700.
 func DebugSocket(dir string) string { return filepath.Join(dir, "debug", "up.sock") }
 
+// DockerSocket is where `stoke up` on the data directory dir serves the
+// Docker Engine API by default: docker.sock in the directory docker, which
+// the server makes 0700.
+func DockerSocket(dir string) string { return filepath.Join(dir, "docker", "docker.sock") }
+
 // TokenPath is the token file of the data directory dir.
 func TokenPath(dir string) string { return filepath.Join(dir, tokenFile) }
 

@@ -24,6 +24,11 @@ import (
 	"stoke.dev/stoke/internal/validation"
 )
 
+// TaskPIDEnv names, in the environment of an exec session into a running
+// task, the task's process ID, which leads its process group: `kill -s
+// SIG -- -$STOKE_TASK_PID` signals the task (`docker kill -s`).
+const TaskPIDEnv = "STOKE_TASK_PID"
+
 // TermSize is a terminal's size in character cells.
 type TermSize struct {
 	Width, Height uint16

@@ -141,7 +141,7 @@ func New(cfg Config) *Gateway {
 		cfg.LogFollowPoll = 250 * time.Millisecond
 	}
 	if cfg.Logs == nil && cfg.API != nil {
-		cfg.Logs = storeLogReader(cfg.API, cfg.LogFollowPoll)
+		cfg.Logs = StoreLogReader(cfg.API, cfg.LogFollowPoll)
 	}
 	fl := cfg.FailedInvokeLog
 	fl.Logger, fl.Level, fl.Message, fl.KeyAttr = cfg.Logger, slog.LevelInfo, "invocations failed", "run"

@@ -9,10 +9,10 @@ import (
 	"stoke.dev/stoke/internal/runlog"
 )
 
-// storeLogReader is standalone's LogReader: the logs of api's directory,
+// StoreLogReader is standalone's LogReader (the Docker API's too): the logs of api's directory,
 // a follower looking at its Run in api's memory at every write to any
 // log and at least every poll.
-func storeLogReader(api API, poll time.Duration) LogReader {
+func StoreLogReader(api API, poll time.Duration) LogReader {
 	return &storeLogs{api: api, poll: poll}
 }
 

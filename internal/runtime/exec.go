@@ -3,6 +3,8 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/errdefs"
@@ -19,8 +21,16 @@ func (t *Tasks) ExecTarget(id string) (exec.Target, error) {
 	if e.isTerminal() {
 		return exec.Target{}, errdefs.Errorf(errdefs.ErrNotRunning, "run %s: its execution has finished", id)
 	}
+	e.mu.Lock()
+	env := e.env
+	if e.pid > 0 {
+		// The task leads its process group: `kill -s SIG -- -$STOKE_TASK_PID`
+		// in a session signals it (`docker kill -s`).
+		env = append(slices.Clip(env), exec.TaskPIDEnv+"="+strconv.Itoa(e.pid))
+	}
+	e.mu.Unlock()
 	return exec.Target{
-		Dir: e.dir, Env: e.env, Ended: e.done,
+		Dir: e.dir, Env: env, Ended: e.done,
 		Reason: func() string {
 			e.mu.Lock()
 			defer e.mu.Unlock()

@@ -165,6 +165,9 @@ type execution struct {
 	// dir and env are the execution's, for exec sessions into it.
 	dir string
 	env []string
+	// pid is the task's process (and group) ID once it started, under
+	// mu; exec sessions see it as STOKE_TASK_PID, to signal the task.
+	pid int
 
 	mu       sync.Mutex
 	state    pb.ExecutionState

@@ -107,6 +107,7 @@ func (t *Tasks) start(e *execution, l launch) {
 	started := time.Now()
 	e.mu.Lock()
 	e.state = pb.ExecutionState_EXECUTION_STATE_RUNNING
+	e.pid = p.Pid()
 	e.mu.Unlock()
 	e.log.Info("execution started", "pid", p.Pid(), "command", l.argv[0], "timeout", e.timeout)
 	go t.supervise(e, p, outR, errR, l, started)

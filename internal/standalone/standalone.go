@@ -424,6 +424,11 @@ func (s *Standalone) CachedRun(namespace, name string) (*v1alpha1.Run, bool) {
 	return s.runInf.Get(namespace, name)
 }
 
+// CachedRuns lists the Runs of a namespace in the informer's memory.
+func (s *Standalone) CachedRuns(namespace string) []*v1alpha1.Run {
+	return s.runInf.List(func(r *v1alpha1.Run) bool { return r.Namespace == namespace })
+}
+
 // ListRuns lists Runs.
 func (s *Standalone) ListRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Run, string, error) {
 	return s.store.Runs().List(ctx, opts)

@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,12 +25,15 @@ import (
 	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/datadir"
 	"stoke.dev/stoke/internal/debugsock"
+	"stoke.dev/stoke/internal/docker"
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/podsource"
+	"stoke.dev/stoke/internal/probe"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/runuser"
 	"stoke.dev/stoke/internal/standalone"
+	"stoke.dev/stoke/internal/version"
 )
 
 // Config configures `stoke up`.
@@ -80,6 +85,13 @@ type Config struct {
 	// delegates a writable one with cgroup.kill; cgroup.Subreaper (or
 	// empty) for the subreaper alone.
 	Containment cgroup.Mode
+	// DockerSocket, when set, is the Unix socket the Docker Engine API is
+	// served on (internal/docker; its directory is made 0700). The
+	// command's default is datadir.DockerSocket; empty serves none.
+	DockerSocket string
+	// DockerImages, when set, is the file of the image → Runtime table
+	// (docker.LoadImages); empty: docker.DefaultImages.
+	DockerImages string
 	// RunAs, when set, is the unprivileged user the Runs' processes run
 	// as (tasks, handlers, exec sessions); stoke up must be root. The
 	// data directory and its runs and scratch directories are then
@@ -228,6 +240,16 @@ func Run(ctx context.Context, cfg Config) error {
 	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	planeDone := make(chan error, 1)
 	go func() { planeDone <- s.Run(ctx) }()
+	if cfg.DockerSocket != "" {
+		stopDocker, err := serveDocker(ctx, cfg, s)
+		if err != nil {
+			cancel()
+			<-planeDone
+			lis.Close()
+			return err
+		}
+		defer stopDocker()
+	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(lis) }()
 	if err := datadir.WriteURL(dataDir, url); err != nil {
@@ -263,6 +285,42 @@ func Run(ctx context.Context, cfg Config) error {
 		runErr = err
 	}
 	return runErr
+}
+
+// serveDocker serves the Docker Engine API on cfg.DockerSocket until the
+// returned function is called.
+func serveDocker(ctx context.Context, cfg Config, s *standalone.Standalone) (func(), error) {
+	images := docker.DefaultImages()
+	if cfg.DockerImages != "" {
+		var err error
+		if images, err = docker.LoadImages(cfg.DockerImages); err != nil {
+			return nil, err
+		}
+	}
+	lis, err := probe.ListenPrivate("docker socket", cfg.DockerSocket)
+	if err != nil {
+		return nil, err
+	}
+	d := docker.New(docker.Config{Backend: s, Logs: gateway.StoreLogReader(s, 250*time.Millisecond), Images: images,
+		Version: version.Get().Version, Logger: cfg.Logger})
+	srv := &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = srv.Serve(lis)
+	}()
+	go func() {
+		defer wg.Done()
+		_ = d.Run(ctx)
+	}()
+	cfg.Logger.Info("serving the Docker API", "socket", cfg.DockerSocket)
+	return func() {
+		cancel()
+		_ = srv.Close()
+		wg.Wait()
+	}, nil
 }
 
 // InsecureListenFlag is the flag of Config.InsecureListenTrustedNetwork,

@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+)
+
+// dockerCLIs are the Docker CLIs the tests drive: Debian's docker.io
+// (/usr/bin/docker, API 1.41; .ci/run installs it), the one on PATH, if
+// it is another, and $STOKE_TEST_DOCKER_CLI (a CLI unpacked elsewhere).
+func dockerCLIs(t *testing.T) []string {
+	t.Helper()
+	var clis []string
+	if p := os.Getenv("STOKE_TEST_DOCKER_CLI"); p != "" {
+		clis = append(clis, p)
+	}
+	for _, p := range []string{"/usr/bin/docker", "/usr/local/bin/docker"} {
+		if _, err := os.Stat(p); err == nil {
+			clis = append(clis, p)
+		}
+	}
+	if p, err := exec.LookPath("docker"); err == nil {
+		if abs, err := filepath.EvalSymlinks(p); err == nil && !slices.Contains(clis, abs) {
+			clis = append(clis, abs)
+		}
+	}
+	if len(clis) == 0 {
+		t.Fatal("no Docker CLI: install Debian's docker.io (apt-get install docker.io), as .ci/run does")
+	}
+	return clis
+}
+
+// dockerSocket is the Docker API socket of a stoke up on dataDir.
+func dockerSocket(dataDir string) string { return filepath.Join(dataDir, "docker", "docker.sock") }
+
+// dockerCLI runs one Docker CLI against a stoke up's socket.
+type dockerCLI struct {
+	t    *testing.T
+	bin  string
+	host string
+}
+
+func (d dockerCLI) cmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(d.bin, args...)
+	cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.host, "DOCKER_CONFIG="+d.t.TempDir())
+	return cmd
+}
+
+// run runs the CLI with stdin and returns stdout, stderr and the exit code.
+func (d dockerCLI) run(stdin string, args ...string) (string, string, int) {
+	d.t.Helper()
+	cmd := d.cmd(args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return out.String(), errOut.String(), exit.ExitCode()
+	case err != nil:
+		d.t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), errOut.String(), 0
+}
+
+// ok runs the CLI and asserts exit 0; it returns stdout.
+func (d dockerCLI) ok(args ...string) string {
+	d.t.Helper()
+	out, errOut, code := d.run("", args...)
+	if code != 0 {
+		d.t.Fatalf("docker %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// awaitLogLine follows a container's logs until a line equals want.
+func (d dockerCLI) awaitLogLine(id, want string) {
+	d.t.Helper()
+	cmd := d.cmd("logs", "-f", id)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if sc.Text() == want {
+			return
+		}
+	}
+	d.t.Fatalf("docker logs -f %s ended without the line %q", id, want)
+}
+
+// TestDockerCLI drives stoke up's Docker API with the real Docker CLIs:
+// each container is a task Run, exec goes through the Exec service.
+func TestDockerCLI(t *testing.T) {
+	clis := dockerCLIs(t)
+	up := startUp(t, t.TempDir())
+	for _, bin := range clis {
+		d := dockerCLI{t: t, bin: bin, host: "unix://" + dockerSocket(up.DataDir)}
+		version := strings.TrimSpace(d.ok("version", "-f", "{{.Client.APIVersion}}"))
+		t.Run("api-"+version, func(t *testing.T) {
+			d.t = t
+			testDockerCLI(t, up, d, "v"+strings.ReplaceAll(version, ".", "-"))
+		})
+	}
+}
+
+func testDockerCLI(t *testing.T, up *stokeUp, d dockerCLI, tag string) {
+	t.Run("RunRm", func(t *testing.T) {
+		d.t = t
+		if out := d.ok("run", "--rm", "bash", "echo", "hello"); out != "hello\n" {
+			t.Errorf("stdout %q, want hello", out)
+		}
+		out, errOut, code := d.run("", "run", "--rm", "bash", "sh", "-c", "echo out; echo err >&2; exit 3")
+		if out != "out\n" || !strings.Contains(errOut, "err\n") || code != 3 {
+			t.Errorf("got stdout %q stderr %q exit %d, want out, err and 3", out, errOut, code)
+		}
+		if out := d.ok("run", "--rm", "python:3", "python", "-c", "print(1 + 1)"); out != "2\n" {
+			t.Errorf("python: stdout %q, want 2", out)
+		}
+		if left := d.ok("ps", "-aq"); left != "" {
+			t.Errorf("containers left after run --rm: %q", left)
+		}
+	})
+	t.Run("UnknownImage", func(t *testing.T) {
+		d.t = t
+		_, errOut, code := d.run("", "run", "--rm", "no-such-image:1", "true")
+		if code == 0 || !strings.Contains(errOut, "No such image") {
+			t.Errorf("exit %d, stderr %q: want a failure naming No such image", code, errOut)
+		}
+	})
+	t.Run("DetachedLogsWait", func(t *testing.T) {
+		d.t = t
+		name := "logs-" + tag
+		id := strings.TrimSpace(d.ok("run", "-d", "--name", name, "-l", "suite="+tag, "python:3", "python3", "-c",
+			"import sys\nfor i in range(3): print(i, flush=True)\nprint('e', file=sys.stderr)\nraise SystemExit(4)"))
+		if out := d.ok("logs", "-f", id); out != "0\n1\n2\n" {
+			t.Errorf("logs -f: %q", out)
+		}
+		if out := d.ok("wait", id); out != "4\n" {
+			t.Errorf("wait: %q, want 4", out)
+		}
+		// The last two lines: 2 on stdout, e on stderr.
+		if out, errOut, _ := d.run("", "logs", "--tail", "2", name); out != "2\n" || errOut != "e\n" {
+			t.Errorf("logs --tail 2: stdout %q stderr %q, want 2 and e", out, errOut)
+		}
+		if out := d.ok("inspect", "-f", "{{.State.ExitCode}} {{.State.Running}} {{.State.OOMKilled}} {{.State.Status}}", name); out != "4 false false exited\n" {
+			t.Errorf("inspect: %q", out)
+		}
+		if out := d.ok("ps", "-a", "--filter", "label=suite="+tag, "--filter", "status=exited", "--format", "{{.Names}}"); out != name+"\n" {
+			t.Errorf("ps -a --filter: %q, want %s", out, name)
+		}
+		// The container is a task Run, with its name, labels and exit code.
+		run := up.getRun(t, name)
+		if run.Spec.Runtime != "python" || run.Labels["suite"] != tag || run.Status.ExitCode == nil || *run.Status.ExitCode != 4 {
+			t.Errorf("its Run: runtime %s labels %v exit %v", run.Spec.Runtime, run.Labels, run.Status.ExitCode)
+		}
+		d.ok("rm", name)
+		if status, _ := up.do(t, http.MethodGet, "/v1/namespaces/default/runs/"+name, nil); status != http.StatusNotFound {
+			t.Errorf("get run after docker rm: %d, want 404", status)
+		}
+	})
+	t.Run("StokeRunsInPs", func(t *testing.T) {
+		d.t = t
+		name := "stoke-task-" + tag
+		up.createRun(t, newRun(name, v1alpha1.RunSpec{Runtime: "bash", Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"true"}}}}))
+		if out := d.ok("wait", name); out != "0\n" {
+			t.Errorf("wait: %q", out)
+		}
+		if out := d.ok("ps", "-a", "--filter", "name="+name, "--format", "{{.Names}} {{.Image}}"); out != name+" stoke/bash\n" {
+			t.Errorf("ps -a: %q", out)
+		}
+		d.ok("rm", name)
+	})
+	t.Run("Exec", func(t *testing.T) {
+		d.t = t
+		id := strings.TrimSpace(d.ok("run", "-d", "bash", "sh", "-c", "echo ready; exec sleep 600"))
+		defer d.ok("rm", "-f", id)
+		d.awaitLogLine(id, "ready")
+		// stdin to its EOF, then the output to its end.
+		out, _, code := d.run("one\ntwo\n", "exec", "-i", id, "sh", "-c", "cat; echo done")
+		if out != "one\ntwo\ndone\n" || code != 0 {
+			t.Errorf("exec -i: %q exit %d", out, code)
+		}
+		if _, _, code := d.run("", "exec", id, "sh", "-c", "exit 7"); code != 7 {
+			t.Errorf("exec exit: %d, want 7", code)
+		}
+		testExecTTY(t, d, id)
+	})
+	t.Run("KillStopRm", func(t *testing.T) {
+		d.t = t
+		id := strings.TrimSpace(d.ok("run", "-d", "bash", "sh", "-c",
+			`trap 'echo got-usr1' USR1; trap '' TERM; echo ready; while :; do sleep 0.05; done`))
+		d.awaitLogLine(id, "ready")
+		d.ok("kill", "-s", "USR1", id)
+		d.awaitLogLine(id, "got-usr1")
+		// SIGTERM is ignored: stop kills it after its timeout.
+		d.ok("stop", "-t", "1", id)
+		if out := d.ok("inspect", "-f", "{{.State.ExitCode}} {{.State.Running}}", id); out != "137 false\n" {
+			t.Errorf("after stop: %q, want 137 false", out)
+		}
+		d.ok("rm", id)
+		id = strings.TrimSpace(d.ok("run", "-d", "bash", "sleep", "600"))
+		if _, errOut, code := d.run("", "rm", id); code == 0 || !strings.Contains(errOut, "is running") {
+			t.Errorf("rm of a running container: exit %d %q", code, errOut)
+		}
+		d.ok("rm", "-f", id)
+		if out := d.ok("ps", "-aq", "--filter", "id="+id); out != "" {
+			t.Errorf("after rm -f: %q", out)
+		}
+	})
+}
+
+// testExecTTY runs `docker exec -it` under a pseudo-terminal: the size
+// and a resize reach the session (stty size), Ctrl-C interrupts its
+// foreground job, and its exit status is the CLI's.
+func testExecTTY(t *testing.T, d dockerCLI, id string) {
+	cmd := d.cmd("exec", "-it", id, "sh", "-c",
+		`trap 'echo interrupted' INT; stty size; while read l; do case $l in q) exit 3;; s) echo sleeping; sleep 600;; *) stty size;; esac; done`)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 91})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(ptmx)
+		for sc.Scan() {
+			lines <- strings.TrimSpace(strings.ReplaceAll(sc.Text(), "\x00", ""))
+		}
+	}()
+	await := func(want string, poke func()) {
+		t.Helper()
+		deadline := time.After(60 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("exec -it ended before %q", want)
+				}
+				if strings.HasSuffix(l, want) {
+					return
+				}
+				if poke != nil && l != "" {
+					poke()
+				}
+			case <-deadline:
+				t.Fatalf("exec -it: no %q", want)
+			}
+		}
+	}
+	await("33 91", nil)
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		t.Fatal(err)
+	}
+	// The CLI sends the resize when SIGWINCH reaches it, which may be
+	// before it listens for it: each poke signals it again and asks for
+	// the size again, until the new one shows.
+	poke := func() {
+		_ = cmd.Process.Signal(syscall.SIGWINCH)
+		fmt.Fprint(ptmx, "\r")
+	}
+	poke()
+	await("40 120", poke)
+	fmt.Fprint(ptmx, "s\r")
+	await("sleeping", nil)
+	fmt.Fprint(ptmx, "\x03")
+	await("interrupted", nil)
+	fmt.Fprint(ptmx, "q\r")
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Errorf("exec -it ended with %v, want exit 3", err)
+	}
+	_, _ = io.Copy(io.Discard, ptmx)
+}

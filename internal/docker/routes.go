@@ -1,0 +1,67 @@
+package docker
+
+import (
+	"net/http"
+
+	"github.com/moby/moby/api/types/container"
+)
+
+// routes are the Docker API subset served (docs/docker.md lists it).
+func (s *Server) routes() {
+	for pattern, h := range map[string]http.HandlerFunc{
+		"GET /_ping":                    s.ping,
+		"HEAD /_ping":                   s.ping,
+		"GET /version":                  s.version,
+		"GET /info":                     s.info,
+		"GET /images/json":              s.imageList,
+		"GET /images/{name...}":         s.imageRoute,
+		"POST /images/create":           s.imagePull,
+		"POST /containers/create":       s.containerCreate,
+		"GET /containers/json":          s.containerList,
+		"GET /containers/{id}/json":     s.containerInspect,
+		"POST /containers/{id}/start":   s.containerStart,
+		"POST /containers/{id}/wait":    s.containerWait,
+		"GET /containers/{id}/logs":     s.containerLogs,
+		"POST /containers/{id}/attach":  s.containerAttach,
+		"POST /containers/{id}/kill":    s.containerKill,
+		"POST /containers/{id}/stop":    s.containerStop,
+		"POST /containers/{id}/restart": s.containerRestart,
+		"DELETE /containers/{id}":       s.containerRemove,
+		"GET /containers/{id}/top":      s.containerTop,
+		"POST /containers/{id}/exec":    s.execCreate,
+		"POST /exec/{id}/start":         s.execStart,
+		"POST /exec/{id}/resize":        s.execResize,
+		"GET /exec/{id}/json":           s.execInspect,
+	} {
+		s.mux.HandleFunc(pattern, h)
+	}
+}
+
+// imageRoute serves GET /images/{name}/json, where the name may hold
+// slashes (registry/repo:tag).
+func (s *Server) imageRoute(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	const suffix = "/json"
+	if len(name) <= len(suffix) || name[len(name)-len(suffix):] != suffix {
+		writeError(w, notFoundPath(r))
+		return
+	}
+	r.SetPathValue("name", name[:len(name)-len(suffix)])
+	s.imageInspect(w, r)
+}
+
+// containerTop lists the container's command: the processes of a task are
+// not listed one by one.
+func (s *Server) containerTop(w http.ResponseWriter, r *http.Request) {
+	c, err := s.lookup(r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !c.running() {
+		writeError(w, errNotRunning(c))
+		return
+	}
+	writeJSON(w, http.StatusOK, container.TopResponse{Titles: []string{"PID", "CMD"},
+		Processes: [][]string{{"-", joinArgv(c.argv())}}})
+}
