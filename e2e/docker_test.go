@@ -163,9 +163,13 @@ func testDockerCLI(t *testing.T, up *stokeUp, d dockerCLI, tag string) {
 		if out := d.ok("wait", id); out != "4\n" {
 			t.Errorf("wait: %q, want 4", out)
 		}
-		// The last two lines: 2 on stdout, e on stderr.
-		if out, errOut, _ := d.run("", "logs", "--tail", "2", name); out != "2\n" || errOut != "e\n" {
-			t.Errorf("logs --tail 2: stdout %q stderr %q, want 2 and e", out, errOut)
+		// The last two lines of both streams (whose order between each
+		// other is the pumps'): stdout ends with 2.
+		if out, errOut, _ := d.run("", "logs", "--tail", "2", name); strings.Count(out+errOut, "\n") != 2 || !strings.HasSuffix(out, "2\n") {
+			t.Errorf("logs --tail 2: stdout %q stderr %q, want two lines, stdout ending with 2", out, errOut)
+		}
+		if _, errOut, _ := d.run("", "logs", name); errOut != "e\n" {
+			t.Errorf("logs: stderr %q, want e", errOut)
 		}
 		if out := d.ok("inspect", "-f", "{{.State.ExitCode}} {{.State.Running}} {{.State.OOMKilled}} {{.State.Status}}", name); out != "4 false false exited\n" {
 			t.Errorf("inspect: %q", out)
@@ -239,7 +243,7 @@ func testDockerCLI(t *testing.T, up *stokeUp, d dockerCLI, tag string) {
 // foreground job, and its exit status is the CLI's.
 func testExecTTY(t *testing.T, d dockerCLI, id string) {
 	cmd := d.cmd("exec", "-it", id, "sh", "-c",
-		`trap 'echo interrupted' INT; stty size; while read l; do case $l in q) exit 3;; s) echo sleeping; sleep 600;; *) stty size;; esac; done`)
+		`trap 'echo interrupted' INT; stty size; while :; do read l || continue; case $l in q) exit 3;; s) echo sleeping; sleep 600;; *) stty size;; esac; done`)
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 33, Cols: 91})
 	if err != nil {
 		t.Fatal(err)
@@ -253,11 +257,19 @@ func testExecTTY(t *testing.T, d dockerCLI, id string) {
 			lines <- strings.TrimSpace(strings.ReplaceAll(sc.Text(), "\x00", ""))
 		}
 	}()
+	// await reads lines until one ends with want; poke, when set, is
+	// called after each other line and every half second.
 	await := func(want string, poke func()) {
 		t.Helper()
 		deadline := time.After(60 * time.Second)
+		again := time.NewTicker(500 * time.Millisecond)
+		defer again.Stop()
 		for {
 			select {
+			case <-again.C:
+				if poke != nil {
+					poke()
+				}
 			case l, ok := <-lines:
 				if !ok {
 					t.Fatalf("exec -it ended before %q", want)
@@ -273,23 +285,26 @@ func testExecTTY(t *testing.T, d dockerCLI, id string) {
 			}
 		}
 	}
-	await("33 91", nil)
-	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
-		t.Fatal(err)
-	}
-	// The CLI sends the resize when SIGWINCH reaches it, which may be
-	// before it listens for it: each poke signals it again and asks for
-	// the size again, until the new one shows.
+	// The CLI sends the size when it started the session (an API 1.41
+	// client has no ConsoleSize: its resize may come after the first stty)
+	// and when SIGWINCH reaches it, which may be before it listens for it:
+	// each poke signals it again and asks for the size again, until the
+	// size shows.
 	poke := func() {
 		_ = cmd.Process.Signal(syscall.SIGWINCH)
 		fmt.Fprint(ptmx, "\r")
+	}
+	await("33 91", poke)
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		t.Fatal(err)
 	}
 	poke()
 	await("40 120", poke)
 	fmt.Fprint(ptmx, "s\r")
 	await("sleeping", nil)
-	fmt.Fprint(ptmx, "\x03")
-	await("interrupted", nil)
+	// Ctrl-C until the foreground job is interrupted: a ^C that comes
+	// before sleep started interrupts read, which the loop reads again.
+	await("interrupted", func() { fmt.Fprint(ptmx, "\x03") })
 	fmt.Fprint(ptmx, "q\r")
 	err = cmd.Wait()
 	var exit *exec.ExitError
