@@ -35,6 +35,10 @@ type Replica struct {
 	// Ready and not draining. A replica that does not take keeps the
 	// invocation it has in flight.
 	Takes bool
+	// Version changes whenever the replica's Run does (its
+	// resourceVersion): a replica found broken takes invocations again
+	// once its Version changes.
+	Version string
 }
 
 // Settings bound a Function's queue; zero fields take the defaults of
@@ -63,7 +67,7 @@ type Load struct {
 	// Queued counts the invocations waiting for an idle replica.
 	Queued int
 	// Replicas counts the replicas known, Taking those that take new
-	// invocations.
+	// invocations (not draining, not found broken).
 	Replicas, Taking int
 }
 
@@ -123,6 +127,9 @@ type replica struct {
 	// idle until its backoff has passed.
 	held    bool
 	backoff time.Duration
+	// broken: its pod stopped answering (Lease.Broken); it takes nothing
+	// until its Run changes.
+	broken bool
 }
 
 // waiter is one queued invocation.
@@ -165,6 +172,9 @@ func (d *Dispatcher) Sync(key Key, settings Settings, replicas []Replica) {
 			r = &replica{Replica: in}
 			f.replicas[in.ID] = r
 		}
+		if r.Version != in.Version {
+			r.broken = false
+		}
 		r.Replica = in
 		d.offer(f, r)
 	}
@@ -202,7 +212,7 @@ func (d *Dispatcher) Delete(key Key, err error) {
 
 // offer gives r, if it is idle, to the oldest waiter, or marks it idle.
 func (d *Dispatcher) offer(f *function, r *replica) {
-	if r.gone || !r.Takes || r.lease != nil || r.inIdle || r.held {
+	if r.gone || !r.Takes || r.lease != nil || r.inIdle || r.held || r.broken {
 		return
 	}
 	if e := f.queue.Front(); e != nil {
@@ -222,7 +232,7 @@ func (d *Dispatcher) popIdle(f *function) *replica {
 		f.idle[len(f.idle)-1] = nil
 		f.idle = f.idle[:len(f.idle)-1]
 		r.inIdle = false
-		if !r.gone && r.Takes && r.lease == nil {
+		if !r.gone && r.Takes && !r.broken && r.lease == nil {
 			return r
 		}
 	}
@@ -342,7 +352,7 @@ func (d *Dispatcher) Loads() map[Key]Load {
 func (f *function) load() Load {
 	l := Load{InFlight: f.inFlight, Queued: f.queue.Len(), Replicas: len(f.replicas)}
 	for _, r := range f.replicas {
-		if r.Takes {
+		if r.Takes && !r.broken {
 			l.Taking++
 		}
 	}

@@ -395,3 +395,43 @@ func TestDeleteRefusesWaiters(t *testing.T) {
 		t.Fatal("still known")
 	}
 }
+
+// A replica found broken takes nothing until its Run changes (a new
+// Version) or BrokenHold has passed.
+func TestBrokenReplicaIsLeftOut(t *testing.T) {
+	d, c := newFake()
+	rs := replicas(2)
+	d.Sync(fnKey, Settings{}, rs)
+	l, _ := d.Acquire(context.Background(), fnKey, 0)
+	broken := l.Replica()
+	l.Broken()
+	for range 3 {
+		l, _ := d.Acquire(context.Background(), fnKey, 0)
+		if l.Replica().ID == broken.ID {
+			t.Fatal("leased the broken replica")
+		}
+		l.Release()
+	}
+	if ld := d.Load(fnKey); ld.Taking != 1 || ld.InFlight != 0 {
+		t.Fatalf("load %+v", ld)
+	}
+	// Its Run changed: it takes again.
+	for i := range rs {
+		if rs[i].ID == broken.ID {
+			rs[i].Version = "2"
+		}
+	}
+	d.Sync(fnKey, Settings{}, rs)
+	if ld := d.Load(fnKey); ld.Taking != 2 {
+		t.Fatalf("after its Run changed: %+v", ld)
+	}
+	// Broken again, then back after the hold.
+	a, _ := d.Acquire(context.Background(), fnKey, 0)
+	b, _ := d.Acquire(context.Background(), fnKey, 0)
+	a.Broken()
+	b.Release()
+	c.Step(BrokenHold)
+	if ld := d.Load(fnKey); ld.Taking != 2 {
+		t.Fatalf("after the hold: %+v", ld)
+	}
+}

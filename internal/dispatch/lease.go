@@ -80,6 +80,39 @@ func (l *Lease) Busy(ctx context.Context, timeout time.Duration) (*Lease, error)
 	return l.d.acquire(ctx, l.f.key, timeout, l.waited, true)
 }
 
+// Broken ends a lease whose replica could not be reached: its pod
+// stopped answering, or is gone before its Run says so. The replica takes
+// nothing until its Run changes (a new Version through Sync) or
+// BrokenHold has passed (a worker being replaced answers again).
+func (l *Lease) Broken() {
+	l.once.Do(func() {
+		d, f, r := l.d, l.f, l.r
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		l.cancel(nil)
+		r.lease = nil
+		r.broken = true
+		f.inFlight--
+		d.clock.AfterFunc(BrokenHold, func() {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			r.broken = false
+			d.offer(f, r)
+		})
+	})
+}
+
+// BrokenHold is how long a replica found broken is left out when its
+// Run does not change.
+const BrokenHold = time.Second
+
+// Requeue waits again, first in the queue, for a replica, within what
+// is left of the invocation's wait: for an invocation whose lease ended
+// Broken before it was sent.
+func (l *Lease) Requeue(ctx context.Context, timeout time.Duration) (*Lease, error) {
+	return l.d.acquire(ctx, l.f.key, timeout, l.waited, true)
+}
+
 // How long a replica another gateway holds is left alone.
 const (
 	minHold = 2 * time.Millisecond

@@ -130,7 +130,7 @@ func (f *Functions) syncLocked(k dispatch.Key, m map[string]*v1alpha1.Run) {
 	list := make([]dispatch.Replica, 0, len(m))
 	for uid, run := range m {
 		takes := Invocable(run) == nil && run.Annotations[v1alpha1.AnnotationDraining] != "true"
-		list = append(list, dispatch.Replica{ID: uid, Name: run.Name, Takes: takes})
+		list = append(list, dispatch.Replica{ID: uid, Name: run.Name, Takes: takes, Version: run.ResourceVersion})
 	}
 	f.d.Sync(k, f.settings(k), list)
 }
@@ -197,20 +197,31 @@ func (f *Functions) InvokeFunction(ctx context.Context, namespace, name string, 
 			hop, err = f.cfg.Hop(run)
 		}
 		if run == nil || err != nil {
-			// Not dispatched: another replica, or wait for one.
-			lease, err = lease.Busy(ctx, timeout)
+			// Not sent: its pod is gone before its Run says so. Another
+			// replica, or wait for one.
+			lease.Broken()
+			lease, err = lease.Requeue(ctx, timeout)
 			continue
 		}
 		var resp *pb.InvokeFunctionResponse
 		resp, err = f.call(ctx, lease, hop, req, timeout)
-		if errdefs.Code(err) == codes.ResourceExhausted && !lease.Gone() {
-			lease, err = lease.Busy(ctx, timeout)
-			continue
-		}
-		lease.Release()
-		if err != nil && lease.Gone() {
+		switch {
+		case lease.Gone():
+			lease.Release()
 			err = errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,
 				"function %s: its replica %s went away during the invocation (the invocation may have run)", k, run.Name), NotReadyRetry)
+		case errdefs.Code(err) == codes.ResourceExhausted:
+			// Busy: refused before it ran.
+			lease, err = lease.Busy(ctx, timeout)
+			continue
+		case errdefs.Code(err) == codes.Unavailable:
+			// Its pod stopped answering (or it is not Ready now): this
+			// call fails (it may have run), and the replica is left out
+			// until its Run changes or a while has passed, so that the
+			// calls after it go elsewhere.
+			lease.Broken()
+		default:
+			lease.Release()
 		}
 		return resp, uid, err
 	}

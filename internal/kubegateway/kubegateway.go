@@ -128,8 +128,15 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics.Include(metricsrpc.NewGatherer(hops.targets, podScrapeTimeout, log).WithUp(
 		"stoke_runtimed_up", "Whether the last scrape of a runtime Pod's runtimed metrics over its hop succeeded."))
 	rt := &routes{runs: runs, hops: hops}
+	// Each gateway replica dispatches a Function's invocations over all
+	// its replicas; between gateways a replica's one invocation in flight
+	// (seed 000) is the arbiter: a replica busy with the other gateway's
+	// call refuses before running it, and the invocation goes back to the
+	// front of this gateway's queue (docs/http-api.md).
+	fns := gateway.NewFunctions(gateway.FunctionsConfig{Hop: rt.hop, Synced: runs.HasSynced})
+	runs.AddEventHandler(fns.Handler())
 	g := gateway.New(gateway.Config{
-		Router: rt, Exec: rt, Logs: rt, Auth: auth, Metrics: metrics, Logger: log, Timeouts: cfg.Timeouts,
+		Router: rt, Exec: rt, Functions: fns, Logs: rt, Auth: auth, Metrics: metrics, Logger: log, Timeouts: cfg.Timeouts,
 		Ready: func(context.Context) error {
 			if !runs.HasSynced() || !pods.HasSynced() {
 				return errors.New("the Run and Pod informers have not synced yet")

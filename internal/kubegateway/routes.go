@@ -66,6 +66,12 @@ func (rt *routes) Route(namespace, name, uid string) (pb.FunctionRuntimeServer, 
 	if string(run.UID) != uid {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s with uid %s not found", namespace, name, uid)
 	}
+	return rt.hop(run)
+}
+
+// hop is a Ready function Run's hop: Route's, and each Function
+// replica's (gateway.Functions).
+func (rt *routes) hop(run *v1alpha1.Run) (pb.FunctionRuntimeServer, error) {
 	if err := gateway.Invocable(run); err != nil {
 		return nil, err
 	}

@@ -298,3 +298,126 @@ func feed(t *testing.T, p *plane, fns *gateway.Functions) {
 	}()
 	t.Cleanup(func() { cancel(); w.Stop(); <-done })
 }
+
+// Two gateways, each with its own dispatcher over the same replicas (as
+// the Kubernetes gateway's two replicas are): a replica busy with one
+// gateway's call refuses the other's before running it, and that
+// invocation goes to another replica or waits; every call is answered
+// by its own invocation, none refused while the queues have room, and
+// never two in flight on one registration.
+func TestTwoGatewaysShareReplicas(t *testing.T) {
+	p := start(t, runtimeOf("python", 1, 4))
+	rs := createReplicas(t, p, "shared", 3)
+	other := gateway.NewFunctions(gateway.FunctionsConfig{Hop: p.FunctionProxy})
+	feed(t, p, other)
+	var bases []string
+	for _, fns := range []*gateway.Functions{p.Functions(), other} {
+		srv := httptest.NewServer(gateway.New(gateway.Config{API: p.Standalone, Functions: fns, Token: testToken}))
+		defer srv.Close()
+		bases = append(bases, srv.URL)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
+	defer client.CloseIdleConnections()
+	const clients, each = 16, 8
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("c%d-%d", c, i)
+				r := callFunction(client, functionURL(bases[c%2], "shared"), id, 0.02)
+				if r.err != nil || r.status != http.StatusOK {
+					t.Errorf("call %s through gateway %d: %d %v %s", id, c%2, r.status, r.err, r.body)
+					continue
+				}
+				if _, err := answeredBy(r, id); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range rs.check(t) {
+		total += n
+	}
+	if total != clients*each {
+		t.Fatalf("the replicas ran %d invocations for %d calls", total, clients*each)
+	}
+}
+
+// A replica's pod killed under load: the calls in flight on it fail with
+// 503 and Retry-After, every other call is answered by its own
+// invocation, and the replicas register again on the restarted pod and
+// serve.
+func TestFunctionReplicaPodKilled(t *testing.T) {
+	p := start(t, runtimeOf("python", 2, 2))
+	rs := createReplicas(t, p, "killed", 4)
+	srv := httptest.NewServer(gateway.New(gateway.Config{API: p.Standalone, Functions: p.Functions(), Token: testToken}))
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	defer client.CloseIdleConnections()
+	url := functionURL(srv.URL, "killed")
+	key := dispatch.Key{Namespace: "default", Name: "killed"}
+
+	stop := make(chan struct{})
+	var ok, unavailable atomic.Int32
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("c%d-%d", c, i)
+				r := callFunction(client, url, id, 0.2)
+				switch {
+				case r.err != nil:
+					t.Errorf("call %s: %v", id, r.err)
+				case r.status == http.StatusOK:
+					if _, err := answeredBy(r, id); err != nil {
+						t.Error(err)
+					}
+					ok.Add(1)
+				case r.status == http.StatusServiceUnavailable && r.retry != "":
+					unavailable.Add(1)
+				default:
+					t.Errorf("call %s: %d Retry-After %q %s", id, r.status, r.retry, r.body)
+				}
+			}
+		})
+	}
+	// Every replica busy, then one pod killed.
+	for deadline := time.Now().Add(30 * time.Second); p.Functions().Dispatcher().Load(key).InFlight < 4; time.Sleep(time.Millisecond) { // polling an observable state
+		if time.Now().After(deadline) {
+			t.Fatalf("never 4 in flight: %+v", p.Functions().Dispatcher().Load(key))
+		}
+	}
+	victim, err := p.GetRun(context.Background(), "default", rs.names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	killPod(t, victim.Status.AssignedPod)
+	// Until the killed replicas have registered again and each served.
+	before := ok.Load()
+	for _, name := range rs.names {
+		p.waitRun(t, name, "Ready again", func(r *v1alpha1.Run) bool {
+			return r.Status.Phase == v1alpha1.PhaseReady && (r.Status.AssignedPodUID != victim.Status.AssignedPodUID || name != victim.Name)
+		})
+	}
+	for deadline := time.Now().Add(30 * time.Second); ok.Load() < before+16; time.Sleep(5 * time.Millisecond) { // polling an observable state
+		if time.Now().After(deadline) {
+			t.Fatalf("served only %d calls after the kill", ok.Load()-before)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d calls answered, %d failed 503 with the pod", ok.Load(), unavailable.Load())
+	if unavailable.Load() == 0 {
+		t.Error("no call failed with the killed pod")
+	}
+	if l := p.Functions().Dispatcher().Load(key); l.Taking != 4 || l.InFlight != 0 {
+		t.Fatalf("load after: %+v", l)
+	}
+}
