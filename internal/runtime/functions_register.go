@@ -124,13 +124,12 @@ func (f *Functions) RegisterFunction(ctx context.Context, req *pb.RegisterFuncti
 	f.mu.Unlock()
 
 	// Wait for initialisation until shortly before this call's own
-	// deadline, so that the caller receives REGISTERING rather than
-	// DeadlineExceeded; loading goes on.
+	// deadline (waitMargin), so that the caller receives REGISTERING
+	// rather than DeadlineExceeded; loading goes on.
 	wait := ctx
 	if deadline, ok := ctx.Deadline(); ok {
-		margin := min(time.Until(deadline)/10, 50*time.Millisecond)
 		var cancel context.CancelFunc
-		wait, cancel = context.WithDeadline(ctx, deadline.Add(-margin))
+		wait, cancel = context.WithDeadline(ctx, deadline.Add(-waitMargin(time.Until(deadline))))
 		defer cancel()
 	}
 	select {

@@ -242,11 +242,15 @@ func (t *Tasks) Wait(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResp
 	return e.status(true), nil
 }
 
-// waitMargin is how long before its deadline Wait answers, so that the
-// current state reaches a gRPC client before the client's own deadline
-// turns the call into DeadlineExceeded.
+// waitMargin is how long before its deadline a call that waits (Wait,
+// RegisterFunction) answers, so that the current state reaches a gRPC
+// client before the client's own deadline turns the call into
+// DeadlineExceeded. The server's deadline is the client's time left counted
+// from the call's arrival, so the margin must cover the call's way in as
+// well as the answer's way out: on a loaded machine (CI at load 20-50)
+// tens to hundreds of milliseconds, past the 50 ms RegisterFunction kept.
 func waitMargin(left time.Duration) time.Duration {
-	return max(0, min(left/20, 200*time.Millisecond))
+	return max(0, min(left/10, time.Second))
 }
 
 // Cancel kills a running execution's process group (SIGTERM, SIGKILL after

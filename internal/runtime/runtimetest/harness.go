@@ -52,7 +52,10 @@ const (
 	// its input is 1 (Python: os._exit(7); Bash: exit 7 from the function's
 	// shell), and otherwise behaves like Echo.
 	Exit Fixture = "exit"
-	// SlowInit takes about two seconds to load, then behaves like Echo.
+	// SlowInit loads until a line can be read from the FIFO named by its
+	// env's STOKE_GATE (one byte, so that each load takes one), then
+	// behaves like Echo: a load that lasts until the test ends it,
+	// whatever the machine's load.
 	SlowInit Fixture = "slow-init"
 	// SyntaxError fails to load with a syntax error.
 	SyntaxError Fixture = "syntax-error"

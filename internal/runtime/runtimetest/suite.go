@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,12 +230,54 @@ func testRegisterFencing(t *testing.T, s *Server) {
 
 func testRegisterSlowInit(t *testing.T, s *Server) {
 	req := s.RegisterRequest(t, SlowInit, "slow-init", 1)
-	// A second: well short of the fixture's two, long enough for a loaded machine.
-	short, cancel := context.WithTimeout(context.Background(), time.Second)
+	// The fixture loads until the test opens its gate: it is still loading
+	// at the short deadline and at the invocation below, however loaded
+	// the machine (it used to sleep 2 s, which a slow invocation outlived).
+	gate := filepath.Join(s.Dir(t, Source{}), "gate")
+	if err := syscall.Mkfifo(gate, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req.Env["STOKE_GATE"] = gate
+	var opened *os.File
+	open := func() {
+		if opened != nil {
+			return
+		}
+		// O_RDWR: opening a FIFO so never waits for its reader; held open
+		// until the test ends, so that a load that opens it later still
+		// reads a line. A line per load, up to 16.
+		f, err := os.OpenFile(gate, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opened = f
+		if _, err := f.WriteString(strings.Repeat("\n", 16)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		open() // a failed test's load ends too
+		opened.Close()
+	}()
+
+	// The server answers REGISTERING a margin before the caller's deadline
+	// (a tenth of the time left, at most a second), which must cover the
+	// call's way in and out: the deadline is twenty round trips of a call
+	// that does nothing, measured now, on this machine, under its present
+	// load (the margin then covers two of them), and at least 3 s (a
+	// margin of 300 ms: 50 ms was too little at CI's load).
+	var rtt time.Duration
+	for range 3 {
+		start := time.Now()
+		_, err := s.Functions.FunctionStatus(ctxT(t), &pb.FunctionStatusRequest{Registration: &pb.FunctionRegistration{RunUid: "nobody", RegistrationId: "reg_x"}})
+		wantCode(t, err, codes.NotFound)
+		rtt = max(rtt, time.Since(start))
+	}
+	short, cancel := context.WithTimeout(context.Background(), min(max(20*rtt, 3*time.Second), 10*time.Second))
 	defer cancel()
 	resp, err := s.Functions.RegisterFunction(short, req)
 	if err != nil {
-		t.Fatalf("register with a short deadline: %v", err)
+		t.Fatalf("register with a deadline before the load ends (round trip %s): %v", rtt, err)
 	}
 	if resp.GetState() != register {
 		t.Fatalf("state %v, want REGISTERING", resp.GetState())
@@ -242,7 +285,9 @@ func testRegisterSlowInit(t *testing.T, s *Server) {
 	// Invocations wait for nobody: not ready is FailedPrecondition.
 	_, err = s.Invoke(ctxT(t), resp.GetRegistration(), `1`, 0)
 	wantCode(t, err, codes.FailedPrecondition)
-	// Loading goes on; the same request returns the same reference, READY.
+	// Loading goes on; once it ends, the same request returns the same
+	// reference, READY.
+	open()
 	again, err := s.Functions.RegisterFunction(ctxT(t), req)
 	if err != nil || again.GetState() != ready || again.GetRegistration().GetRegistrationId() != resp.GetRegistration().GetRegistrationId() {
 		t.Fatalf("repeat register: %v %v", again, err)
