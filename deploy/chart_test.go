@@ -124,3 +124,34 @@ func TestChartRefusesAValueOfTheWrongType(t *testing.T) {
 		})
 	}
 }
+
+// gateway.tokenAudiences becomes the gateway's --token-audiences, and the
+// default passes none (the API server's own audiences).
+func TestChartPassesTokenAudiences(t *testing.T) {
+	for _, c := range []struct {
+		values map[string]any
+		want   string
+	}{
+		{map[string]any{}, ""},
+		{map[string]any{"gateway": map[string]any{"tokenAudiences": []any{"stoke-gateway", "other"}}}, "--token-audiences=stoke-gateway,other"},
+	} {
+		ms, err := Render("stoke-system", c.values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		for _, m := range ms {
+			for _, line := range strings.Split(m.Content, "\n") {
+				if arg := strings.TrimPrefix(strings.TrimSpace(line), "- "); strings.HasPrefix(arg, "--token-audiences") {
+					got = arg
+				}
+			}
+		}
+		if got != c.want {
+			t.Errorf("values %v: gateway argument %q, want %q", c.values, got, c.want)
+		}
+	}
+	if _, err := Render("stoke-system", map[string]any{"gateway": map[string]any{"tokenAudiences": "stoke-gateway"}}); err == nil {
+		t.Error("a string for gateway.tokenAudiences was accepted")
+	}
+}
