@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -356,7 +357,35 @@ func (s *Server) containerStart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// As Docker's: the answer comes once the process runs (or ended), so
+	// that an exec right after it finds it.
+	if err := s.awaitStarted(r.Context(), c.id); err != nil {
+		writeError(w, err)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// awaitStarted waits until the container's Run is Running or has ended.
+func (s *Server) awaitStarted(ctx context.Context, id string) error {
+	tick := time.NewTicker(waitRecheck)
+	defer tick.Stop()
+	for {
+		ch := s.changes()
+		cur, err := s.lookup(id)
+		if err != nil || cur.run == nil {
+			return nil // removed in between: nothing to wait for
+		}
+		if p := cur.run.Status.Phase; p == v1alpha1.PhaseRunning || p.Terminal() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		case <-tick.C:
+		}
+	}
 }
 
 // start creates the Run of a created container.

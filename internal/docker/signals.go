@@ -234,6 +234,10 @@ func (s *Server) containerRestart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := s.awaitStarted(r.Context(), c.id); err != nil {
+		writeError(w, err)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

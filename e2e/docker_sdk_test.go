@@ -1,0 +1,258 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/docker"
+)
+
+// sdkClient is the Docker Go SDK on a stoke up's socket, at the newest API
+// version the server speaks.
+func sdkClient(t testing.TB, dataDir string) *client.Client {
+	t.Helper()
+	cli, err := client.New(client.WithHost("unix://"+dockerSocket(dataDir)), client.WithAPIVersion(docker.APIVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// TestDockerSDK runs a container's life cycle and 64 concurrent `run
+// --rm` through the Docker Go SDK, and sends bad input on the socket.
+func TestDockerSDK(t *testing.T) {
+	up := startUp(t, t.TempDir())
+	cli := sdkClient(t, up.DataDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if v := cli.ClientVersion(); v != docker.APIVersion {
+		t.Fatalf("client version %s, want %s", v, docker.APIVersion)
+	}
+
+	t.Run("Lifecycle", func(t *testing.T) {
+		created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "sdk-life", Config: &container.Config{
+			Image: "bash", Labels: map[string]string{"suite": "sdk"},
+			Cmd: []string{"sh", "-c", "echo out; echo err >&2; exec sleep 600"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := created.ID
+		if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Exec with stdin to its EOF, hijacked, multiplexed.
+		ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: []string{"sh", "-c", "cat; echo bye >&2"}, AttachStdin: true, AttachStdout: true, AttachStderr: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := att.Conn.Write([]byte("ping\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := att.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil {
+			t.Fatal(err)
+		}
+		att.Close()
+		if out.String() != "ping\n" || errOut.String() != "bye\n" {
+			t.Errorf("exec: stdout %q stderr %q", out.String(), errOut.String())
+		}
+		insp, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+		if err != nil || insp.Running || insp.ExitCode != 0 || insp.ContainerID != id {
+			t.Errorf("exec inspect: %+v %v", insp, err)
+		}
+		// Logs, multiplexed.
+		logs, err := cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		errOut.Reset()
+		if _, err := stdcopy.StdCopy(&out, &errOut, logs); err != nil {
+			t.Fatal(err)
+		}
+		logs.Close()
+		if out.String() != "out\n" || errOut.String() != "err\n" {
+			t.Errorf("logs: stdout %q stderr %q", out.String(), errOut.String())
+		}
+		list, err := cli.ContainerList(ctx, client.ContainerListOptions{Filters: make(client.Filters).Add("label", "suite=sdk")})
+		if err != nil || len(list.Items) != 1 || list.Items[0].ID != id || list.Items[0].State != container.StateRunning {
+			t.Errorf("list: %+v %v", list.Items, err)
+		}
+		wait := cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+		if _, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case res := <-wait.Result:
+			if res.StatusCode != 137 {
+				t.Errorf("wait after kill: %d, want 137", res.StatusCode)
+			}
+		case err := <-wait.Error:
+			t.Fatal(err)
+		}
+		ci, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil || ci.Container.State.Running || ci.Container.State.ExitCode != 137 || ci.Container.State.OOMKilled || ci.Container.Name != "/sdk-life" {
+			t.Errorf("inspect: %+v %v", ci.Container.State, err)
+		}
+		if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil || !strings.Contains(err.Error(), "No such container") {
+			t.Errorf("inspect after remove: %v", err)
+		}
+	})
+
+	t.Run("ConcurrentRunRm", func(t *testing.T) {
+		const n = 64
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Go(func() {
+				errs <- runRm(ctx, cli, fmt.Sprintf("rm-%d", i))
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "suite=rm")})
+		if err != nil || len(list.Items) != 0 {
+			t.Errorf("containers left behind: %d %v", len(list.Items), err)
+		}
+		status, body := up.do(t, http.MethodGet, "/v1/namespaces/default/runs?labelSelector=suite%3Drm", nil)
+		var runs v1alpha1.RunList
+		if status != http.StatusOK || json.Unmarshal(body, &runs) != nil || len(runs.Items) != 0 {
+			t.Errorf("Runs left behind: %d %s", status, body)
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		raw := rawDocker(up.DataDir)
+		big := `{"Image":"bash","Cmd":["` + strings.Repeat("x", 2<<20) + `"]}`
+		for _, tc := range []struct {
+			name, method, path, body string
+			header                   http.Header
+			status                   int
+			message                  string
+		}{
+			{"unknown image", "POST", "/v1.57/containers/create", `{"Image":"no-such:1","Cmd":["true"]}`, nil, 404, "No such image: no-such:1"},
+			{"bad JSON", "POST", "/v1.57/containers/create", `{"Image":`, nil, 400, "invalid JSON"},
+			{"huge body", "POST", "/v1.57/containers/create", big, nil, 413, "over 1048576 bytes"},
+			{"bad name", "POST", "/v1.57/containers/create?name=Bad_Name", `{"Image":"bash","Cmd":["true"]}`, nil, 400, "Bad_Name"},
+			{"tty main process", "POST", "/v1.57/containers/create", `{"Image":"bash","Tty":true,"Cmd":["true"]}`, nil, 400, "docker exec -it"},
+			{"unknown container", "GET", "/v1.57/containers/nope/json", "", nil, 404, "No such container: nope"},
+			{"too old", "GET", "/v1.40/version", "", nil, 400, "client version 1.40 is too old. Minimum supported API version is 1.41"},
+			{"too new", "GET", "/v1.58/version", "", nil, 400, "client version 1.58 is too new. Maximum supported API version is 1.57"},
+			{"unknown path", "GET", "/v1.57/swarm", "", nil, 404, "page not found"},
+			{"attach without upgrade", "POST", "/v1.57/containers/CID/attach?stream=1&stdout=1", "", nil, 400, "Upgrade: tcp"},
+			{"exec start without upgrade", "POST", "/v1.57/exec/EID/start", `{}`, nil, 400, "Upgrade: tcp"},
+		} {
+			if strings.Contains(tc.path, "CID") || strings.Contains(tc.path, "EID") {
+				cid, eid := longRunning(t, ctx, cli)
+				tc.path = strings.NewReplacer("CID", cid, "EID", eid).Replace(tc.path)
+				defer func() {
+					// Refused before any hijack: the exec was not started.
+					insp, err := cli.ExecInspect(ctx, eid, client.ExecInspectOptions{})
+					if err != nil || insp.Running {
+						t.Errorf("%s: exec afterwards %+v %v", tc.name, insp, err)
+					}
+					_, _ = cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true})
+				}()
+			}
+			status, body := raw(t, tc.method, tc.path, tc.body)
+			var msg struct{ Message string }
+			if status != tc.status || json.Unmarshal(body, &msg) != nil || !strings.Contains(msg.Message, tc.message) {
+				t.Errorf("%s: %d %.300s, want %d with a message holding %q", tc.name, status, body, tc.status, tc.message)
+			}
+		}
+	})
+}
+
+// runRm is `docker run --rm true`: create with AutoRemove, wait for its
+// removal (asked before the start), start.
+func runRm(ctx context.Context, cli *client.Client, name string) error {
+	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name,
+		Config:     &container.Config{Image: "bash", Cmd: []string{"true"}, Labels: map[string]string{"suite": "rm"}},
+		HostConfig: &container.HostConfig{AutoRemove: true}})
+	if err != nil {
+		return err
+	}
+	wait := cli.ContainerWait(ctx, created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionRemoved})
+	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("%s: start: %w", name, err)
+	}
+	select {
+	case res := <-wait.Result:
+		if res.StatusCode != 0 {
+			return fmt.Errorf("%s: exit %d", name, res.StatusCode)
+		}
+	case err := <-wait.Error:
+		return fmt.Errorf("%s: wait: %w", name, err)
+	}
+	return nil
+}
+
+// longRunning starts a container that sleeps and creates an exec in it.
+func longRunning(t *testing.T, ctx context.Context, cli *client.Client) (string, string) {
+	t.Helper()
+	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: "bash", Cmd: []string{"sleep", "600"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := cli.ExecCreate(ctx, created.ID, client.ExecCreateOptions{Cmd: []string{"true"}, AttachStdout: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created.ID, ex.ID
+}
+
+// rawDocker sends a request on the socket as it is (no client checks).
+func rawDocker(dataDir string) func(t *testing.T, method, path, body string) (int, []byte) {
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", dockerSocket(dataDir))
+		}}}
+	return func(t *testing.T, method, path, body string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://docker"+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+}
