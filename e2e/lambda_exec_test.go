@@ -6,15 +6,19 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/runtimed"
 )
 
 // Exec into a task Run on a lambda Runtime reaches the task in its Lambda
@@ -46,6 +50,17 @@ func TestExecIntoALambdaTask(t *testing.T) {
 		}
 	})
 
+	t.Run("DescribeSaysTheAgentIsConnected", func(t *testing.T) {
+		// RunsInTheSandbox's exec reached the agent: it is connected.
+		w.until(t, 60*time.Second, "lhang's AgentConnected True", func(runs map[string]*v1alpha1.Run) bool {
+			c := meta.FindStatusCondition(runs["lhang"].Status.Conditions, runtimed.ConditionAgentConnected)
+			return c != nil && c.Status == metav1.ConditionTrue
+		})
+		if r := stoke(t, env, "", "describe", "run", "lhang"); r.code != 0 || !regexp.MustCompile(`AgentConnected:\s+True Connected`).MatchString(r.stdout) {
+			t.Fatalf("%s; want AgentConnected True", r)
+		}
+	})
+
 	t.Run("StdinEOF", func(t *testing.T) {
 		if r := stoke(t, env, "hello", "exec", "-i", "lhang", "--", "wc", "-c"); r.code != 0 || r.stdout != "5\n" {
 			t.Errorf("%s", r)
@@ -68,6 +83,16 @@ func TestExecIntoALambdaTask(t *testing.T) {
 		var exitErr utilexec.ExitError
 		if !errors.As(err, &exitErr) || exitErr.ExitStatus() != 3 || out.String() != "5\n" || errOut.String() != "oops\n" {
 			t.Fatalf("client-go: %v, stdout %q, stderr %q; want exit 3, 5, oops", err, out.String(), errOut.String())
+		}
+	})
+
+	t.Run("DescribeSaysTheAgentIsGoneAfterTheTask", func(t *testing.T) {
+		if r := stoke(t, env, "", "cancel", "lhang", "--wait"); r.code != 0 {
+			t.Fatalf("%s", r)
+		}
+		r := stoke(t, env, "", "describe", "run", "lhang")
+		if r.code != 0 || !regexp.MustCompile(`AgentConnected:\s+False InvocationEnded`).MatchString(r.stdout) {
+			t.Fatalf("%s; want AgentConnected False InvocationEnded", r)
 		}
 	})
 }

@@ -110,13 +110,15 @@ func taskKey(dir string) string {
 	return "task:" + dir
 }
 
-// AgentConnected reports whether the agent of the task in dir is
-// connected now.
-func (s *Server) AgentConnected(dir string) bool {
+// TaskAgent reports whether the agent of the task in dir is connected
+// now, and a channel closed at the next change of any agent
+// (runtime.AgentReporter: the Run's status says so).
+func (s *Server) TaskAgent(dir string) (connected bool, changed <-chan struct{}) {
+	changed = s.agents.Changed() // first, so that no change is missed
 	s.mu.Lock()
 	g := s.taskGrants[taskKey(dir)]
 	s.mu.Unlock()
-	return g != nil && g.Connected()
+	return g != nil && g.Connected(), changed
 }
 
 // taskGrant mints the grant of a task's invocation.

@@ -216,3 +216,36 @@ func TestExecIntoAFunctionOpensASandbox(t *testing.T) {
 		t.Fatalf("a second exec: %q %+v %v", out, exit, err)
 	}
 }
+
+// The status of a task on Lambda says whether its agent is connected
+// (agent_connected, which runtimed puts on the Run for stoke describe):
+// a Wait answers when that changes, so the caller sees the agent connect
+// while the task runs, and not connected once the task has ended.
+func TestStatusSaysWhetherTheAgentIsConnected(t *testing.T) {
+	e := start(t, "bash", bashTasks)
+	startTask(t, e, "task-agent", "sleep 600\n", 600)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var seen []bool
+	for len(seen) == 0 || !seen[len(seen)-1] {
+		st, err := e.rs.Runtime.Wait(ctx, &pb.StatusRequest{Id: "task-agent"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.AgentConnected == nil || st.GetState() != pb.ExecutionState_EXECUTION_STATE_RUNNING {
+			t.Fatalf("Wait answered %v; want a running task with agent_connected", st)
+		}
+		seen = append(seen, st.GetAgentConnected())
+	}
+	t.Logf("Wait answered agent_connected %v", seen)
+	if _, err := e.rs.Runtime.Cancel(ctx, &pb.CancelRequest{Id: "task-agent"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.rs.Runtime.Status(ctx, &pb.StatusRequest{Id: "task-agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != pb.ExecutionState_EXECUTION_STATE_CANCELLED || st.AgentConnected == nil || st.GetAgentConnected() {
+		t.Fatalf("after the cancel: %v; want CANCELLED with agent_connected false", st)
+	}
+}

@@ -379,6 +379,7 @@ func Relay(ctx context.Context, socket, entrypoint string, timeout time.Duration
 func (s *Server) RelaysTasks() bool { return true }
 
 var (
-	_ runtime.Adapter = (*Server)(nil)
-	_ runtime.Relayer = (*Server)(nil)
+	_ runtime.Adapter       = (*Server)(nil)
+	_ runtime.Relayer       = (*Server)(nil)
+	_ runtime.AgentReporter = (*Server)(nil)
 )

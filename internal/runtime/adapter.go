@@ -63,6 +63,17 @@ type Relayer interface {
 	RelaysTasks() bool
 }
 
+// AgentReporter is implemented by an adapter whose tasks run elsewhere and
+// are reached for exec through a reverse agent (the lambda Runtime
+// Server). An execution's Status and Wait then carry agent_connected, and
+// Wait answers when it changes, so that runtimed shows it on the Run.
+type AgentReporter interface {
+	// TaskAgent reports whether the agent of the task whose working
+	// directory is dir is connected now, and a channel closed at the next
+	// change of any agent's state (a wake-up may change nothing of dir's).
+	TaskAgent(dir string) (connected bool, changed <-chan struct{})
+}
+
 // EnvSetupFailure names the file of a Relayer's task command (see
 // Relayer).
 const EnvSetupFailure = "STOKE_SETUP_FAILURE"

@@ -203,7 +203,18 @@ func (t *Tasks) Status(_ context.Context, req *pb.StatusRequest) (*pb.StatusResp
 	if err != nil {
 		return nil, err
 	}
-	return e.status(true), nil
+	return t.withAgent(e, e.status(true)), nil
+}
+
+// withAgent adds agent_connected to r, e's status, for an AgentReporter:
+// never connected once terminal, whatever is left of the invocation.
+func (t *Tasks) withAgent(e *execution, r *pb.StatusResponse) *pb.StatusResponse {
+	if ar, ok := t.cfg.Adapter.(AgentReporter); ok {
+		connected, _ := ar.TaskAgent(e.dir)
+		connected = connected && !isTerminalState(r.State)
+		r.AgentConnected = &connected
+	}
+	return r
 }
 
 // List summarises every remembered execution, sorted by id; Status has the
@@ -221,7 +232,9 @@ func (t *Tasks) List(context.Context, *pb.ListRequest) (*pb.ListResponse, error)
 }
 
 // Wait returns once the execution is terminal, or with its current state
-// shortly before the call's deadline (see waitMargin) or when the call ends.
+// shortly before the call's deadline (see waitMargin) or when the call ends;
+// for an AgentReporter, also once agent_connected differs from what the
+// previous Wait answered (runtimed is the one caller).
 func (t *Tasks) Wait(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	e, err := t.lookup(req.GetId())
 	if err != nil {
@@ -234,12 +247,35 @@ func (t *Tasks) Wait(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResp
 		defer timer.Stop()
 		early = timer.C
 	}
-	select {
-	case <-e.done:
-	case <-early:
-	case <-ctx.Done():
+	ar, _ := t.cfg.Adapter.(AgentReporter)
+	for {
+		var agentChanged <-chan struct{}
+		if ar != nil {
+			connected, changed := ar.TaskAgent(e.dir)
+			e.mu.Lock()
+			answered := e.agentAnswered
+			e.mu.Unlock()
+			if answered == nil || *answered != connected {
+				break // the caller has not seen this yet
+			}
+			agentChanged = changed
+		}
+		select {
+		case <-e.done:
+		case <-early:
+		case <-ctx.Done():
+		case <-agentChanged:
+			continue
+		}
+		break
 	}
-	return e.status(true), nil
+	r := t.withAgent(e, e.status(true))
+	if r.AgentConnected != nil {
+		e.mu.Lock()
+		e.agentAnswered = r.AgentConnected
+		e.mu.Unlock()
+	}
+	return r, nil
 }
 
 // waitMargin is how long before its deadline a call that waits (Wait,

@@ -88,6 +88,7 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	exit := st.GetExitCode()
 	outputs := st.GetOutputs()
 	setResult := func(r *v1alpha1.Run) {
+		agentEnd(r, w.d.cfg.Now())
 		r.Status.ExitCode = &exit
 		if len(outputs) > 0 {
 			r.Status.Outputs = outputs
@@ -156,6 +157,7 @@ func (w *worker) waitExecution(ctx context.Context, id string) (*pb.StatusRespon
 		if terminal(st.GetState()) {
 			return st, nil
 		}
+		w.noteAgent(ctx, st)
 		if poll {
 			select {
 			case <-ctx.Done():

@@ -341,8 +341,14 @@ type StatusResponse struct {
 	// error_message says why. An additive extension: older clients see a
 	// FAILED execution that never ran.
 	BackendSetupFailed bool `protobuf:"varint,8,opt,name=backend_setup_failed,json=backendSetupFailed,proto3" json:"backend_setup_failed,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Set by a Runtime Server whose tasks run elsewhere and are reached for
+	// exec through a reverse agent (the lambda Runtime Server): whether the
+	// execution's agent is connected now; unset where exec needs no agent.
+	// Wait also answers when it changes from the value the previous Wait
+	// answered for the execution. An additive extension.
+	AgentConnected *bool `protobuf:"varint,9,opt,name=agent_connected,json=agentConnected,proto3,oneof" json:"agent_connected,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -427,6 +433,13 @@ func (x *StatusResponse) GetOutputs() map[string]string {
 func (x *StatusResponse) GetBackendSetupFailed() bool {
 	if x != nil {
 		return x.BackendSetupFailed
+	}
+	return false
+}
+
+func (x *StatusResponse) GetAgentConnected() bool {
+	if x != nil && x.AgentConnected != nil {
+		return *x.AgentConnected
 	}
 	return false
 }
@@ -1881,7 +1894,7 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x0fExecuteResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x1f\n" +
 	"\rStatusRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xf7\x02\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xb9\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x121\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1b.executor.v1.ExecutionStateR\x05state\x12\x1b\n" +
@@ -1890,10 +1903,12 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x06stderr\x18\x05 \x01(\tR\x06stderr\x12#\n" +
 	"\rerror_message\x18\x06 \x01(\tR\ferrorMessage\x12B\n" +
 	"\aoutputs\x18\a \x03(\v2(.executor.v1.StatusResponse.OutputsEntryR\aoutputs\x120\n" +
-	"\x14backend_setup_failed\x18\b \x01(\bR\x12backendSetupFailed\x1a:\n" +
+	"\x14backend_setup_failed\x18\b \x01(\bR\x12backendSetupFailed\x12,\n" +
+	"\x0fagent_connected\x18\t \x01(\bH\x00R\x0eagentConnected\x88\x01\x01\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\r\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x12\n" +
+	"\x10_agent_connected\"\r\n" +
 	"\vListRequest\"E\n" +
 	"\fListResponse\x125\n" +
 	"\aentries\x18\x01 \x03(\v2\x1b.executor.v1.StatusResponseR\aentries\"\x1f\n" +
@@ -2128,6 +2143,7 @@ func file_executor_v1_runtime_proto_init() {
 	if File_executor_v1_runtime_proto != nil {
 		return
 	}
+	file_executor_v1_runtime_proto_msgTypes[3].OneofWrappers = []any{}
 	file_executor_v1_runtime_proto_msgTypes[21].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
 		(*ExecRequest_Stdin)(nil),

@@ -257,6 +257,15 @@ func (g *Grant) await(ctx context.Context) (*agentConn, error) {
 	}
 }
 
+// Changed returns a channel closed at the next change of any grant
+// (minted, connected, disconnected, given its deadline notice, revoked):
+// read it before the state it is to watch, so that no change is missed.
+func (e *Endpoint) Changed() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changed
+}
+
 func (e *Endpoint) notifyLocked() {
 	close(e.changed)
 	e.changed = make(chan struct{})
