@@ -97,6 +97,8 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 	f.StringVar(&cfg.RunLogDir, "run-log-dir", "", "directory of the Runs' output logs, RUN_UID.log (default: run-logs in --state-dir)")
 	f.StringVar(&cfg.IPCDir, "ipc-dir", "", "directory for the request files and FIFOs of warm Bash functions, best on tmpfs, removed at exit if empty (default: a private directory on /dev/shm, else in --state-dir)")
 	f.StringVar(&cfg.Python, "python", "python3", "python interpreter; resolved once to its real executable")
+	f.StringVar(&cfg.PythonDeps, "python-deps", "", "python: the requirements cache shared by the Runtime's servers; a Run's requirements.txt is installed there with pip once per digest (empty: not installed)")
+	f.StringVar(&cfg.PipFindLinks, "pip-find-links", "", "python: a directory of wheels pip installs requirements from alone (--no-index); default: pip's own index settings (its config, PIP_* variables)")
 	f.StringVar(&cfg.Bash, "bash", "", "bash executable (default: bash on PATH)")
 	f.DurationVar(&cfg.DefaultInvokeTimeout, "default-invoke-timeout", bounds.DefaultInvokeTimeout, "invocation timeout when a request gives none")
 	f.DurationVar(&cfg.MaxInvokeTimeout, "max-invoke-timeout", bounds.MaxInvokeTimeout, "largest invocation timeout; longer requests are clamped")

@@ -69,7 +69,9 @@ var forbidden = map[string][]string{
 	"stoke.dev/stoke/internal/cgroup": {"stoke.dev/stoke/internal/"},
 	// The Runs' user is a leaf too: the Runtime Server, the pool and the
 	// data directory use it.
-	"stoke.dev/stoke/internal/runuser":        {"stoke.dev/stoke/internal/"},
+	"stoke.dev/stoke/internal/runuser": {"stoke.dev/stoke/internal/"},
+	// The requirements cache is a leaf the Python adapter uses.
+	"stoke.dev/stoke/internal/pydeps":         {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/lambda", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store"},
 	"stoke.dev/stoke/internal/proc":           {"stoke.dev/stoke/internal/runtime"},
 	"stoke.dev/stoke/internal/runtime/bash":   {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/python"},
 	"stoke.dev/stoke/internal/runtime/python": {"stoke.dev/stoke/internal/runtime/server", "stoke.dev/stoke/internal/runtime/bash"},
@@ -128,7 +130,7 @@ var forbidden = map[string][]string{
 
 // testOnly are packages that only tests, their own commands and other
 // test-only packages import (and the packages below them).
-var testOnly = []string{"stoke.dev/stoke/internal/lambda/lambdasim", "stoke.dev/stoke/internal/invokefloor", "stoke.dev/stoke/internal/testdeps", "stoke.dev/stoke/internal/kubetest", "stoke.dev/stoke/internal/kubepods/kubepodstest", "stoke.dev/stoke/internal/syncbuf"}
+var testOnly = []string{"stoke.dev/stoke/internal/lambda/lambdasim", "stoke.dev/stoke/internal/invokefloor", "stoke.dev/stoke/internal/testdeps", "stoke.dev/stoke/internal/kubetest", "stoke.dev/stoke/internal/kubepods/kubepodstest", "stoke.dev/stoke/internal/syncbuf", "stoke.dev/stoke/internal/pydeps/pydepstest"}
 
 func isTestOnly(pkg string) bool {
 	return slices.ContainsFunc(testOnly, func(only string) bool { return pkg == only || strings.HasPrefix(pkg, only+"/") })

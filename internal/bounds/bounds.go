@@ -137,6 +137,8 @@ const (
 	// marshals it without grpc-go's zeroed pool, and receives it without
 	// copying it together).
 	ExecFrame = 128 << 10
+	// Requirements bounds a Run's requirements.txt (internal/pydeps).
+	Requirements = 64 << 10
 	// ExecControlFrame bounds a WebSocket exec message that is not stdin:
 	// a resize or a close.
 	ExecControlFrame = 1 << 10

@@ -139,6 +139,11 @@ func (s *Supervisor) runPod(pr *podRun, pod podsource.Pod, dir string, ready fun
 	if s.cfg.RunAs != nil && pod.Server != "lambda" {
 		args = append(args, "--run-as-user", s.cfg.RunAs.String())
 	}
+	if pod.Server == "python" {
+		// One requirements cache for every python pod (internal/pydeps);
+		// pip's index settings come from stoke up's environment (PIP_*).
+		args = append(args, "--python-deps", filepath.Join(s.cfg.DataDir, "pydeps"))
+	}
 	args = append(args, podsource.HandlerEnvArgs(pod.Template)...)
 	args = append(args, podsource.LambdaArgs(pod.Lambda)...)
 	cmd := s.cfg.Command(pod, args)

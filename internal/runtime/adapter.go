@@ -63,6 +63,21 @@ type Relayer interface {
 	RelaysTasks() bool
 }
 
+// TaskPreparer is implemented by an adapter that prepares a task's source
+// before its program runs (the Python adapter: the dependencies its
+// requirements.txt lists, internal/pydeps; a function's Load does the same
+// itself). The core prepares in the background, the execution PENDING
+// until the program starts; a failure fails the execution, which never
+// ran, with the error's message.
+type TaskPreparer interface {
+	// TaskNeedsPrepare reports, cheaply, whether the task in dir needs
+	// PrepareTask.
+	TaskNeedsPrepare(dir string) bool
+	// PrepareTask returns the task's environment: env with what the
+	// prepared source needs.
+	PrepareTask(ctx context.Context, dir string, env []string) ([]string, error)
+}
+
 // AgentReporter is implemented by an adapter whose tasks run elsewhere and
 // are reached for exec through a reverse agent (the lambda Runtime
 // Server). An execution's Status and Wait then carry agent_connected, and

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"maps"
 	"os"
 	"os/exec"
@@ -35,6 +36,37 @@ func taskEnv(base, env map[string]string, outputsFile string) ([]string, string)
 		path = p
 	}
 	return MergeEnv(base, extra), path
+}
+
+// prepareAndStart has the adapter prepare e's source (TaskPreparer),
+// within e's timeout and until it is cancelled, then starts it; a failed
+// preparation fails e, which never ran.
+func (t *Tasks) prepareAndStart(e *execution, l launch, tp TaskPreparer) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-e.cancelled:
+		case <-t.closing:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	env, err := tp.PrepareTask(ctx, l.dir, l.env)
+	if err != nil {
+		select {
+		case <-e.cancelled:
+		case <-t.closing:
+		default:
+			t.finish(e, pb.ExecutionState_EXECUTION_STATE_FAILED, noExitCode, "prepare: "+err.Error(), nil)
+			t.wg.Done()
+			return
+		}
+	}
+	if err == nil {
+		l.env = env
+	}
+	t.start(e, l) // finishes e as cancelled, if it was
 }
 
 // start starts e's process and hands it to a supervisor; t.wg was added

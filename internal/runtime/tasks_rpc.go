@@ -124,7 +124,11 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 		t.cfg.Scopes.Begin(scope)
 	}
 
-	t.start(e, l)
+	if tp, ok := t.cfg.Adapter.(TaskPreparer); ok && tp.TaskNeedsPrepare(l.dir) {
+		go t.prepareAndStart(e, l, tp) // may take long: Execute returns at once
+	} else {
+		t.start(e, l)
+	}
 	return &pb.ExecuteResponse{Id: id}, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/podsource"
+	"stoke.dev/stoke/internal/pydeps"
 	rt "stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimed"
@@ -331,7 +332,7 @@ func TestFunctionOnOneShotOnlyServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	adapter, err := server.NewAdapter(ctx, "bash", "", "")
+	adapter, err := server.NewAdapter(ctx, "bash", "", "", pydeps.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

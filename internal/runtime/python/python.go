@@ -61,6 +61,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/pydeps"
 	"stoke.dev/stoke/internal/runtime"
 )
 
@@ -73,21 +74,71 @@ type Config struct {
 	// ResolveInterpreter so that no version-manager shim runs per Load.
 	// Empty means "python3" on the server's PATH.
 	Interpreter string
+	// Deps, when set, installs what a source's requirements.txt lists
+	// (once per digest, shared by the Runtime's servers) and the handler
+	// or task imports from it: its directory leads PYTHONPATH. Nil: a
+	// requirements.txt is a file like any other.
+	Deps *pydeps.Cache
 }
 
 // Adapter runs Python handlers in warm worker processes.
 type Adapter struct {
 	interpreter string
+	deps        *pydeps.Cache
 }
 
-var _ runtime.Adapter = (*Adapter)(nil)
+var (
+	_ runtime.Adapter      = (*Adapter)(nil)
+	_ runtime.TaskPreparer = (*Adapter)(nil)
+)
 
 // New returns a Python adapter.
 func New(cfg Config) *Adapter {
 	if cfg.Interpreter == "" {
 		cfg.Interpreter = "python3"
 	}
-	return &Adapter{interpreter: cfg.Interpreter}
+	return &Adapter{interpreter: cfg.Interpreter, deps: cfg.Deps}
+}
+
+// withDeps returns env with the directory of the dependencies that the
+// requirements.txt in dir lists leading PYTHONPATH, installing them
+// first if the cache has not; env itself without Deps or requirements.
+func (a *Adapter) withDeps(ctx context.Context, dir string, env []string) ([]string, error) {
+	if a.deps == nil {
+		return env, nil
+	}
+	deps, err := a.deps.Dir(ctx, dir)
+	if err != nil || deps == "" {
+		return env, err
+	}
+	out := make([]string, 0, len(env)+1)
+	path := deps
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
+			if v != "" {
+				path = deps + string(os.PathListSeparator) + v
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "PYTHONPATH="+path), nil
+}
+
+// TaskNeedsPrepare: a task whose source has a requirements.txt, with
+// Deps (runtime.TaskPreparer).
+func (a *Adapter) TaskNeedsPrepare(dir string) bool {
+	if a.deps == nil {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(dir, pydeps.File))
+	return err == nil
+}
+
+// PrepareTask installs the task's requirements and returns its env with
+// them on PYTHONPATH (runtime.TaskPreparer).
+func (a *Adapter) PrepareTask(ctx context.Context, dir string, env []string) ([]string, error) {
+	return a.withDeps(ctx, dir, env)
 }
 
 // Name is "python".

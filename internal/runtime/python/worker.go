@@ -135,6 +135,11 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	if env == nil {
 		env = []string{} // nil would hand the worker the server's environment
 	}
+	// Within the registration's init bound: a first install counts.
+	env, err := a.withDeps(ctx, spec.WorkingDir, env)
+	if err != nil {
+		return nil, err
+	}
 
 	// Parent ends first, then the worker's: reqR, respW, outW, errW.
 	var pipes [8]*os.File

@@ -23,6 +23,7 @@ import (
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/pydeps"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/bash"
@@ -63,6 +64,11 @@ type Config struct {
 	// path.
 	Python string
 	Bash   string
+	// PythonDeps is the cache of the python runtime's requirements
+	// (internal/pydeps), shared by the Runtime's servers; empty: a
+	// requirements.txt is not installed. PipFindLinks, when set, is a
+	// wheel directory pip installs from alone (--no-index).
+	PythonDeps, PipFindLinks string
 	// HandlerEnv is added to every handler's and task's environment,
 	// beneath its Run's own env: the Runtime's env (HandlerEnvFrom).
 	HandlerEnv map[string]string
@@ -124,8 +130,9 @@ func Listen(addr string) (net.Listener, error) {
 	return lis, nil
 }
 
-// NewAdapter returns the built-in adapter for name.
-func NewAdapter(ctx context.Context, name, pythonPath, bashPath string) (runtime.Adapter, error) {
+// NewAdapter returns the built-in adapter for name; deps, with a Root,
+// is the python runtime's requirements cache (its Python is the adapter's).
+func NewAdapter(ctx context.Context, name, pythonPath, bashPath string, deps pydeps.Config) (runtime.Adapter, error) {
 	switch name {
 	case "bash":
 		return bash.New(bash.Config{BashPath: bashPath}), nil
@@ -134,7 +141,14 @@ func NewAdapter(ctx context.Context, name, pythonPath, bashPath string) (runtime
 		if err != nil {
 			return nil, err
 		}
-		return python.New(python.Config{Interpreter: interp}), nil
+		var cache *pydeps.Cache
+		if deps.Root != "" {
+			deps.Python = interp
+			if cache, err = pydeps.New(deps); err != nil {
+				return nil, err
+			}
+		}
+		return python.New(python.Config{Interpreter: interp, Deps: cache}), nil
 	}
 	return nil, fmt.Errorf("unknown runtime %q: want bash or python", name)
 }
@@ -180,7 +194,8 @@ func Run(ctx context.Context, cfg Config) error {
 				return err
 			}
 		}
-		if adapter, err = NewAdapter(ctx, cfg.Runtime, python, bash); err != nil {
+		deps := pydeps.Config{Root: cfg.PythonDeps, FindLinks: cfg.PipFindLinks, Logger: log}
+		if adapter, err = NewAdapter(ctx, cfg.Runtime, python, bash, deps); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,147 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/pydeps/pydepstest"
+	"stoke.dev/stoke/internal/runtime/runtimetest"
+	"stoke.dev/stoke/internal/runtime/server"
+)
+
+// depsServer is a python Runtime Server with a requirements cache whose
+// pip installs from a wheel directory holding tinydep 1.0 alone.
+func depsServer(t *testing.T) (rs *runtimetest.Server, cache, links string) {
+	t.Helper()
+	cache, links = t.TempDir(), t.TempDir()
+	if _, err := pydepstest.Wheel(links, "tinydep", "1.0", "VALUE = 'from tinydep'\n"); err != nil {
+		t.Fatal(err)
+	}
+	rs = runtimetest.StartServer(t, runtimetest.Harness{Runtime: "python"}, func(c *server.Config) {
+		c.PythonDeps, c.PipFindLinks = cache, links
+		c.InitTimeout = 90 * time.Second // pip's start on a loaded machine
+	})
+	return rs, cache, links
+}
+
+const depsHandler = "import tinydep\n\ndef handle(event, context):\n    return tinydep.VALUE\n"
+
+// registerWithRequirements registers handler.handle with requirements and
+// returns its state and fatal_error.
+func registerWithRequirements(t *testing.T, rs *runtimetest.Server, uid, requirements string) (*pb.FunctionRegistration, pb.FunctionRegistrationState, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := rs.Dir(t, runtimetest.Source{Files: map[string]string{"handler.py": depsHandler, "requirements.txt": requirements}})
+	resp, err := rs.Functions.RegisterFunction(ctx, &pb.RegisterFunctionRequest{RunUid: uid, RegistrationAttempt: 1, WorkingDir: dir,
+		Handler: "handler.handle", IdleTimeoutSeconds: 300, RegistrationDigest: runtimetest.Digest(uid)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := rs.Functions.FunctionStatus(ctx, &pb.FunctionStatusRequest{Registration: resp.GetRegistration()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetRegistration(), resp.GetState(), st.GetFatalError()
+}
+
+// A function whose source holds a requirements.txt imports what it lists;
+// a second registration with the same requirements installs nothing (it
+// succeeds with the wheel gone from the directory pip would install from).
+func TestFunctionImportsItsRequirements(t *testing.T) {
+	rs, _, links := depsServer(t)
+	reg, state, fatal := registerWithRequirements(t, rs, "deps-1", "tinydep==1.0\n")
+	if state != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+		t.Fatalf("state %v: %s", state, fatal)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := rs.Invoke(ctx, reg, "{}", 10_000)
+	if err != nil || string(out.GetOutput()) != `"from tinydep"` {
+		t.Fatalf("invoke: %v, %v; want \"from tinydep\"", out, err)
+	}
+	if err := os.RemoveAll(links); err != nil {
+		t.Fatal(err)
+	}
+	if _, state, fatal := registerWithRequirements(t, rs, "deps-2", "tinydep==1.0\n"); state != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+		t.Fatalf("the same requirements again: state %v: %s; want READY without an install", state, fatal)
+	}
+}
+
+// Concurrent first registrations with the same requirements all become
+// READY from one complete install: one directory in the cache, nothing
+// half-made left.
+func TestConcurrentRegistrationsShareOneInstall(t *testing.T) {
+	rs, cache, _ := depsServer(t)
+	var wg sync.WaitGroup
+	states := make([]pb.FunctionRegistrationState, 8)
+	fatals := make([]string, 8)
+	for i := range states {
+		wg.Go(func() {
+			_, states[i], fatals[i] = registerWithRequirements(t, rs, fmt.Sprintf("deps-c%d", i), "tinydep>=1.0\n")
+		})
+	}
+	wg.Wait()
+	for i, s := range states {
+		if s != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+			t.Fatalf("registration %d: %v: %s", i, s, fatals[i])
+		}
+	}
+	entries, err := os.ReadDir(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	if len(dirs) != 1 || strings.HasPrefix(dirs[0], ".") {
+		t.Fatalf("the cache holds %v; want one install", dirs)
+	}
+}
+
+// Requirements pip cannot install end the registration FAILED with pip's
+// message in fatal_error.
+func TestRequirementsThatCannotInstallFailTheRegistration(t *testing.T) {
+	rs, _, _ := depsServer(t)
+	_, state, fatal := registerWithRequirements(t, rs, "deps-bad", "nosuchdep==2.0\n")
+	if state != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_FAILED || !strings.Contains(fatal, "No matching distribution found for nosuchdep==2.0") {
+		t.Fatalf("state %v, fatal_error %q; want FAILED with pip's message", state, fatal)
+	}
+}
+
+// A python task imports its requirements too; one that cannot install
+// fails, never having run.
+func TestTaskImportsItsRequirements(t *testing.T) {
+	rs, _, _ := depsServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, c := range []struct{ id, reqs, state, out string }{
+		{"task-deps", "tinydep==1.0\n", "SUCCEEDED", "from tinydep"},
+		{"task-deps-bad", "nosuchdep==2.0\n", "FAILED", "No matching distribution found for nosuchdep==2.0"},
+	} {
+		dir := rs.Dir(t, runtimetest.Source{Files: map[string]string{"task.py": "import tinydep\nprint(tinydep.VALUE)\n", "requirements.txt": c.reqs}})
+		if _, err := rs.Runtime.Execute(ctx, &pb.ExecuteRequest{Id: c.id, WorkingDir: dir, Entrypoint: "task.py", TimeoutSeconds: 120}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := rs.Runtime.Wait(ctx, &pb.StatusRequest{Id: c.id})
+		for err == nil && st.GetState() <= pb.ExecutionState_EXECUTION_STATE_RUNNING {
+			st, err = rs.Runtime.Wait(ctx, &pb.StatusRequest{Id: c.id})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := st.GetStdout() + st.GetErrorMessage()
+		if strings.TrimPrefix(st.GetState().String(), "EXECUTION_STATE_") != c.state || !strings.Contains(got, c.out) {
+			t.Fatalf("%s: %v; want %s with %q", c.id, st, c.state, c.out)
+		}
+	}
+}
