@@ -219,16 +219,18 @@ func TestExecIntoAFunctionOpensASandbox(t *testing.T) {
 
 // The status of a task on Lambda says whether its agent is connected
 // (agent_connected, which runtimed puts on the Run for stoke describe):
-// a Wait answers when that changes, so the caller sees the agent connect
-// while the task runs, and not connected once the task has ended.
+// a Wait told what the caller saw answers when that changes, so the
+// caller sees the agent connect while the task runs, and not connected
+// once the task has ended. A Wait told nothing waits for the end, as the
+// contract suite's does.
 func TestStatusSaysWhetherTheAgentIsConnected(t *testing.T) {
 	e := start(t, "bash", bashTasks)
 	startTask(t, e, "task-agent", "sleep 600\n", 600)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	var seen []bool
-	for len(seen) == 0 || !seen[len(seen)-1] {
-		st, err := e.rs.Runtime.Wait(ctx, &pb.StatusRequest{Id: "task-agent"})
+	seen := []bool{false} // as runtimed starts: no agent seen
+	for !seen[len(seen)-1] {
+		st, err := e.rs.Runtime.Wait(ctx, &pb.StatusRequest{Id: "task-agent", AgentConnectedSeen: &seen[len(seen)-1]})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -182,9 +182,6 @@ type execution struct {
 	// scratchRemoved is set by finish, before done is closed, when the
 	// scratch directory is gone, so that Forget need not remove it again.
 	scratchRemoved bool
-	// agentAnswered is the agent_connected the last Wait answered (an
-	// AgentReporter's), nil before the first.
-	agentAnswered *bool
 
 	elem *list.Element // in Tasks.terminal; guarded by Tasks.mu
 }

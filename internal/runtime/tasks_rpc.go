@@ -237,8 +237,8 @@ func (t *Tasks) List(context.Context, *pb.ListRequest) (*pb.ListResponse, error)
 
 // Wait returns once the execution is terminal, or with its current state
 // shortly before the call's deadline (see waitMargin) or when the call ends;
-// for an AgentReporter, also once agent_connected differs from what the
-// previous Wait answered (runtimed is the one caller).
+// for an AgentReporter and a request with agent_connected_seen, also once
+// agent_connected differs from it.
 func (t *Tasks) Wait(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	e, err := t.lookup(req.GetId())
 	if err != nil {
@@ -252,15 +252,13 @@ func (t *Tasks) Wait(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResp
 		early = timer.C
 	}
 	ar, _ := t.cfg.Adapter.(AgentReporter)
+	seen := req.AgentConnectedSeen
 	for {
 		var agentChanged <-chan struct{}
-		if ar != nil {
+		if ar != nil && seen != nil {
 			connected, changed := ar.TaskAgent(e.dir)
-			e.mu.Lock()
-			answered := e.agentAnswered
-			e.mu.Unlock()
-			if answered == nil || *answered != connected {
-				break // the caller has not seen this yet
+			if connected != *seen {
+				break // news for the caller
 			}
 			agentChanged = changed
 		}
@@ -273,13 +271,7 @@ func (t *Tasks) Wait(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResp
 		}
 		break
 	}
-	r := t.withAgent(e, e.status(true))
-	if r.AgentConnected != nil {
-		e.mu.Lock()
-		e.agentAnswered = r.AgentConnected
-		e.mu.Unlock()
-	}
-	return r, nil
+	return t.withAgent(e, e.status(true)), nil
 }
 
 // waitMargin is how long before its deadline a call that waits (Wait,

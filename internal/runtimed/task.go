@@ -126,6 +126,9 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 func (w *worker) waitExecution(ctx context.Context, id string) (*pb.StatusResponse, error) {
 	poll := false
 	cancelSent := false
+	// What this Run's condition says of its exec agent (none at first:
+	// not connected), so that Wait answers when that changes.
+	agentSeen := false
 	for {
 		if cancel, deleted := w.stopRequested(); (cancel || deleted) && !cancelSent {
 			cancelSent = true
@@ -141,7 +144,7 @@ func (w *worker) waitExecution(ctx context.Context, id string) (*pb.StatusRespon
 			}
 			wctx, cancel := context.WithTimeout(ctx, waitSlice)
 			defer cancel()
-			st, err = w.waitOrUpdate(wctx, id)
+			st, err = w.waitOrUpdate(wctx, &pb.StatusRequest{Id: id, AgentConnectedSeen: &agentSeen})
 			return err
 		})
 		if !poll && status.Code(err) == codes.Unimplemented {
@@ -157,7 +160,10 @@ func (w *worker) waitExecution(ctx context.Context, id string) (*pb.StatusRespon
 		if terminal(st.GetState()) {
 			return st, nil
 		}
-		w.noteAgent(ctx, st)
+		if st.AgentConnected != nil {
+			w.noteAgent(ctx, st)
+			agentSeen = st.GetAgentConnected()
+		}
 		if poll {
 			select {
 			case <-ctx.Done():
@@ -175,7 +181,7 @@ var errUpdated = errors.New("run updated")
 // the Run is cancelled or deleted, so that the request is acted on at
 // once. Other changes (runtimed's own status writes and their echo from
 // the informer) leave the call waiting.
-func (w *worker) waitOrUpdate(ctx context.Context, id string) (*pb.StatusResponse, error) {
+func (w *worker) waitOrUpdate(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -184,7 +190,7 @@ func (w *worker) waitOrUpdate(ctx context.Context, id string) (*pb.StatusRespons
 	}
 	done := make(chan result, 1)
 	go func() {
-		st, err := w.d.runtime.Wait(ctx, &pb.StatusRequest{Id: id})
+		st, err := w.d.runtime.Wait(ctx, req)
 		done <- result{st, err}
 	}()
 	for {

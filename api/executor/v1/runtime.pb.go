@@ -282,10 +282,15 @@ func (x *ExecuteResponse) GetId() string {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Wait only, with a server that sets agent_connected: also answer as
+	// soon as agent_connected differs from this value (what the caller saw
+	// last), so that the caller can show it. Unset: Wait answers as it
+	// always has. An additive extension; Status ignores it.
+	AgentConnectedSeen *bool `protobuf:"varint,2,opt,name=agent_connected_seen,json=agentConnectedSeen,proto3,oneof" json:"agent_connected_seen,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatusRequest) Reset() {
@@ -325,6 +330,13 @@ func (x *StatusRequest) GetId() string {
 	return ""
 }
 
+func (x *StatusRequest) GetAgentConnectedSeen() bool {
+	if x != nil && x.AgentConnectedSeen != nil {
+		return *x.AgentConnectedSeen
+	}
+	return false
+}
+
 type StatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -343,9 +355,9 @@ type StatusResponse struct {
 	BackendSetupFailed bool `protobuf:"varint,8,opt,name=backend_setup_failed,json=backendSetupFailed,proto3" json:"backend_setup_failed,omitempty"`
 	// Set by a Runtime Server whose tasks run elsewhere and are reached for
 	// exec through a reverse agent (the lambda Runtime Server): whether the
-	// execution's agent is connected now; unset where exec needs no agent.
-	// Wait also answers when it changes from the value the previous Wait
-	// answered for the execution. An additive extension.
+	// execution's agent is connected now (never once terminal); unset where
+	// exec needs no agent. See StatusRequest.agent_connected_seen. An
+	// additive extension.
 	AgentConnected *bool `protobuf:"varint,9,opt,name=agent_connected,json=agentConnected,proto3,oneof" json:"agent_connected,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1892,9 +1904,11 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"!\n" +
 	"\x0fExecuteResponse\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x1f\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"o\n" +
 	"\rStatusRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xb9\x03\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
+	"\x14agent_connected_seen\x18\x02 \x01(\bH\x00R\x12agentConnectedSeen\x88\x01\x01B\x17\n" +
+	"\x15_agent_connected_seen\"\xb9\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x121\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1b.executor.v1.ExecutionStateR\x05state\x12\x1b\n" +
@@ -2143,6 +2157,7 @@ func file_executor_v1_runtime_proto_init() {
 	if File_executor_v1_runtime_proto != nil {
 		return
 	}
+	file_executor_v1_runtime_proto_msgTypes[2].OneofWrappers = []any{}
 	file_executor_v1_runtime_proto_msgTypes[3].OneofWrappers = []any{}
 	file_executor_v1_runtime_proto_msgTypes[21].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),

@@ -41,9 +41,9 @@ const (
 //
 // Runtime executes one-shot programs. The first six RPCs and their fields are
 // wire-compatible with existing executor.v1 Runtime Servers; Wait, the
-// outputs, backend_setup_failed and agent_connected fields and the
-// TIMED_OUT/CANCELLED states are additive extensions that older clients
-// ignore.
+// outputs, backend_setup_failed, agent_connected and agent_connected_seen
+// fields and the TIMED_OUT/CANCELLED states are additive extensions that
+// older clients and servers ignore.
 type RuntimeClient interface {
 	// Starts an execution and returns at once. Repeating an id returns the
 	// existing execution and never starts a second process.
@@ -58,8 +58,9 @@ type RuntimeClient interface {
 	Forget(ctx context.Context, in *ForgetRequest, opts ...grpc.CallOption) (*ForgetResponse, error)
 	// Reports whether the server can accept work.
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
-	// Returns as soon as the execution is terminal (or its agent_connected
-	// changes), or with its current state when the call's deadline passes. Clients fall back to polling Status when
+	// Returns as soon as the execution is terminal (or, when asked,
+	// agent_connected changes), or with its current state when the call's
+	// deadline passes. Clients fall back to polling Status when
 	// a server answers Unimplemented.
 	Wait(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
@@ -148,9 +149,9 @@ func (c *runtimeClient) Wait(ctx context.Context, in *StatusRequest, opts ...grp
 //
 // Runtime executes one-shot programs. The first six RPCs and their fields are
 // wire-compatible with existing executor.v1 Runtime Servers; Wait, the
-// outputs, backend_setup_failed and agent_connected fields and the
-// TIMED_OUT/CANCELLED states are additive extensions that older clients
-// ignore.
+// outputs, backend_setup_failed, agent_connected and agent_connected_seen
+// fields and the TIMED_OUT/CANCELLED states are additive extensions that
+// older clients and servers ignore.
 type RuntimeServer interface {
 	// Starts an execution and returns at once. Repeating an id returns the
 	// existing execution and never starts a second process.
@@ -165,8 +166,9 @@ type RuntimeServer interface {
 	Forget(context.Context, *ForgetRequest) (*ForgetResponse, error)
 	// Reports whether the server can accept work.
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
-	// Returns as soon as the execution is terminal (or its agent_connected
-	// changes), or with its current state when the call's deadline passes. Clients fall back to polling Status when
+	// Returns as soon as the execution is terminal (or, when asked,
+	// agent_connected changes), or with its current state when the call's
+	// deadline passes. Clients fall back to polling Status when
 	// a server answers Unimplemented.
 	Wait(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedRuntimeServer()
