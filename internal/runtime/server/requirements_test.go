@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,7 @@ import (
 
 // depsServer is a python Runtime Server with a requirements cache whose
 // pip installs from a wheel directory holding tinydep 1.0 alone.
-func depsServer(t *testing.T) (rs *runtimetest.Server, cache, links string) {
+func depsServer(t testing.TB) (rs *runtimetest.Server, cache, links string) {
 	t.Helper()
 	cache, links = t.TempDir(), t.TempDir()
 	if _, err := pydepstest.Wheel(links, "tinydep", "1.0", "VALUE = 'from tinydep'\n"); err != nil {
@@ -34,11 +35,15 @@ const depsHandler = "import tinydep\n\ndef handle(event, context):\n    return t
 
 // registerWithRequirements registers handler.handle with requirements and
 // returns its state and fatal_error.
-func registerWithRequirements(t *testing.T, rs *runtimetest.Server, uid, requirements string) (*pb.FunctionRegistration, pb.FunctionRegistrationState, string) {
+func registerWithRequirements(t testing.TB, rs *runtimetest.Server, uid, requirements string) (*pb.FunctionRegistration, pb.FunctionRegistrationState, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := rs.Dir(t, runtimetest.Source{Files: map[string]string{"handler.py": depsHandler, "requirements.txt": requirements}})
+	files := map[string]string{"handler.py": depsHandler, "requirements.txt": requirements}
+	if requirements == "" {
+		files = map[string]string{"handler.py": "def handle(event, context):\n    return 'none'\n"}
+	}
+	dir := rs.Dir(t, runtimetest.Source{Files: files})
 	resp, err := rs.Functions.RegisterFunction(ctx, &pb.RegisterFunctionRequest{RunUid: uid, RegistrationAttempt: 1, WorkingDir: dir,
 		Handler: "handler.handle", IdleTimeoutSeconds: 300, RegistrationDigest: runtimetest.Digest(uid)})
 	if err != nil {
@@ -144,4 +149,40 @@ func TestTaskImportsItsRequirements(t *testing.T) {
 			t.Fatalf("%s: %v; want %s with %q", c.id, st, c.state, c.out)
 		}
 	}
+}
+
+// BenchmarkRegisterPythonRequirements: a python registration whose
+// requirements.txt (tinydep, from a wheel directory) is installed already,
+// beside one without requirements, interleaved, p50 of each and the
+// difference; and, once before them, the first registration's, which
+// installs (its extra time over the p50 without requirements).
+func BenchmarkRegisterPythonRequirements(b *testing.B) {
+	rs, _, _ := depsServer(b)
+	ready := func(uid, reqs string) time.Duration {
+		t0 := time.Now()
+		_, state, fatal := registerWithRequirements(b, rs, uid, reqs)
+		el := time.Since(t0)
+		if state != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+			b.Fatalf("%s: %v: %s", uid, state, fatal)
+		}
+		return el
+	}
+	ready("warm-up", "") // the server's first registration, apart
+	first := ready("first", "tinydep==1.0\n")
+	var none, installed []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		none = append(none, ready(fmt.Sprintf("none-%d", i), ""))
+		installed = append(installed, ready(fmt.Sprintf("installed-%d", i), "tinydep==1.0\n"))
+	}
+	b.StopTimer()
+	p50 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	n, w := p50(none), p50(installed)
+	b.ReportMetric(n, "none-p50-ms")
+	b.ReportMetric(w, "installed-p50-ms")
+	b.ReportMetric(w-n, "installed-extra-ms")
+	b.ReportMetric(float64(first.Microseconds())/1000-n, "first-install-extra-ms")
 }
