@@ -122,8 +122,10 @@ type Config struct {
 	// Observe, when set, is told how long each step of placing a function
 	// took: "package", "create" (CreateFunction), "active" (waiting until
 	// Active) and "ping" (the first invocation, which loads the handler);
-	// for tasks, "task" (the invocation, to its answer) and "agent" (from
-	// the invocation's start to its agent's connection).
+	// for tasks, "task" (the invocation, to its answer), "agent" (from
+	// the Invoke call to its agent's connection) and "agent-in-sandbox"
+	// (from the sandbox's receipt of the invocation to the agent's hello,
+	// as the agent measured it).
 	Observe func(step string, d time.Duration)
 	// StateDir holds the relay socket of tasks (a private directory).
 	StateDir string

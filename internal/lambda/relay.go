@@ -250,6 +250,7 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 			go func() {
 				if grant.Await(ictx) == nil {
 					s.observe("agent", start)
+					s.cfg.Observe("agent-in-sandbox", grant.StartedAfter())
 				}
 			}()
 		}

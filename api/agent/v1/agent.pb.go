@@ -157,8 +157,12 @@ type Hello struct {
 	RunUid string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
 	// deadline_unix_millis is Lambda's deadline of the hosting invocation.
 	DeadlineUnixMillis int64 `protobuf:"varint,2,opt,name=deadline_unix_millis,json=deadlineUnixMillis,proto3" json:"deadline_unix_millis,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// since_invocation_micros is how long after the sandbox received the
+	// hosting invocation this Hello was sent: the agent's start-up and
+	// dial, on the sandbox's own clock, for the Runtime Server's figures.
+	SinceInvocationMicros int64 `protobuf:"varint,3,opt,name=since_invocation_micros,json=sinceInvocationMicros,proto3" json:"since_invocation_micros,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -201,6 +205,13 @@ func (x *Hello) GetRunUid() string {
 func (x *Hello) GetDeadlineUnixMillis() int64 {
 	if x != nil {
 		return x.DeadlineUnixMillis
+	}
+	return 0
+}
+
+func (x *Hello) GetSinceInvocationMicros() int64 {
+	if x != nil {
+		return x.SinceInvocationMicros
 	}
 	return 0
 }
@@ -424,10 +435,11 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\rWatchResponse\x12'\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0f.agent.v1.HelloH\x00R\x05hello\x120\n" +
 	"\bdeadline\x18\x02 \x01(\v2\x12.agent.v1.DeadlineH\x00R\bdeadlineB\a\n" +
-	"\x05event\"R\n" +
+	"\x05event\"\x8a\x01\n" +
 	"\x05Hello\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x120\n" +
-	"\x14deadline_unix_millis\x18\x02 \x01(\x03R\x12deadlineUnixMillis\"V\n" +
+	"\x14deadline_unix_millis\x18\x02 \x01(\x03R\x12deadlineUnixMillis\x126\n" +
+	"\x17since_invocation_micros\x18\x03 \x01(\x03R\x15sinceInvocationMicros\"V\n" +
 	"\bDeadline\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x120\n" +
 	"\x14deadline_unix_millis\x18\x02 \x01(\x03R\x12deadlineUnixMillis\")\n" +

@@ -94,14 +94,17 @@ type Grant struct {
 	expires time.Time
 
 	// Guarded by e.mu.
-	conn      *agentConn // the live connection, or nil
-	claimed   bool       // a connection is being set up
-	connects  int
-	expired   string // the deadline notice, once given
-	revoked   bool
-	sessions  int
-	idleTimer *time.Timer
-	idleFor   time.Duration
+	conn     *agentConn // the live connection, or nil
+	claimed  bool       // a connection is being set up
+	connects int
+	expired  string // the deadline notice, once given
+	// firstHello is how long after its invocation reached the sandbox the
+	// first connection's Hello was sent (the agent's own measure).
+	firstHello time.Duration
+	revoked    bool
+	sessions   int
+	idleTimer  *time.Timer
+	idleFor    time.Duration
 }
 
 // Grant mints a fresh secret (256 random bits) for the invocation that is
@@ -156,6 +159,15 @@ func (g *Grant) Connected() bool {
 	g.e.mu.Lock()
 	defer g.e.mu.Unlock()
 	return g.conn != nil
+}
+
+// StartedAfter is how long after the sandbox received the hosting
+// invocation the agent's first connection said hello, by the sandbox's
+// clock; 0 before it.
+func (g *Grant) StartedAfter() time.Duration {
+	g.e.mu.Lock()
+	defer g.e.mu.Unlock()
+	return g.firstHello
 }
 
 // Expired returns the deadline notice the agent gave, or "".
@@ -397,6 +409,9 @@ func (e *Endpoint) attach(g *Grant, nc net.Conn, log *slog.Logger) error {
 	}
 	g.claimed, g.conn = false, c
 	g.connects++
+	if g.connects == 1 {
+		g.firstHello = time.Duration(hello.GetHello().GetSinceInvocationMicros()) * time.Microsecond
+	}
 	if g.connects > 1 {
 		e.m.redials.Inc()
 	}

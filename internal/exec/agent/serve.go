@@ -41,6 +41,9 @@ type ServeConfig struct {
 	Logger *slog.Logger
 	// Connected, when set, is told of each connection made.
 	Connected func()
+	// Received is when the sandbox received the invocation hosting the
+	// agent; the Hello says how long ago (Hello.since_invocation_micros).
+	Received time.Time
 	// GiveUp, when positive, ends Serve with an error once it has been
 	// without a connection that long (an exec sandbox, which hosts
 	// nothing else, then ends).
@@ -153,7 +156,7 @@ type control struct {
 func (c *control) Watch(_ *agentv1.WatchRequest, stream agentv1.AgentService_WatchServer) error {
 	l := c.cfg.Lifetime
 	if err := stream.Send(&agentv1.WatchResponse{Event: &agentv1.WatchResponse_Hello{Hello: &agentv1.Hello{
-		RunUid: c.cfg.Credentials.RunUID, DeadlineUnixMillis: l.Deadline().UnixMilli()}}}); err != nil {
+		RunUid: c.cfg.Credentials.RunUID, DeadlineUnixMillis: l.Deadline().UnixMilli(), SinceInvocationMicros: since(c.cfg.Received)}}}); err != nil {
 		return err
 	}
 	select {
@@ -334,3 +337,11 @@ type agentAddr struct{}
 
 func (agentAddr) Network() string { return "agent" }
 func (agentAddr) String() string  { return "agent" }
+
+// since is the time since t in microseconds, 0 for no t.
+func since(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return time.Since(t).Microseconds()
+}

@@ -17,7 +17,7 @@ import (
 // whichever comes first. kill (a task's) and release (a sandbox's) are
 // what the Runtime Server may ask for. The returned stop ends the agent
 // and every session, killing what they started.
-func (b *Bootstrap) serveAgent(ctx context.Context, deadline time.Time, a *payload.Agent, base exec.Target, kill func(string), release func()) (stop func()) {
+func (b *Bootstrap) serveAgent(ctx context.Context, deadline, received time.Time, a *payload.Agent, base exec.Target, kill func(string), release func()) (stop func()) {
 	msg := "lifetime_expired: the Lambda invocation hosting this Run reaches its deadline"
 	if !deadline.IsZero() {
 		msg += " at " + deadline.UTC().Format(time.RFC3339)
@@ -30,6 +30,7 @@ func (b *Bootstrap) serveAgent(ctx context.Context, deadline time.Time, a *paylo
 	cfg := agent.ServeConfig{
 		Credentials: agent.Credentials{URL: a.URL, ID: a.ID, Secret: a.Secret, RunUID: a.RunUID},
 		Exec:        local, Lifetime: lt, KillTask: kill, Release: release, Logger: log,
+		Received: received,
 	}
 	if release != nil {
 		// A sandbox hosts the agent alone: it ends when the agent cannot
@@ -81,7 +82,7 @@ func (b *Bootstrap) sandbox(ctx context.Context, ev event, req payload.Request) 
 	}
 	rctx, release := context.WithCancel(ctx)
 	defer release()
-	stop := b.serveAgent(rctx, ev.deadline, req.Agent, target, nil, release)
+	stop := b.serveAgent(rctx, ev.deadline, ev.received, req.Agent, target, nil, release)
 	<-rctx.Done()
 	stop()
 	return &payload.Response{}, nil
@@ -102,5 +103,5 @@ func (b *Bootstrap) taskAgent(ctx context.Context, ev event, req payload.Request
 		b.log.Info("the task is killed at the Runtime Server's request", "reason", reason)
 		_, _ = b.tasks.Cancel(context.WithoutCancel(ctx), &pb.CancelRequest{Id: ev.requestID})
 	}
-	return b.serveAgent(ctx, ev.deadline, req.Agent, target, kill, nil)
+	return b.serveAgent(ctx, ev.deadline, ev.received, req.Agent, target, kill, nil)
 }

@@ -44,6 +44,7 @@ type event struct {
 	requestID string
 	deadline  time.Time
 	body      []byte
+	received  time.Time // when next answered
 }
 
 // next waits for the next invocation.
@@ -64,7 +65,7 @@ func (c *apiClient) next(ctx context.Context) (event, error) {
 	if resp.StatusCode != http.StatusOK {
 		return event{}, fmt.Errorf("runtime api next: %s: %s", resp.Status, bounds.Truncate(string(body), 512))
 	}
-	ev := event{requestID: resp.Header.Get(headerRequestID), body: body}
+	ev := event{requestID: resp.Header.Get(headerRequestID), body: body, received: time.Now()}
 	if ev.requestID == "" {
 		return event{}, fmt.Errorf("runtime api next: no %s header", headerRequestID)
 	}
