@@ -41,6 +41,7 @@ BENCH := $(GO) test -run '^$$' -bench
 bench:
 	$(BENCH) 'Invoke|ForkPerCall' -benchtime 2000x ./internal/runtime/server/
 	$(BENCH) 'Register' -benchtime 100x ./internal/runtime/server/
+	$(BENCH) 'DirInstalled' -benchtime 2000x ./internal/pydeps/
 	$(BENCH) 'IdleRegistrations' -benchtime 1x ./internal/runtime/server/
 	$(BENCH) 'CreateToSucceeded' -benchtime 1000x ./internal/standalone/
 	$(BENCH) 'Throughput' -benchtime 3x ./internal/standalone/

@@ -31,7 +31,10 @@ func depsServer(t testing.TB) (rs *runtimetest.Server, cache, links string) {
 	return rs, cache, links
 }
 
-const depsHandler = "import tinydep\n\ndef handle(event, context):\n    return tinydep.VALUE\n"
+const (
+	depsHandler   = "import tinydep\n\ndef handle(event, context):\n    return tinydep.VALUE\n"
+	noDepsHandler = "def handle(event, context):\n    return 'none'\n"
+)
 
 // registerWithRequirements registers handler.handle with requirements and
 // returns its state and fatal_error.
@@ -41,7 +44,9 @@ func registerWithRequirements(t testing.TB, rs *runtimetest.Server, uid, require
 	defer cancel()
 	files := map[string]string{"handler.py": depsHandler, "requirements.txt": requirements}
 	if requirements == "" {
-		files = map[string]string{"handler.py": "def handle(event, context):\n    return 'none'\n"}
+		files = map[string]string{"handler.py": noDepsHandler}
+	} else if strings.HasPrefix(uid, "unused-") {
+		files["handler.py"] = noDepsHandler // the requirements unused: their lookup alone
 	}
 	dir := rs.Dir(t, runtimetest.Source{Files: files})
 	resp, err := rs.Functions.RegisterFunction(ctx, &pb.RegisterFunctionRequest{RunUid: uid, RegistrationAttempt: 1, WorkingDir: dir,
@@ -152,9 +157,10 @@ func TestTaskImportsItsRequirements(t *testing.T) {
 }
 
 // BenchmarkRegisterPythonRequirements: a python registration whose
-// requirements.txt (tinydep, from a wheel directory) is installed already,
-// beside one without requirements, interleaved, p50 of each and the
-// difference; and, once before them, the first registration's, which
+// requirements.txt (tinydep, from a wheel directory) is installed already
+// (its handler imports tinydep; and one whose handler does not, the cache's
+// part alone), beside one without requirements, interleaved, p50 of each
+// and the differences; and, once before them, the first registration's, which
 // installs (its extra time over the p50 without requirements).
 func BenchmarkRegisterPythonRequirements(b *testing.B) {
 	rs, _, _ := depsServer(b)
@@ -169,11 +175,12 @@ func BenchmarkRegisterPythonRequirements(b *testing.B) {
 	}
 	ready("warm-up", "") // the server's first registration, apart
 	first := ready("first", "tinydep==1.0\n")
-	var none, installed []time.Duration
+	var none, installed, unused []time.Duration
 	b.ResetTimer()
 	for i := range b.N {
 		none = append(none, ready(fmt.Sprintf("none-%d", i), ""))
 		installed = append(installed, ready(fmt.Sprintf("installed-%d", i), "tinydep==1.0\n"))
+		unused = append(unused, ready(fmt.Sprintf("unused-%d", i), "tinydep==1.0\n"))
 	}
 	b.StopTimer()
 	p50 := func(d []time.Duration) float64 {
@@ -184,5 +191,6 @@ func BenchmarkRegisterPythonRequirements(b *testing.B) {
 	b.ReportMetric(n, "none-p50-ms")
 	b.ReportMetric(w, "installed-p50-ms")
 	b.ReportMetric(w-n, "installed-extra-ms")
+	b.ReportMetric(p50(unused)-n, "installed-unimported-extra-ms")
 	b.ReportMetric(float64(first.Microseconds())/1000-n, "first-install-extra-ms")
 }
