@@ -21,7 +21,9 @@ import (
 //
 //   - WarmInvoke: the auth cache warm, p50 and p99 (gw-*), beside the same
 //     function invoked directly on runtimed's mutual-TLS hop with the
-//     gateway's certificate (hop-*): what the gateway adds.
+//     gateway's certificate (hop-*): what the gateway adds; and beside the
+//     same function invoked through standalone's gateway (a `stoke up` on
+//     this machine, in the same loop: up-*), its peer.
 //   - FirstToken: each call with a token the gateway has not seen (a new
 //     TokenRequest each time, made outside the timing), p50, beside one
 //     bare SubjectAccessReview by the admin (sar-p50-ms).
@@ -42,9 +44,19 @@ func BenchmarkKubeGateway(b *testing.B) {
 
 	b.Run("WarmInvoke", func(b *testing.B) {
 		conn := e.gatewayConn(b, e.gatewayCredentials(b), fn)
-		var gw, hop []time.Duration
+		upURL, upToken := standaloneEcho(b)
+		callUp := func() {
+			if r := invokeEndpoint(apiClient, upToken, upURL, body); r.err != nil || r.status != http.StatusOK {
+				b.Fatalf("invoke through stoke up: %d %s %v", r.status, r.body, r.err)
+			}
+		}
+		callUp() // warm
+		var gw, hop, up []time.Duration
 		for b.Loop() {
 			t0 := time.Now()
+			callUp()
+			up = append(up, time.Since(t0))
+			t0 = time.Now()
 			call(g.editor)
 			gw = append(gw, time.Since(t0))
 			t0 = time.Now()
@@ -55,6 +67,7 @@ func BenchmarkKubeGateway(b *testing.B) {
 		}
 		reportPercentilesAs(b, gw, "gw")
 		reportPercentilesAs(b, hop, "hop")
+		reportPercentilesAs(b, up, "up")
 	})
 	b.Run("FirstToken", func(b *testing.B) {
 		ctx := context.Background()
@@ -96,6 +109,29 @@ func reportPercentilesAs(b *testing.B, lat []time.Duration, prefix string) {
 	}
 	b.ReportMetric(at(0.50), prefix+"-p50-ms")
 	b.ReportMetric(at(0.99), prefix+"-p99-ms")
+}
+
+// standaloneEcho starts a `stoke up` with the echo function Ready and
+// returns its invoke URL and token (the peer of the Kubernetes gateway).
+func standaloneEcho(b *testing.B) (url, token string) {
+	u := startUp(b, b.TempDir())
+	b.Cleanup(func() {
+		if err := u.Stop(); err != nil {
+			b.Error(err)
+		}
+	})
+	w := u.watchRuns(b)
+	u.createRun(b, newRun("gw-bench", v1alpha1.RunSpec{Runtime: "python",
+		Mode:   v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "fn.handle"}},
+		Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "fn.py", Text: "def handle(event, context):\n    return event\n"}}}))
+	ready := w.until(b, 2*time.Minute, "gw-bench Ready in stoke up", func(runs map[string]*v1alpha1.Run) bool {
+		r := runs["gw-bench"]
+		return r != nil && (r.Status.Phase.Terminal() || r.Status.Phase == v1alpha1.PhaseReady && r.Status.Endpoint != "")
+	})["gw-bench"]
+	if ready.Status.Phase != v1alpha1.PhaseReady {
+		b.Fatalf("gw-bench in stoke up: %s %s", ready.Status.Phase, ready.Status.Message)
+	}
+	return ready.Status.Endpoint, u.Token
 }
 
 // echoFunction is a Ready Python function answering its input.
