@@ -93,11 +93,18 @@ type Config struct {
 	// Clock times the queue's waits (tests use a fake one); nil is the
 	// real clock.
 	Clock clock.WithDelayedExecution
+	// OnQueue, when set, is called with a Function's key each time an
+	// invocation starts waiting in its queue (no replica was idle): the
+	// autoscaler's Poke, so that an idle Function scales from zero at
+	// once. It is called outside the dispatcher's lock and must not
+	// block.
+	OnQueue func(Key)
 }
 
 // Dispatcher leases replicas to invocations, per Function.
 type Dispatcher struct {
-	clock clock.WithDelayedExecution
+	clock   clock.WithDelayedExecution
+	onQueue func(Key)
 
 	mu  sync.Mutex
 	fns map[Key]*function
@@ -143,7 +150,7 @@ func New(cfg Config) *Dispatcher {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Dispatcher{clock: cfg.Clock, fns: map[Key]*function{}}
+	return &Dispatcher{clock: cfg.Clock, onQueue: cfg.OnQueue, fns: map[Key]*function{}}
 }
 
 func (d *Dispatcher) fn(key Key) *function {
@@ -289,6 +296,9 @@ func (d *Dispatcher) acquire(ctx context.Context, key Key, timeout, waited time.
 	}
 	wait = min(wait, timeout-waited)
 	d.mu.Unlock()
+	if d.onQueue != nil && !front {
+		d.onQueue(key)
+	}
 
 	timer := d.clock.NewTimer(max(wait, 0))
 	defer timer.Stop()

@@ -435,3 +435,43 @@ func TestBrokenReplicaIsLeftOut(t *testing.T) {
 		t.Fatalf("after the hold: %+v", ld)
 	}
 }
+
+// OnQueue hears of each invocation that starts waiting (the autoscaler's
+// Poke, for a scale from zero), and of none that found an idle replica.
+func TestOnQueue(t *testing.T) {
+	c := testingclock.NewFakeClock(time.Unix(1e9, 0))
+	var mu sync.Mutex
+	var queued []Key
+	d := New(Config{Clock: c, OnQueue: func(k Key) {
+		mu.Lock()
+		queued = append(queued, k)
+		mu.Unlock()
+	}})
+	d.Sync(fnKey, Settings{QueueLength: 10}, replicas(1))
+	first, err := d.Acquire(context.Background(), fnKey, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(queued) != 0 {
+		t.Fatalf("OnQueue called for a leased invocation: %v", queued)
+	}
+	mu.Unlock()
+	wait := acquireAsync(d, context.Background(), 0)
+	until(t, "OnQueue", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(queued) == 1 && queued[0] == fnKey
+	})
+	first.Release()
+	r := <-wait
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.l.Release()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(queued) != 1 {
+		t.Fatalf("OnQueue calls %v, want one", queued)
+	}
+}
