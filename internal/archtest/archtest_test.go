@@ -87,6 +87,10 @@ var forbidden = map[string][]string{
 	// The loop kit is below every control loop: it knows keys, a clock
 	// and goroutines, nothing of Runs, stores, processes or Kubernetes.
 	"stoke.dev/stoke/internal/loop": {"stoke.dev/stoke/internal/", "k8s.io/client-go", "k8s.io/api", "modernc.org/sqlite", "os/exec"},
+	// The Function controller is a control loop like the reaper: it knows
+	// the store interface and the informers, no gateway or dispatcher
+	// (a hook tells it what the dispatcher knows), no process.
+	"stoke.dev/stoke/internal/functionset": {"stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/dispatch", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/proc", "os/exec"},
 	// The exec core is below the Runtime Server, runtimed and the gateway,
 	// which all reuse it.
 	"stoke.dev/stoke/internal/exec": {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store"},

@@ -18,6 +18,7 @@ var controlPlaneCore = []string{
 	"stoke.dev/stoke/internal/podsource",
 	"stoke.dev/stoke/internal/controlplane",
 	"stoke.dev/stoke/internal/loop",
+	"stoke.dev/stoke/internal/functionset",
 }
 
 // coreBansAnywhere are what the core may not reach even indirectly: a

@@ -1,7 +1,8 @@
 // Package controlplane is what standalone (`stoke up`) and Kubernetes
-// (`stoke controller`) run alike: the shared Run and Runtime informers over
-// a store.Store, and the scheduler and the stale-run reaper (with the TTL of
-// finished Runs) over a podsource.Source, started and stopped as one
+// (`stoke controller`) run alike: the shared Run, Runtime and Function
+// informers over a store.Store, the scheduler and the stale-run reaper
+// (with the TTL of finished Runs) over a podsource.Source, and the
+// Function controller (internal/functionset), started and stopped as one
 // group. Each mode brings its own store and pod source and adds its own
 // components to the group (standalone: the pool supervisor, runtimed per
 // pod, the lambda collector; Kubernetes: the Pod source, the Runtime
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/functionset"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/podsource"
@@ -28,18 +30,20 @@ import (
 // do not pile up.
 const DefaultFinishedRunTTL = 24 * time.Hour
 
-// Informers are the shared Run and Runtime caches of one store; every
-// component reads through them.
+// Informers are the shared Run, Runtime and Function caches of one store;
+// every component reads through them.
 type Informers struct {
-	Runs     *informer.Informer[*v1alpha1.Run]
-	Runtimes *informer.Informer[*v1alpha1.Runtime]
+	Runs      *informer.Informer[*v1alpha1.Run]
+	Runtimes  *informer.Informer[*v1alpha1.Runtime]
+	Functions *informer.Informer[*v1alpha1.Function]
 }
 
 // NewInformers returns the informers of st; Core's components run them.
 func NewInformers(st store.Store, log *slog.Logger) Informers {
 	return Informers{
-		Runs:     informer.New(st.Runs(), informer.Options{Logger: log}),
-		Runtimes: informer.New(st.Runtimes(), informer.Options{Logger: log}),
+		Runs:      informer.New(st.Runs(), informer.Options{Logger: log}),
+		Runtimes:  informer.New(st.Runtimes(), informer.Options{Logger: log}),
+		Functions: informer.New(st.Functions(), informer.Options{Logger: log}),
 	}
 }
 
@@ -64,14 +68,19 @@ type Config struct {
 	FinishedRunTTL time.Duration
 	// OnDeleted is called with every Run deletion the reaper observes.
 	OnDeleted func(run *v1alpha1.Run)
+	// FunctionDrained, when set, tells the Function controller that no
+	// invocation is in flight on a draining replica
+	// (functionset.Config.Drained).
+	FunctionDrained func(namespace, function, runUID string) bool
 }
 
-// Core is the shared control plane: the informers, the scheduler and the
-// reaper.
+// Core is the shared control plane: the informers, the scheduler, the
+// reaper and the Function controller.
 type Core struct {
 	Informers
-	Scheduler *scheduler.Scheduler
-	Reaper    *reaper.Reaper
+	Scheduler   *scheduler.Scheduler
+	Reaper      *reaper.Reaper
+	FunctionSet *functionset.Controller
 
 	podsSynced <-chan struct{}
 	metrics    *Metrics
@@ -79,7 +88,7 @@ type Core struct {
 
 // New builds the scheduler and the reaper; Components runs them.
 func New(cfg Config) (*Core, error) {
-	if cfg.Store == nil || cfg.Informers.Runs == nil || cfg.Informers.Runtimes == nil || cfg.Pods == nil {
+	if cfg.Store == nil || cfg.Informers.Runs == nil || cfg.Informers.Runtimes == nil || cfg.Informers.Functions == nil || cfg.Pods == nil {
 		return nil, errors.New("controlplane: a store, its informers and a pod source are required")
 	}
 	log := logging.OrDiscard(cfg.Logger)
@@ -96,19 +105,27 @@ func New(cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Core{Informers: inf, Scheduler: sched, Reaper: reap, podsSynced: cfg.PodsSynced, metrics: cfg.Metrics}, nil
+	fset, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(), FunctionInformer: inf.Functions,
+		RunInformer: inf.Runs, Drained: cfg.FunctionDrained, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &Core{Informers: inf, Scheduler: sched, Reaper: reap, FunctionSet: fset, podsSynced: cfg.PodsSynced, metrics: cfg.Metrics}, nil
 }
 
-// Components are the informers, the scheduler and the reaper, for Run.
+// Components are the informers, the scheduler, the reaper and the
+// Function controller, for Run.
 func (c *Core) Components() []Component {
 	return []Component{
 		{"run informer", c.Runs.Run},
 		{"runtime informer", c.Runtimes.Run},
+		{"function informer", c.Functions.Run},
 		{"scheduler", c.afterPods(func(ctx context.Context) error {
 			defer c.metrics.running(c.Scheduler)()
 			return c.Scheduler.Run(ctx)
 		})},
 		{"reaper", c.afterPods(c.Reaper.Run)},
+		{"function controller", c.FunctionSet.Run},
 	}
 }
 

@@ -59,7 +59,7 @@ const DefaultNamespace = "default"
 // kind needs its own status/spec split, and the Kubernetes implementation
 // needs a CRD per kind.
 type Object interface {
-	*v1alpha1.Run | *v1alpha1.Runtime
+	*v1alpha1.Run | *v1alpha1.Runtime | *v1alpha1.Function
 	metav1.Object
 	runtime.Object
 }
@@ -142,11 +142,12 @@ type Resource[T Object] interface {
 	Watch(ctx context.Context, opts WatchOptions) (Watcher[T], error)
 }
 
-// Store holds both kinds. Close ends every watch and releases the store;
+// Store holds every kind. Close ends every watch and releases the store;
 // further calls fail with errdefs.ErrUnavailable.
 type Store interface {
 	Runs() Resource[*v1alpha1.Run]
 	Runtimes() Resource[*v1alpha1.Runtime]
+	Functions() Resource[*v1alpha1.Function]
 	Close() error
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -45,6 +46,8 @@ var kubeOnly = map[string]string{
 	"Runtime/namespace empty":             "the URL names the namespace",
 	"RuntimeUpdate/name":                  "the URL names the object",
 	"RuntimeUpdate/uid":                   "a UID that differs is a failed precondition (409), not a validation error",
+	"FunctionUpdate/name":                 "the URL names the object",
+	"FunctionUpdate/uid":                  "a UID that differs is a failed precondition (409), not a validation error",
 	"Runtime/template env name":           "CEL's cost budget: a rule over core/v1 strings, which have no maxLength, is refused in the CRD (the controller passes handlers only the names they can carry)",
 	"Runtime/template mount of no volume": "CEL's cost budget, as above; the API server refuses the Deployment",
 }
@@ -146,6 +149,97 @@ func TestCRD(t *testing.T) {
 				_, err = apiUpdate(t, api, "runtimes", nw, &v1alpha1.Runtime{})
 				agree(t, err, tt.field)
 			})
+		}
+	})
+
+	t.Run("Function", func(t *testing.T) {
+		for i, tt := range functionCases {
+			t.Run(tt.name, func(t *testing.T) {
+				fn := validFunction()
+				tt.mutate(fn)
+				if fn.Name == validFunction().Name {
+					fn.Name = fmt.Sprintf("case-%d", i)
+				}
+				fn.Namespace, fn.UID = ns, ""
+				_, err := apiCreate(t, api, "functions", fn, &v1alpha1.Function{})
+				agree(t, err, tt.field)
+			})
+		}
+	})
+
+	t.Run("FunctionUpdate", func(t *testing.T) {
+		for i, tt := range functionUpdateCases {
+			t.Run(tt.name, func(t *testing.T) {
+				if reason, ok := kubeOnly["FunctionUpdate/"+tt.name]; ok {
+					t.Logf("not the CRD's to decide: %s", reason)
+					return
+				}
+				old := validFunction()
+				old.Name, old.Namespace, old.UID = fmt.Sprintf("fn-update-%d", i), ns, ""
+				stored, err := apiCreate(t, api, "functions", old, &v1alpha1.Function{})
+				if err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				nw := stored.DeepCopy()
+				tt.mutate(nw)
+				_, err = apiUpdate(t, api, "functions", nw, &v1alpha1.Function{})
+				agree(t, err, tt.field)
+			})
+		}
+	})
+
+	// A Function that says only what it runs gets the defaults
+	// SetFunctionDefaults gives; min > max is refused saying so, and
+	// kubectl scale writes spec.replicas through the scale subresource.
+	t.Run("FunctionDefaultsAndScale", func(t *testing.T) {
+		bare := &v1alpha1.Function{}
+		bare.Name, bare.Namespace = "bare", ns
+		bare.Spec = v1alpha1.FunctionSpec{Runtime: "python", Handler: "main.handler"}
+		stored, err := apiCreate(t, api, "functions", bare, &v1alpha1.Function{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := bare.DeepCopy()
+		SetFunctionDefaults(want)
+		if !apiequality.Semantic.DeepEqual(stored.Spec, want.Spec) {
+			t.Errorf("the API server defaulted\n%+v\nSetFunctionDefaults\n%+v", stored.Spec, want.Spec)
+		}
+
+		inverted := validFunction()
+		inverted.Name, inverted.Namespace, inverted.UID = "inverted", ns, ""
+		inverted.Spec.Scale.Min, inverted.Spec.Scale.Max = 5, 2
+		_, err = apiCreate(t, api, "functions", inverted, &v1alpha1.Function{})
+		mustRefuse(t, err, "spec.scale", "scale.min must not exceed scale.max")
+		if err := api.Get().Namespace(ns).Resource("functions").Name("inverted").Do(t.Context()).Error(); !apierrors.IsNotFound(err) {
+			t.Fatalf("the refused Function: %v, want NotFound", err)
+		}
+
+		if out := c.Kubectl(t, "scale", "-n", ns, "function/bare", "--replicas=3"); !strings.Contains(out, "scaled") {
+			t.Fatalf("kubectl scale: %s", out)
+		}
+		var got v1alpha1.Function
+		if err := api.Get().Namespace(ns).Resource("functions").Name("bare").Do(t.Context()).Into(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.Replicas == nil || *got.Spec.Replicas != 3 {
+			t.Fatalf("after kubectl scale --replicas=3, spec.replicas is %v", got.Spec.Replicas)
+		}
+		// The scale subresource reads status.replicas and the selector.
+		got.Status = v1alpha1.FunctionStatus{Replicas: 2, ReadyReplicas: 1, InFlight: 1, Queued: 4, Selector: v1alpha1.LabelFunction + "=bare"}
+		if err := api.Put().Namespace(ns).Resource("functions").Name("bare").SubResource("status").Body(&got).Do(t.Context()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		scale := c.Kubectl(t, "get", "--raw", "/apis/stoke.dev/v1alpha1/namespaces/"+ns+"/functions/bare/scale")
+		for _, w := range []string{`"replicas":3`, `"replicas":2`, `"selector":"stoke.dev/function=bare"`} {
+			if !strings.Contains(scale, w) {
+				t.Errorf("scale subresource %s lacks %s", scale, w)
+			}
+		}
+		cols := table(t, c.Kubectl(t, "get", "functions", "bare", "-n", ns))
+		for col, w := range map[string]string{"RUNTIME": "python", "READY": "1", "IN-FLIGHT": "1", "QUEUED": "4"} {
+			if cols[col] != w {
+				t.Errorf("kubectl get functions: %s is %q, want %q (%v)", col, cols[col], w, cols)
+			}
 		}
 	})
 
@@ -338,6 +432,14 @@ func caseNames(t *testing.T, table string) []string {
 		}
 	case "RuntimeUpdate":
 		for _, c := range runtimeUpdateCases {
+			names = append(names, c.name)
+		}
+	case "Function":
+		for _, c := range functionCases {
+			names = append(names, c.name)
+		}
+	case "FunctionUpdate":
+		for _, c := range functionUpdateCases {
 			names = append(names, c.name)
 		}
 	}

@@ -14,6 +14,11 @@ const KindFunction = "Function"
 // Function's current one is old and is rolled away.
 const LabelTemplateHash = "stoke.dev/template-hash"
 
+// AnnotationDrainingSince is set beside AnnotationDraining: when the
+// Function controller marked the replica (RFC 3339), from which it counts
+// the Function's drainSeconds before it deletes the Run.
+const AnnotationDrainingSince = "stoke.dev/draining-since"
+
 // Function is a function by name: the template of its replicas (each an
 // ordinary function Run with the one-registration contract unchanged), how
 // many there may be, and the queue its invocations wait in when no replica
@@ -105,10 +110,12 @@ type FunctionSpec struct {
 	// +kubebuilder:default=2
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=300
-	DrainSeconds int32 `json:"drainSeconds"`
+	DrainSeconds int32 `json:"drainSeconds,omitempty"`
 }
 
 // FunctionScale bounds a Function's replicas and steers its autoscaler.
+// Its numbers, and FunctionQueue's and drainSeconds, are omitted from JSON
+// when 0, so that a Go client's zero leaves the CRD's default in place.
 type FunctionScale struct {
 	// Min is the fewest replicas, kept even when idle (default 0: an idle
 	// Function has none, and its first invocation waits in the queue
@@ -117,13 +124,13 @@ type FunctionScale struct {
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1024
-	Min int32 `json:"min"`
+	Min int32 `json:"min,omitempty"`
 	// Max is the most replicas (1–1024; unset or 0 means 8).
 	// +optional
 	// +kubebuilder:default=8
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1024
-	Max int32 `json:"max"`
+	Max int32 `json:"max,omitempty"`
 	// TargetInFlight is the in-flight plus queued invocations per replica
 	// the autoscaler aims at (default 1, the contract's one invocation in
 	// flight per registration; 1–1024, 0 means 1).
@@ -131,14 +138,14 @@ type FunctionScale struct {
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1024
-	TargetInFlight int32 `json:"targetInFlight"`
+	TargetInFlight int32 `json:"targetInFlight,omitempty"`
 	// IdleSeconds is how long the load must stay below the replicas
 	// before the autoscaler scales down (1–86400; unset or 0 means 60).
 	// +optional
 	// +kubebuilder:default=60
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
-	IdleSeconds int32 `json:"idleSeconds"`
+	IdleSeconds int32 `json:"idleSeconds,omitempty"`
 }
 
 // FunctionQueue bounds the per-Function FIFO queue of invocations waiting
@@ -152,7 +159,7 @@ type FunctionQueue struct {
 	// +kubebuilder:default=256
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
-	Length int32 `json:"length"`
+	Length int32 `json:"length,omitempty"`
 	// MaxWait is the longest an invocation waits in the queue (default
 	// 10s; more than 0 and at most 15m, the longest invocation timeout).
 	// +optional

@@ -124,6 +124,7 @@ type Options struct {
 type Store struct {
 	runs         *resource[*v1alpha1.Run]
 	runtimes     *resource[*v1alpha1.Runtime]
+	functions    *resource[*v1alpha1.Function]
 	httpc        *http.Client
 	log          *slog.Logger
 	clock        clock.Clock
@@ -203,6 +204,7 @@ func Open(cfg *rest.Config, opts Options) (*Store, error) {
 	}
 	s.runs = &resource[*v1alpha1.Run]{s: s, rc: rc, k: runKind}
 	s.runtimes = &resource[*v1alpha1.Runtime]{s: s, rc: rc, k: runtimeKind}
+	s.functions = &resource[*v1alpha1.Function]{s: s, rc: rc, k: functionKind}
 	return s, nil
 }
 
@@ -211,6 +213,9 @@ func (s *Store) Runs() store.Resource[*v1alpha1.Run] { return s.runs }
 
 // Runtimes implements store.Store.
 func (s *Store) Runtimes() store.Resource[*v1alpha1.Runtime] { return s.runtimes }
+
+// Functions implements store.Store.
+func (s *Store) Functions() store.Resource[*v1alpha1.Function] { return s.functions }
 
 // Close implements store.Store: it ends every watch, waits for their
 // goroutines, and drops idle connections. Later calls fail with

@@ -67,6 +67,22 @@ var runtimeKind = &kind[*v1alpha1.Runtime]{
 	},
 }
 
+var functionKind = &kind[*v1alpha1.Function]{
+	name:     v1alpha1.KindFunction,
+	noun:     "function",
+	resource: "functions",
+	new:      func() *v1alpha1.Function { return new(v1alpha1.Function) },
+	newList:  func() runtime.Object { return new(v1alpha1.FunctionList) },
+	items: func(list runtime.Object) []*v1alpha1.Function {
+		l := list.(*v1alpha1.FunctionList)
+		out := make([]*v1alpha1.Function, len(l.Items))
+		for i := range l.Items {
+			out[i] = &l.Items[i]
+		}
+		return out
+	},
+}
+
 // Field selectors of the Run CRD's selectableFields.
 const (
 	fieldPhase          = "status.phase"

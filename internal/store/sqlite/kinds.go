@@ -93,3 +93,22 @@ var runtimeKind = &kind[*v1alpha1.Runtime]{
 	spec:        func(obj *v1alpha1.Runtime) ([]byte, error) { return json.Marshal(&obj.Spec) },
 	phase:       func(*v1alpha1.Runtime) string { return "" },
 }
+
+var functionKind = &kind[*v1alpha1.Function]{
+	name: v1alpha1.KindFunction,
+	noun: "function",
+	new:  func() *v1alpha1.Function { return new(v1alpha1.Function) },
+	setSpec: func(dst, src *v1alpha1.Function) ([]byte, error) {
+		spec, b, err := roundTrip(&src.Spec)
+		dst.Spec = spec
+		return b, err
+	},
+	setStatus: func(dst, src *v1alpha1.Function) error {
+		status, _, err := roundTrip(&src.Status)
+		dst.Status = status
+		return err
+	},
+	clearStatus: func(obj *v1alpha1.Function) { obj.Status = v1alpha1.FunctionStatus{} },
+	spec:        func(obj *v1alpha1.Function) ([]byte, error) { return json.Marshal(&obj.Spec) },
+	phase:       func(*v1alpha1.Function) string { return "" },
+}

@@ -134,6 +134,7 @@ type Store struct {
 	c        *core
 	runs     *resource[*v1alpha1.Run]
 	runtimes *resource[*v1alpha1.Runtime]
+	fns      *resource[*v1alpha1.Function]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -202,6 +203,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		c:        c,
 		runs:     newResource(c, runKind),
 		runtimes: newResource(c, runtimeKind),
+		fns:      newResource(c, functionKind),
 	}, nil
 }
 
@@ -313,6 +315,9 @@ func (s *Store) Runs() store.Resource[*v1alpha1.Run] { return s.runs }
 
 // Runtimes returns the Runtime resource.
 func (s *Store) Runtimes() store.Resource[*v1alpha1.Runtime] { return s.runtimes }
+
+// Functions returns the Function resource.
+func (s *Store) Functions() store.Resource[*v1alpha1.Function] { return s.fns }
 
 // Close ends every watch, waits for the watch goroutines and closes the
 // database. It is safe to call more than once.

@@ -510,11 +510,17 @@ func testSameNameInBothKinds(t *testing.T, s store.Store, cfg *config) {
 	if _, err := s.Runtimes().Create(ctx, runtimeCase.object(nsA, "shared")); err != nil {
 		t.Fatalf("a Runtime named like a Run: %v", err)
 	}
+	if _, err := s.Functions().Create(ctx, functionCase.object(nsA, "shared")); err != nil {
+		t.Fatalf("a Function named like a Run: %v", err)
+	}
 	if err := s.Runs().Delete(ctx, nsA, "shared", store.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Runtimes().Get(ctx, nsA, "shared"); err != nil {
 		t.Fatalf("deleting the Run removed the Runtime: %v", err)
+	}
+	if _, err := s.Functions().Get(ctx, nsA, "shared"); err != nil {
+		t.Fatalf("deleting the Run removed the Function: %v", err)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -88,6 +89,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	}
 	t.Run("Run", func(t *testing.T) { runKind(t, newStore, cfg, runCase) })
 	t.Run("Runtime", func(t *testing.T) { runKind(t, newStore, cfg, runtimeCase) })
+	t.Run("Function", func(t *testing.T) { runKind(t, newStore, cfg, functionCase) })
 	for _, tc := range []struct {
 		name string
 		fn   func(t *testing.T, s store.Store, cfg *config)
@@ -157,6 +159,39 @@ var runtimeCase = kindCase[*v1alpha1.Runtime]{
 	setStatus: func(r *v1alpha1.Runtime, i int) { r.Status.ReadyPods = int32(i) + 1 },
 	spec:      func(r *v1alpha1.Runtime) any { return r.Spec },
 	status:    func(r *v1alpha1.Runtime) any { return r.Status },
+}
+
+var functionCase = kindCase[*v1alpha1.Function]{
+	name:     "function",
+	resource: func(s store.Store) store.Resource[*v1alpha1.Function] { return s.Functions() },
+	object: func(namespace, name string) *v1alpha1.Function {
+		f := &v1alpha1.Function{}
+		f.Namespace, f.Name = namespace, name
+		f.Spec = v1alpha1.FunctionSpec{
+			Runtime:      "python",
+			Handler:      "main.handler",
+			Source:       &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "main.py", Text: "def handler(event, context):\n    return event\n"}},
+			Env:          []v1alpha1.EnvVar{{Name: "A", Value: "1"}},
+			Scale:        v1alpha1.FunctionScale{Min: 1, Max: 4, TargetInFlight: 1, IdleSeconds: 60},
+			Queue:        v1alpha1.FunctionQueue{Length: 16, MaxWait: &metav1.Duration{Duration: 5 * time.Second}},
+			DrainSeconds: 2,
+		}
+		return f
+	},
+	setSpec: func(f *v1alpha1.Function, i int) {
+		n := int32(i)
+		f.Spec.Replicas = &n
+		f.Spec.Scale.Max = n + 10
+	},
+	setStatus: func(f *v1alpha1.Function, i int) {
+		f.Status.Replicas = int32(i)
+		f.Status.ReadyReplicas = int32(i)
+		f.Status.Queued = int32(i) + 1
+		f.Status.Selector = v1alpha1.LabelFunction + "=x"
+		f.Status.LastScale = &v1alpha1.ScaleDecision{Time: metav1.NewTime(time.Unix(int64(1700000000+i), 0)), From: int32(i), To: int32(i) + 1, Reason: "load " + strconv.Itoa(i)}
+	},
+	spec:   func(f *v1alpha1.Function) any { return f.Spec },
+	status: func(f *v1alpha1.Function) any { return f.Status },
 }
 
 // env is what one generic test gets.

@@ -1,0 +1,325 @@
+package functionset_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/functionset"
+	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/store/sqlite"
+	"stoke.dev/stoke/internal/validation"
+)
+
+var t0 = time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+
+// env runs a Controller over a real SQLite store with a fake clock. What
+// runtimed does to a replica (Ready, Failed) the test writes itself.
+type env struct {
+	t    *testing.T
+	ctx  context.Context
+	st   *sqlite.Store
+	clk  *testingclock.FakeClock
+	runs *informer.Informer[*v1alpha1.Run]
+	fns  *informer.Informer[*v1alpha1.Function]
+
+	changed chan struct{}
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	fc := testingclock.NewFakeClock(t0)
+	st, err := sqlite.Open(ctx, t.TempDir(), sqlite.WithClock(fc.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e := &env{t: t, ctx: ctx, st: st, clk: fc, changed: make(chan struct{}, 1),
+		runs: informer.New(st.Runs(), informer.Options{Logger: log}),
+		fns:  informer.New(st.Functions(), informer.Options{Logger: log})}
+	poke := func() {
+		select {
+		case e.changed <- struct{}{}:
+		default:
+		}
+	}
+	e.runs.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{AddFunc: func(*v1alpha1.Run) { poke() },
+		UpdateFunc: func(_, _ *v1alpha1.Run) { poke() }, DeleteFunc: func(*v1alpha1.Run) { poke() }})
+	e.fns.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Function]{AddFunc: func(*v1alpha1.Function) { poke() },
+		UpdateFunc: func(_, _ *v1alpha1.Function) { poke() }, DeleteFunc: func(*v1alpha1.Function) { poke() }})
+	c, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(),
+		FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{e.runs.Run, e.fns.Run, c.Run} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		st.Close()
+	})
+	return e
+}
+
+// until waits for cond, re-checking it on every change the informers see.
+func (e *env) until(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.After(20 * time.Second)
+	for !cond() {
+		select {
+		case <-e.changed:
+		case <-deadline:
+			e.t.Fatalf("waited 20 s for %s; replicas: %s", what, e.describe())
+		}
+	}
+}
+
+func (e *env) replicas() []*v1alpha1.Run {
+	out := e.runs.List(func(r *v1alpha1.Run) bool { return r.Labels[v1alpha1.LabelFunction] == "hello" })
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (e *env) describe() string {
+	var b strings.Builder
+	for _, r := range e.replicas() {
+		b.WriteString(r.Name + "[" + string(r.Status.Phase) + " " + r.Labels[v1alpha1.LabelTemplateHash] + " draining=" + r.Annotations[v1alpha1.AnnotationDraining] + "] ")
+	}
+	return b.String()
+}
+
+// count counts the replicas for which f holds.
+func (e *env) count(f func(*v1alpha1.Run) bool) int {
+	n := 0
+	for _, r := range e.replicas() {
+		if f(r) {
+			n++
+		}
+	}
+	return n
+}
+
+func draining(r *v1alpha1.Run) bool { return r.Annotations[v1alpha1.AnnotationDraining] == "true" }
+
+// setPhase writes what runtimed would.
+func (e *env) setPhase(r *v1alpha1.Run, phase v1alpha1.Phase) {
+	e.t.Helper()
+	err := store.RetryOnConflict(func() error {
+		cur, err := e.st.Runs().Get(e.ctx, r.Namespace, r.Name)
+		if err != nil {
+			return err
+		}
+		cur.Status.Phase = phase
+		if phase.Terminal() {
+			cur.Status.Reason, cur.Status.Message = "RegistrationFailed", "ModuleNotFoundError: No module named 'main'"
+		}
+		_, err = e.st.Runs().UpdateStatus(e.ctx, cur)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) readyAll() {
+	e.t.Helper()
+	for _, r := range e.replicas() {
+		if r.Status.Phase == "" && !draining(r) {
+			e.setPhase(r, v1alpha1.PhaseReady)
+		}
+	}
+}
+
+func (e *env) function() *v1alpha1.Function {
+	e.t.Helper()
+	fn, err := e.st.Functions().Get(e.ctx, "default", "hello")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return fn
+}
+
+func (e *env) updateSpec(mutate func(*v1alpha1.Function)) {
+	e.t.Helper()
+	err := store.RetryOnConflict(func() error {
+		fn := e.function()
+		mutate(fn)
+		if err := validation.ValidateFunction(fn); err != nil {
+			e.t.Fatal(err)
+		}
+		_, err := e.st.Functions().Update(e.ctx, fn)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func newFunction(min, max int32) *v1alpha1.Function {
+	fn := &v1alpha1.Function{}
+	fn.Name = "hello"
+	fn.Spec = v1alpha1.FunctionSpec{Runtime: "python", Handler: "main.handler",
+		Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "main.py", Text: "def handler(e, c):\n    return e\n"}},
+		Scale:  v1alpha1.FunctionScale{Min: min, Max: max}}
+	validation.SetFunctionDefaults(fn)
+	return fn
+}
+
+func TestMinReplicasAreReadyAndTheirStatusIsTheFunctions(t *testing.T) {
+	e := newEnv(t)
+	fn, err := e.st.Functions().Create(e.ctx, newFunction(2, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.until("2 replicas", func() bool { return len(e.replicas()) == 2 })
+	hash := functionset.TemplateHash(fn)
+	for _, r := range e.replicas() {
+		if r.Labels[v1alpha1.LabelTemplateHash] != hash || !functionset.OwnedBy(r, string(fn.UID)) {
+			t.Fatalf("replica %s: labels %v, owners %v", r.Name, r.Labels, r.OwnerReferences)
+		}
+		if m := r.Spec.Mode.Function; m == nil || m.Handler != "main.handler" || r.Spec.Runtime != "python" || r.Spec.Source.Inline.Path != "main.py" {
+			t.Fatalf("replica %s spec %+v", r.Name, r.Spec)
+		}
+		if err := validation.ValidateRun(r); err != nil {
+			t.Fatalf("a replica is not a valid Run: %v", err)
+		}
+	}
+	e.readyAll()
+	e.until("status ready 2", func() bool {
+		s := e.function().Status
+		return s.ReadyReplicas == 2 && s.Replicas == 2 && s.UpdatedReplicas == 2 && s.Selector == "stoke.dev/function=hello" && s.TemplateHash == hash
+	})
+	// Never more than asked for.
+	if n := len(e.replicas()); n != 2 {
+		t.Fatalf("%d replicas, want 2", n)
+	}
+}
+
+func TestADeadReplicaIsReplacedWithBackoff(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.st.Functions().Create(e.ctx, newFunction(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	e.until("1 replica", func() bool { return len(e.replicas()) == 1 })
+	first := e.replicas()[0]
+	e.setPhase(first, v1alpha1.PhaseFailed)
+	e.until("a replacement", func() bool {
+		rs := e.replicas()
+		return len(rs) == 1 && rs[0].UID != first.UID
+	})
+	e.until("the failure in status", func() bool {
+		fn := e.function()
+		for _, c := range fn.Status.Conditions {
+			if c.Type == functionset.ConditionReplicaFailure && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, first.Name) && strings.Contains(c.Message, "ModuleNotFoundError") {
+				return true
+			}
+		}
+		return false
+	})
+	// The second death in a row waits a second before its replacement.
+	second := e.replicas()[0]
+	e.setPhase(second, v1alpha1.PhaseFailed)
+	e.until("the dead replica deleted", func() bool {
+		return e.count(func(r *v1alpha1.Run) bool { return r.UID == second.UID }) == 0
+	})
+	if n := len(e.replicas()); n != 0 {
+		t.Fatalf("replaced at once after a second death: %s", e.describe())
+	}
+	e.clk.Step(time.Second)
+	e.until("a replacement after the back-off", func() bool { return len(e.replicas()) == 1 })
+	// A Ready replica clears the failure.
+	e.readyAll()
+	e.until("the failure cleared", func() bool {
+		for _, c := range e.function().Status.Conditions {
+			if c.Type == functionset.ConditionReplicaFailure {
+				return c.Status == metav1.ConditionFalse
+			}
+		}
+		return false
+	})
+}
+
+func TestASpecChangeRolls(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.st.Functions().Create(e.ctx, newFunction(2, 4)); err != nil {
+		t.Fatal(err)
+	}
+	e.until("2 replicas", func() bool { return len(e.replicas()) == 2 })
+	e.readyAll()
+	e.until("2 ready", func() bool { return e.function().Status.ReadyReplicas == 2 })
+	oldHash := functionset.TemplateHash(e.function())
+
+	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Env = []v1alpha1.EnvVar{{Name: "V", Value: "2"}} })
+	newHash := functionset.TemplateHash(e.function())
+	isNew := func(r *v1alpha1.Run) bool { return r.Labels[v1alpha1.LabelTemplateHash] == newHash }
+	e.until("2 new replicas", func() bool { return e.count(isNew) == 2 })
+	// A sync that saw the new replicas has written its marks before its
+	// status: until the new ones are Ready, the old ones serve, none
+	// draining.
+	e.until("status of the new replicas", func() bool {
+		s := e.function().Status
+		return s.TemplateHash == newHash && s.UpdatedReplicas == 2
+	})
+	if n := e.count(draining); n != 0 {
+		t.Fatalf("old replicas drained before the new ones were Ready: %s", e.describe())
+	}
+	e.readyAll()
+	e.until("the old ones draining", func() bool {
+		return e.count(func(r *v1alpha1.Run) bool { return !isNew(r) && draining(r) }) == 2
+	})
+	if n := e.count(func(r *v1alpha1.Run) bool { return r.Labels[v1alpha1.LabelTemplateHash] == oldHash }); n != 2 {
+		t.Fatalf("old replicas deleted before their drain time: %s", e.describe())
+	}
+	e.clk.Step(2 * time.Second)
+	e.until("only the new ones", func() bool { return len(e.replicas()) == 2 && e.count(isNew) == 2 })
+	e.until("status updated 2", func() bool {
+		s := e.function().Status
+		return s.UpdatedReplicas == 2 && s.ReadyReplicas == 2 && s.Replicas == 2 && s.TemplateHash == newHash
+	})
+}
+
+func TestReplicasFollowTheDesiredCountWithinMinAndMax(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.st.Functions().Create(e.ctx, newFunction(0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	// min 0: none, until spec.replicas (the scale subresource) asks.
+	e.until("status written", func() bool { return e.function().Status.Selector != "" })
+	if n := len(e.replicas()); n != 0 {
+		t.Fatalf("min 0 made %d replicas", n)
+	}
+	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(5)) })
+	e.until("3 replicas (max)", func() bool { return len(e.replicas()) == 3 })
+	e.readyAll()
+	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(1)) })
+	e.until("2 draining", func() bool { return e.count(draining) == 2 })
+	e.clk.Step(2 * time.Second)
+	e.until("1 replica", func() bool { return len(e.replicas()) == 1 })
+	// Deleting the Function takes its replicas.
+	if err := e.st.Functions().Delete(e.ctx, "default", "hello", store.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.until("no replicas", func() bool { return len(e.replicas()) == 0 })
+}
+
+func ptr[T any](v T) *T { return &v }
