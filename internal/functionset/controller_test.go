@@ -94,6 +94,23 @@ func (e *env) until(what string, cond func() bool) {
 	}
 }
 
+// stepUntil moves the fake clock by d, and again by d as long as cond does
+// not hold: the controller arms its timer after the writes the test
+// waited for, so a single step may come before the timer it should fire.
+func (e *env) stepUntil(what string, d time.Duration, cond func() bool) {
+	e.t.Helper()
+	deadline := time.After(20 * time.Second)
+	for !cond() {
+		e.clk.Step(d)
+		select {
+		case <-e.changed:
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			e.t.Fatalf("waited 20 s for %s; replicas: %s", what, e.describe())
+		}
+	}
+}
+
 func (e *env) replicas() []*v1alpha1.Run {
 	out := e.runs.List(func(r *v1alpha1.Run) bool { return r.Labels[v1alpha1.LabelFunction] == "hello" })
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -245,8 +262,7 @@ func TestADeadReplicaIsReplacedWithBackoff(t *testing.T) {
 	if n := len(e.replicas()); n != 0 {
 		t.Fatalf("replaced at once after a second death: %s", e.describe())
 	}
-	e.clk.Step(time.Second)
-	e.until("a replacement after the back-off", func() bool { return len(e.replicas()) == 1 })
+	e.stepUntil("a replacement after the back-off", time.Second, func() bool { return len(e.replicas()) == 1 })
 	// A Ready replica clears the failure.
 	e.readyAll()
 	e.until("the failure cleared", func() bool {
@@ -290,8 +306,7 @@ func TestASpecChangeRolls(t *testing.T) {
 	if n := e.count(func(r *v1alpha1.Run) bool { return r.Labels[v1alpha1.LabelTemplateHash] == oldHash }); n != 2 {
 		t.Fatalf("old replicas deleted before their drain time: %s", e.describe())
 	}
-	e.clk.Step(2 * time.Second)
-	e.until("only the new ones", func() bool { return len(e.replicas()) == 2 && e.count(isNew) == 2 })
+	e.stepUntil("only the new ones", 2*time.Second, func() bool { return len(e.replicas()) == 2 && e.count(isNew) == 2 })
 	e.until("status updated 2", func() bool {
 		s := e.function().Status
 		return s.UpdatedReplicas == 2 && s.ReadyReplicas == 2 && s.Replicas == 2 && s.TemplateHash == newHash
@@ -313,8 +328,7 @@ func TestReplicasFollowTheDesiredCountWithinMinAndMax(t *testing.T) {
 	e.readyAll()
 	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(1)) })
 	e.until("2 draining", func() bool { return e.count(draining) == 2 })
-	e.clk.Step(2 * time.Second)
-	e.until("1 replica", func() bool { return len(e.replicas()) == 1 })
+	e.stepUntil("1 replica", 2*time.Second, func() bool { return len(e.replicas()) == 1 })
 	// Deleting the Function takes its replicas.
 	if err := e.st.Functions().Delete(e.ctx, "default", "hello", store.DeleteOptions{}); err != nil {
 		t.Fatal(err)
