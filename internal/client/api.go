@@ -18,6 +18,7 @@ import (
 type API interface {
 	Runs
 	Runtimes
+	Functions
 	Dataplane
 	// Target says which backend this is and where it is, for notes,
 	// errors and `stoke version`.
@@ -55,6 +56,21 @@ type Runtimes interface {
 	ListRuntimes(ctx context.Context, ns string, opts ListOptions) (*v1alpha1.RuntimeList, error)
 	WatchRuntimes(ctx context.Context, ns string, opts ListOptions) (*Watch[v1alpha1.Runtime], error)
 	DeleteRuntime(ctx context.Context, ns, name string) (*v1alpha1.Runtime, error)
+}
+
+// Functions are the calls on Function objects.
+type Functions interface {
+	// CreateFunction creates a Function; a name that exists wraps
+	// errdefs.ErrAlreadyExists.
+	CreateFunction(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error)
+	// ApplyFunction creates a Function or replaces its spec and labels
+	// (an unset spec.replicas keeps the stored one) and returns it as
+	// stored.
+	ApplyFunction(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error)
+	GetFunction(ctx context.Context, ns, name string) (*v1alpha1.Function, error)
+	ListFunctions(ctx context.Context, ns string, opts ListOptions) (*v1alpha1.FunctionList, error)
+	WatchFunctions(ctx context.Context, ns string, opts ListOptions) (*Watch[v1alpha1.Function], error)
+	DeleteFunction(ctx context.Context, ns, name string) (*v1alpha1.Function, error)
 }
 
 // Dataplane are the calls that reach a Run itself, through a gateway.

@@ -165,3 +165,66 @@ func (c *Client) DeleteRuntime(ctx context.Context, ns, name string) (*v1alpha1.
 	err := c.do(ctx, request{method: http.MethodDelete, url: c.url(nil, runtimePath(ns, name)...)}, MaxObject, out)
 	return out, err
 }
+
+func functionPath(ns, name string) []string {
+	return []string{"v1", "namespaces", namespaceOf(ns), "functions", name}
+}
+
+// CreateFunction creates a Function in its namespace (default when empty)
+// and returns it as stored.
+func (c *Client) CreateFunction(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error) {
+	if fn == nil {
+		return nil, errdefs.InvalidArgument("function", "must not be nil")
+	}
+	b, err := jsonBody(fn)
+	if err != nil {
+		return nil, err
+	}
+	out := new(v1alpha1.Function)
+	err = c.do(ctx, request{method: http.MethodPost, url: c.url(nil, collection(namespaceOf(fn.Namespace), "functions")...), body: b}, MaxObject, out)
+	return out, err
+}
+
+// ApplyFunction creates a Function or replaces its spec and labels, and
+// returns it as stored.
+func (c *Client) ApplyFunction(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error) {
+	if fn == nil || fn.Name == "" {
+		return nil, errdefs.InvalidArgument("metadata.name", "must not be empty")
+	}
+	b, err := jsonBody(fn)
+	if err != nil {
+		return nil, err
+	}
+	out := new(v1alpha1.Function)
+	err = c.do(ctx, request{method: http.MethodPut, url: c.url(nil, functionPath(fn.Namespace, fn.Name)...), body: b}, MaxObject, out)
+	return out, err
+}
+
+// GetFunction returns one Function.
+func (c *Client) GetFunction(ctx context.Context, ns, name string) (*v1alpha1.Function, error) {
+	out := new(v1alpha1.Function)
+	err := c.do(ctx, request{method: http.MethodGet, url: c.url(nil, functionPath(ns, name)...)}, MaxObject, out)
+	return out, err
+}
+
+// ListFunctions lists the Functions in ns, or in every namespace when ns
+// is empty.
+func (c *Client) ListFunctions(ctx context.Context, ns string, opts ListOptions) (*v1alpha1.FunctionList, error) {
+	out := new(v1alpha1.FunctionList)
+	err := c.do(ctx, request{method: http.MethodGet, url: c.url(opts.query(false), collection(ns, "functions")...)}, MaxList, out)
+	return out, err
+}
+
+// WatchFunctions watches the Functions in ns, or in every namespace when
+// ns is empty. The caller closes the watch.
+func (c *Client) WatchFunctions(ctx context.Context, ns string, opts ListOptions) (*Watch[v1alpha1.Function], error) {
+	return watch[v1alpha1.Function](ctx, c, c.url(opts.query(true), collection(ns, "functions")...))
+}
+
+// DeleteFunction deletes a Function (its replicas drain and go) and
+// returns it as it was.
+func (c *Client) DeleteFunction(ctx context.Context, ns, name string) (*v1alpha1.Function, error) {
+	out := new(v1alpha1.Function)
+	err := c.do(ctx, request{method: http.MethodDelete, url: c.url(nil, functionPath(ns, name)...)}, MaxObject, out)
+	return out, err
+}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -83,6 +84,12 @@ type state struct {
 	// (name → when), counted so that a sync before the watch delivers
 	// them does not create them again.
 	created map[string]time.Time
+	// marked are replicas marked draining whose mark the informer has
+	// not shown yet (UID → when), so that a sync on the older copy does
+	// not pick more replicas to drain; dead are the ended replicas already
+	// counted, until the informer shows them gone.
+	marked map[types.UID]time.Time
+	dead   map[types.UID]bool
 	// deaths counts replicas that ended since one was last Ready;
 	// notBefore is when the next replacement may be created.
 	deaths    int
@@ -164,7 +171,7 @@ func (c *Controller) sync(ctx context.Context, k informer.Key) {
 	}
 	st := c.fns[k]
 	if st == nil || st.uid != string(fn.UID) {
-		st = &state{uid: string(fn.UID), created: map[string]time.Time{}}
+		st = &state{uid: string(fn.UID), created: map[string]time.Time{}, marked: map[types.UID]time.Time{}, dead: map[types.UID]bool{}}
 		c.fns[k] = st
 	}
 	if err := c.reconcile(ctx, k, fn, runs, st); err != nil {
@@ -195,9 +202,20 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 	desired := Desired(fn)
 	var set replicaSet
 	var errs []error
-	seen := map[string]bool{}
+	seen, seenUID := map[string]bool{}, map[types.UID]bool{}
 	for _, run := range runs {
-		seen[run.Name] = true
+		seen[run.Name], seenUID[run.UID] = true, true
+		if at, ok := st.marked[run.UID]; ok && !isDraining(run) && run.DeletionTimestamp == nil {
+			// Marked by an earlier sync; the informer's copy is older.
+			run = run.DeepCopy()
+			if run.Annotations == nil {
+				run.Annotations = map[string]string{}
+			}
+			run.Annotations[v1alpha1.AnnotationDraining] = "true"
+			run.Annotations[v1alpha1.AnnotationDrainingSince] = at.UTC().Format(time.RFC3339Nano)
+		} else if ok {
+			delete(st.marked, run.UID)
+		}
 		switch {
 		case !OwnedBy(run, string(fn.UID)):
 			// A replica of an earlier Function of the same name.
@@ -205,7 +223,8 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 				errs = append(errs, err)
 			}
 		case run.Status.Phase.Terminal():
-			if !isDraining(run) {
+			if !isDraining(run) && !st.dead[run.UID] {
+				st.dead[run.UID] = true
 				st.deaths++
 				st.notBefore = now.Add(backoff(st.deaths))
 				st.failure = fmt.Sprintf("replica %s ended %s: %s", run.Name, run.Status.Phase, bounds.Truncate(cmpOr(run.Status.Message, run.Status.Reason), 512))
@@ -227,6 +246,16 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 			if isReady(run) {
 				set.readyOld++
 			}
+		}
+	}
+	for uid, at := range st.marked {
+		if !seenUID[uid] || now.Sub(at) > expectTimeout {
+			delete(st.marked, uid)
+		}
+	}
+	for uid := range st.dead {
+		if !seenUID[uid] {
+			delete(st.dead, uid)
 		}
 	}
 	for name, at := range st.created {
@@ -284,8 +313,12 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 		drain = append(drain, cur[:min(extra, len(cur))]...)
 	}
 	for _, run := range drain {
-		if err := c.markDraining(ctx, k, run, now); err != nil {
+		marked, err := c.markDraining(ctx, k, run, now)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		if marked {
+			st.marked[run.UID] = now
 		}
 	}
 
@@ -344,18 +377,24 @@ func drainingSince(run *v1alpha1.Run, now time.Time) time.Time {
 	return now
 }
 
-func (c *Controller) markDraining(ctx context.Context, k informer.Key, run *v1alpha1.Run, now time.Time) error {
+// markDraining writes the draining mark. It reports whether it did: on a
+// conflict (the informer's copy is older) it did not, and the newer
+// version the informer then delivers syncs the Function again.
+func (c *Controller) markDraining(ctx context.Context, k informer.Key, run *v1alpha1.Run, now time.Time) (bool, error) {
 	next := run.DeepCopy()
 	if next.Annotations == nil {
 		next.Annotations = map[string]string{}
 	}
 	next.Annotations[v1alpha1.AnnotationDraining] = "true"
 	next.Annotations[v1alpha1.AnnotationDrainingSince] = now.UTC().Format(time.RFC3339Nano)
-	if _, err := c.cfg.Runs.Update(ctx, next); err != nil && !gone(err) {
-		return fmt.Errorf("mark replica %s of function %s draining: %w", run.Name, k, err)
+	if _, err := c.cfg.Runs.Update(ctx, next); err != nil {
+		if gone(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("mark replica %s of function %s draining: %w", run.Name, k, err)
 	}
 	c.log.Info("functionset: draining a replica", "function", k.String(), "run", run.Name, "run_uid", run.UID)
-	return nil
+	return true, nil
 }
 
 func (c *Controller) deleteRun(ctx context.Context, k informer.Key, run *v1alpha1.Run, why string) error {

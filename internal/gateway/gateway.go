@@ -37,7 +37,7 @@ type Router interface {
 	Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error)
 }
 
-// Objects is the Run and Runtime API of standalone mode: in Kubernetes
+// Objects is the Run, Runtime and Function API of standalone mode: in Kubernetes
 // mode the API server serves these objects and the gateway does not. Its
 // errors carry errdefs categories.
 type Objects interface {
@@ -56,6 +56,14 @@ type Objects interface {
 	ListRuntimes(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Runtime, string, error)
 	WatchRuntimes(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Runtime], error)
 	DeleteRuntime(ctx context.Context, namespace, name string) (*v1alpha1.Runtime, error)
+
+	CreateFunction(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error)
+	// ApplyFunction creates a Function or replaces its spec and labels.
+	ApplyFunction(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error)
+	GetFunction(ctx context.Context, namespace, name string) (*v1alpha1.Function, error)
+	ListFunctions(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Function, string, error)
+	WatchFunctions(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Function], error)
+	DeleteFunction(ctx context.Context, namespace, name string) (*v1alpha1.Function, error)
 }
 
 // API is standalone's control plane behind the whole HTTP API: the

@@ -54,6 +54,22 @@ func (g *Gateway) routeObjects() {
 	})
 	g.route("GET /v1/namespaces/{ns}/runtimes/{name}", "objects", runtimes("get"), byName(g, http.StatusOK, api.GetRuntime))
 	g.route("DELETE /v1/namespaces/{ns}/runtimes/{name}", "objects", runtimes("delete"), byName(g, http.StatusAccepted, api.DeleteRuntime))
+
+	functions := func(verb string) func(*http.Request) Access {
+		return func(r *http.Request) Access {
+			return Access{Verb: verb, Resource: "functions", Namespace: r.PathValue("ns"), Name: r.PathValue("name")}
+		}
+	}
+	g.route("POST /v1/namespaces/{ns}/functions", "objects", functions("create"), g.createFunction)
+	g.route("PUT /v1/namespaces/{ns}/functions/{name}", "objects", functions("update"), g.applyFunction)
+	g.route("GET /v1/namespaces/{ns}/functions", "objects", functions("list"), func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, r.PathValue("ns"), v1alpha1.KindFunction, api.ListFunctions, api.WatchFunctions)
+	})
+	g.route("GET /v1/functions", "objects", functions("list"), func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, "", v1alpha1.KindFunction, api.ListFunctions, api.WatchFunctions)
+	})
+	g.route("GET /v1/namespaces/{ns}/functions/{name}", "objects", functions("get"), byName(g, http.StatusOK, api.GetFunction))
+	g.route("DELETE /v1/namespaces/{ns}/functions/{name}", "objects", functions("delete"), byName(g, http.StatusAccepted, api.DeleteFunction))
 }
 
 // byName serves a call on one object named in the path: fn's object with
@@ -284,16 +300,58 @@ func (g *Gateway) applyRuntime(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = placeIn(r.PathValue("ns"), &rt.Namespace)
 	}
-	if err == nil && rt.Name != r.PathValue("name") {
-		if rt.Name != "" {
-			err = errdefs.InvalidArgument("metadata.name", "%s does not match the name %s of the URL", bounds.Quote(rt.Name), bounds.Quote(r.PathValue("name")))
-		}
-		rt.Name = r.PathValue("name")
+	if err == nil {
+		err = nameIn(r.PathValue("name"), &rt.Name)
 	}
 	if err == nil {
 		rt, err = g.cfg.API.ApplyRuntime(r.Context(), rt)
 	}
 	g.reply(w, r, http.StatusOK, rt, err)
+}
+
+func (g *Gateway) createFunction(w http.ResponseWriter, r *http.Request) {
+	fn := &v1alpha1.Function{}
+	err := noQuery(r)
+	if err == nil {
+		err = g.decodeObject(w, r, fn)
+	}
+	if err == nil {
+		err = placeIn(r.PathValue("ns"), &fn.Namespace)
+	}
+	if err == nil {
+		fn, err = g.cfg.API.CreateFunction(r.Context(), fn)
+	}
+	g.reply(w, r, http.StatusCreated, fn, err)
+}
+
+func (g *Gateway) applyFunction(w http.ResponseWriter, r *http.Request) {
+	fn := &v1alpha1.Function{}
+	err := noQuery(r)
+	if err == nil {
+		err = g.decodeObject(w, r, fn)
+	}
+	if err == nil {
+		err = placeIn(r.PathValue("ns"), &fn.Namespace)
+	}
+	if err == nil {
+		err = nameIn(r.PathValue("name"), &fn.Name)
+	}
+	if err == nil {
+		fn, err = g.cfg.API.ApplyFunction(r.Context(), fn)
+	}
+	g.reply(w, r, http.StatusOK, fn, err)
+}
+
+// nameIn names an object by its URL; a body naming another is refused.
+func nameIn(name string, objName *string) error {
+	switch *objName {
+	case "":
+		*objName = name
+	case name:
+	default:
+		return errdefs.InvalidArgument("metadata.name", "%s does not match the name %s of the URL", bounds.Quote(*objName), bounds.Quote(name))
+	}
+	return nil
 }
 
 // randomSuffix is five characters of [a-z0-9], as Kubernetes'

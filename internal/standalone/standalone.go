@@ -567,33 +567,12 @@ func (s *Standalone) ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v
 	if err := validation.ValidateStandaloneRuntime(rt); err != nil {
 		return nil, err
 	}
-	var out *v1alpha1.Runtime
-	err := store.RetryOnConflict(func() error {
-		cur, err := s.store.Runtimes().Get(ctx, rt.Namespace, rt.Name)
-		if errors.Is(err, errdefs.ErrNotFound) {
-			out, err = s.store.Runtimes().Create(ctx, rt)
-			if errors.Is(err, errdefs.ErrAlreadyExists) {
-				// Created in between: update it instead.
-				return errdefs.Errorf(errdefs.ErrConflict, "runtime %s/%s: created concurrently", rt.Namespace, rt.Name)
-			}
-			return err
-		}
-		if err != nil {
-			return err
-		}
+	return store.CreateOrUpdate(ctx, s.store.Runtimes(), rt, func(cur *v1alpha1.Runtime) (*v1alpha1.Runtime, error) {
 		next := cur.DeepCopy()
 		next.Spec = rt.Spec
 		next.Labels = rt.Labels
-		if err := validation.ValidateRuntimeUpdate(cur, next); err != nil {
-			return err
-		}
-		out, err = s.store.Runtimes().Update(ctx, next)
-		return err
+		return next, validation.ValidateRuntimeUpdate(cur, next)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // FunctionProxy returns the in-process proxy hop serving a Ready function

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -26,4 +27,37 @@ func RetryOnConflict(attempt func() error) error {
 		}
 	}
 	return fmt.Errorf("too many conflicts (%d attempts): %w", ConflictBudget, err)
+}
+
+// CreateOrUpdate stores obj under its name: it creates it when no object
+// of that name exists, else it updates the stored one with what update
+// returns from it (the caller carries obj's spec and labels over and
+// checks the change), retrying on conflicts as RetryOnConflict does. A
+// create that races another's is retried as an update.
+func CreateOrUpdate[T Object](ctx context.Context, r Resource[T], obj T, update func(cur T) (T, error)) (T, error) {
+	var out T
+	err := RetryOnConflict(func() error {
+		cur, err := r.Get(ctx, obj.GetNamespace(), obj.GetName())
+		if errors.Is(err, errdefs.ErrNotFound) {
+			out, err = r.Create(ctx, obj)
+			if errors.Is(err, errdefs.ErrAlreadyExists) {
+				return errdefs.Errorf(errdefs.ErrConflict, "%s/%s: created concurrently", obj.GetNamespace(), obj.GetName())
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		next, err := update(cur)
+		if err != nil {
+			return err
+		}
+		out, err = r.Update(ctx, next)
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return out, nil
 }

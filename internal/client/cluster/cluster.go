@@ -303,26 +303,12 @@ func (c *Client) ApplyRuntime(ctx context.Context, rt *v1alpha1.Runtime) (*v1alp
 	}
 	rt = rt.DeepCopy()
 	rt.Namespace = namespaceOf(rt.Namespace)
-	var out *v1alpha1.Runtime
-	err := store.RetryOnConflict(func() error {
-		cur, err := c.store.Runtimes().Get(ctx, rt.Namespace, rt.Name)
-		if errors.Is(err, errdefs.ErrNotFound) {
-			out, err = c.store.Runtimes().Create(ctx, rt)
-			if errors.Is(err, errdefs.ErrAlreadyExists) {
-				return errdefs.Errorf(errdefs.ErrConflict, "runtime %s/%s: created concurrently", rt.Namespace, rt.Name)
-			}
-			return err
-		}
-		if err != nil {
-			return err
-		}
+	return store.CreateOrUpdate(ctx, c.store.Runtimes(), rt, func(cur *v1alpha1.Runtime) (*v1alpha1.Runtime, error) {
 		next := cur.DeepCopy()
 		next.Spec = rt.Spec
 		next.Labels = rt.Labels
-		out, err = c.store.Runtimes().Update(ctx, next)
-		return err
+		return next, nil
 	})
-	return out, err
 }
 
 // GetRuntime implements client.API.
@@ -352,6 +338,66 @@ func (c *Client) WatchRuntimes(ctx context.Context, ns string, opts client.ListO
 // DeleteRuntime implements client.API.
 func (c *Client) DeleteRuntime(ctx context.Context, ns, name string) (*v1alpha1.Runtime, error) {
 	return deleteObject(ctx, c.store.Runtimes(), namespaceOf(ns), name)
+}
+
+// CreateFunction implements client.API; the API server validates (the
+// CRD's schema and rules) and defaults.
+func (c *Client) CreateFunction(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error) {
+	if fn == nil {
+		return nil, errdefs.InvalidArgument("function", "must not be nil")
+	}
+	fn = fn.DeepCopy()
+	fn.Namespace = namespaceOf(fn.Namespace)
+	return c.store.Functions().Create(ctx, fn)
+}
+
+// ApplyFunction implements client.API as stoke up does: created, or its
+// spec and labels replaced (an unset spec.replicas keeps the stored one,
+// the autoscaler's or kubectl scale's).
+func (c *Client) ApplyFunction(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error) {
+	if fn == nil || fn.Name == "" {
+		return nil, errdefs.InvalidArgument("metadata.name", "must not be empty")
+	}
+	fn = fn.DeepCopy()
+	fn.Namespace = namespaceOf(fn.Namespace)
+	return store.CreateOrUpdate(ctx, c.store.Functions(), fn, func(cur *v1alpha1.Function) (*v1alpha1.Function, error) {
+		next := cur.DeepCopy()
+		next.Spec = fn.Spec
+		if next.Spec.Replicas == nil {
+			next.Spec.Replicas = cur.Spec.Replicas
+		}
+		next.Labels = fn.Labels
+		return next, nil
+	})
+}
+
+// GetFunction implements client.API.
+func (c *Client) GetFunction(ctx context.Context, ns, name string) (*v1alpha1.Function, error) {
+	return c.store.Functions().Get(ctx, namespaceOf(ns), name)
+}
+
+// ListFunctions implements client.API.
+func (c *Client) ListFunctions(ctx context.Context, ns string, opts client.ListOptions) (*v1alpha1.FunctionList, error) {
+	items, rv, err := list(ctx, c.store.Functions(), ns, opts)
+	if err != nil {
+		return nil, err
+	}
+	out := &v1alpha1.FunctionList{Items: make([]v1alpha1.Function, len(items))}
+	out.APIVersion, out.Kind, out.ResourceVersion = v1alpha1.GroupVersion.String(), "FunctionList", rv
+	for i, f := range items {
+		out.Items[i] = *f
+	}
+	return out, nil
+}
+
+// WatchFunctions implements client.API.
+func (c *Client) WatchFunctions(ctx context.Context, ns string, opts client.ListOptions) (*client.Watch[v1alpha1.Function], error) {
+	return watch(ctx, c.store.Functions(), ns, opts, func(f *v1alpha1.Function) *v1alpha1.Function { return f })
+}
+
+// DeleteFunction implements client.API.
+func (c *Client) DeleteFunction(ctx context.Context, ns, name string) (*v1alpha1.Function, error) {
+	return deleteObject(ctx, c.store.Functions(), namespaceOf(ns), name)
 }
 
 func deleteObject[T store.Object](ctx context.Context, r store.Resource[T], ns, name string) (T, error) {
