@@ -149,11 +149,24 @@ func (c *Controller) Run(ctx context.Context) error {
 	return err
 }
 
-// replicas lists the Runs labelled for the Function at k.
+// replicas lists the replica Runs of the Function at k: labelled for it
+// and owned by a Function (of this name; an earlier one's too). A Run
+// that carries the label without such an owner is someone else's, and
+// left alone.
 func (c *Controller) replicas(k informer.Key) []*v1alpha1.Run {
 	return c.cfg.RunInformer.List(func(run *v1alpha1.Run) bool {
-		return run.Labels[v1alpha1.LabelFunction] == k.Name && informer.KeyOf(run).Namespace == k.Namespace
+		return run.Labels[v1alpha1.LabelFunction] == k.Name && informer.KeyOf(run).Namespace == k.Namespace && ownerUID(run) != ""
 	})
+}
+
+// ownerUID is the UID of the Function that controls run, or "".
+func ownerUID(run *v1alpha1.Run) types.UID {
+	for _, o := range run.OwnerReferences {
+		if o.Kind == v1alpha1.KindFunction && o.APIVersion == v1alpha1.GroupVersion.String() && o.Controller != nil && *o.Controller {
+			return o.UID
+		}
+	}
+	return ""
 }
 
 // sync decides one Function.
@@ -217,7 +230,7 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 			delete(st.marked, run.UID)
 		}
 		switch {
-		case !OwnedBy(run, string(fn.UID)):
+		case ownerUID(run) != fn.UID:
 			// A replica of an earlier Function of the same name.
 			if err := c.deleteRun(ctx, k, run, "it belongs to an earlier Function of this name"); err != nil {
 				errs = append(errs, err)

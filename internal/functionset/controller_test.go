@@ -329,11 +329,21 @@ func TestReplicasFollowTheDesiredCountWithinMinAndMax(t *testing.T) {
 	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(1)) })
 	e.until("2 draining", func() bool { return e.count(draining) == 2 })
 	e.stepUntil("1 replica", 2*time.Second, func() bool { return len(e.replicas()) == 1 })
+	// A Run that carries the label without a Function owner is not a
+	// replica: neither counted nor deleted.
+	stray := &v1alpha1.Run{Spec: v1alpha1.RunSpec{Runtime: "python", Mode: v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "h.f"}}}}
+	stray.Name, stray.Namespace, stray.Labels = "stray", "default", map[string]string{v1alpha1.LabelFunction: "hello"}
+	if _, err := e.st.Runs().Create(e.ctx, stray); err != nil {
+		t.Fatal(err)
+	}
 	// Deleting the Function takes its replicas.
 	if err := e.st.Functions().Delete(e.ctx, "default", "hello", store.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.until("no replicas", func() bool { return len(e.replicas()) == 0 })
+	e.until("no replicas but the stray Run", func() bool {
+		rs := e.replicas()
+		return len(rs) == 1 && rs[0].Name == "stray"
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -8,6 +8,8 @@
 // from: runtime, handler, source, env, timeout) and a controller owner
 // reference to the Function (in Kubernetes the garbage collector deletes
 // the replicas of a deleted Function; in standalone this controller does).
+// A Run that carries the label without a Function owner is not a replica
+// and is left alone.
 //
 // The desired count is spec.replicas (what the scale subresource, `kubectl
 // scale` and the autoscaler write), or scale.min when unset, clamped to
