@@ -23,6 +23,10 @@ import (
 // REGISTERING and runtimed polls FunctionStatus.
 const registerWait = 10 * time.Second
 
+// registerLate is how many RegisterFunction calls in a row may end
+// DeadlineExceeded before the registration counts as failed.
+const registerLate = 3
+
 // drainTimeout is how long an invocation in flight may finish when a
 // function Run is cancelled, deleted or times out.
 const drainTimeout = 10 * time.Second
@@ -44,9 +48,20 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string)
 	}
 	var resp *pb.RegisterFunctionResponse
 	err := whileUnavailable(ctx, func() (err error) {
-		rctx, cancel := context.WithTimeout(ctx, registerWait)
-		defer cancel()
-		resp, err = w.d.functions.RegisterFunction(rctx, regReq)
+		for range registerLate {
+			rctx, cancel := context.WithTimeout(ctx, registerWait)
+			resp, err = w.d.functions.RegisterFunction(rctx, regReq)
+			cancel()
+			// The server answers REGISTERING before the deadline; an
+			// answer that came too late anyway (a loaded machine) leaves
+			// the registration loading, and the same attempt again is
+			// idempotent (the contract): ask again, a few times, rather
+			// than fail a Run whose handler may be loading fine.
+			if status.Code(err) != codes.DeadlineExceeded || ctx.Err() != nil {
+				return err
+			}
+			w.log.Warn("register: no answer within the call's deadline; asking again", "attempt", regReq.GetRegistrationAttempt())
+		}
 		return err
 	})
 	if err != nil {

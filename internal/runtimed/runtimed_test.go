@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pb "stoke.dev/stoke/api/executor/v1"
@@ -52,6 +54,9 @@ type envOptions struct {
 	// fed, when set, is called with each watch event once runtimed has
 	// been handed it.
 	fed func(store.Event[*v1alpha1.Run])
+	// calls, when set, sees every unary call runtimed makes to the
+	// Runtime Server, as a network between them would.
+	calls grpc.UnaryClientInterceptor
 }
 
 func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
@@ -77,7 +82,11 @@ func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if opts.calls != nil {
+		dial = append(dial, grpc.WithUnaryInterceptor(opts.calls))
+	}
+	conn, err := grpc.NewClient("unix://"+sock, dial...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +305,38 @@ func TestFunctionIdleTimeoutAndRegistrationFailure(t *testing.T) {
 	got = e.waitPhase("bad", v1alpha1.PhasePending, v1alpha1.PhaseFailed)
 	if got.Status.Phase != v1alpha1.PhasePending || got.Status.Attempt != 2 || got.Status.Reason != "RegistrationFailed" {
 		t.Fatalf("status %+v", got.Status)
+	}
+}
+
+// A RegisterFunction whose answer comes after the call's deadline (the
+// server answers REGISTERING a margin before it, which a loaded machine
+// can outlast) leaves the registration loading: runtimed asks again with
+// the same attempt, which the contract makes idempotent, and the Run
+// becomes Ready at attempt 1. It used to fail the Run RegistrationFailed.
+func TestRegisterAnsweredLateIsAskedAgain(t *testing.T) {
+	var mu sync.Mutex
+	registers := 0
+	e := newEnvWith(t, "bash", envOptions{calls: func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if method != pb.FunctionRuntime_RegisterFunction_FullMethodName {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if registers++; registers == 1 && err == nil {
+			// The server answered; the answer reached the caller late.
+			return status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+		}
+		return err
+	}})
+	e.submit(functionRun("late", `handle() { printf '"ok"'; }`, 0))
+	got := e.waitPhase("late", v1alpha1.PhaseReady, v1alpha1.PhaseFailed, v1alpha1.PhasePending)
+	mu.Lock()
+	n := registers
+	mu.Unlock()
+	if got.Status.Phase != v1alpha1.PhaseReady || got.Status.Attempt != 1 || n != 2 {
+		t.Fatalf("status %s / %s attempt %d (%s) after %d RegisterFunction calls; want Ready at attempt 1 after 2",
+			got.Status.Phase, got.Status.Reason, got.Status.Attempt, got.Status.Message, n)
 	}
 }
 
