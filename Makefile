@@ -47,6 +47,7 @@ bench:
 	$(BENCH) 'Throughput' -benchtime 3x ./internal/standalone/
 	$(BENCH) 'CreateToReady' -benchtime 50x ./internal/standalone/
 	$(BENCH) 'UpInvoke' -benchtime 3000x ./internal/up/
+	$(BENCH) 'UpFunctionThroughput' -benchtime 1x ./internal/up/
 	$(BENCH) 'UpTasks300' -benchtime 5x ./internal/up/
 	$(BENCH) 'UpCreate200|UpApply300' -benchtime 3x ./internal/up/
 	$(BENCH) 'UpExec(RoundTrip|Setup)' -benchtime 2000x ./internal/up/

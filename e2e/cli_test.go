@@ -264,6 +264,7 @@ var cliCases = []cliCase{
 	{name: "the token comes from flags, env or the data directory", standaloneOnly: true, test: cliTokenSources},
 	{name: "version", test: cliVersion},
 	{name: "bash function", test: cliBashFunction},
+	{name: "invoke picks a Function by name", test: cliInvokeFunction},
 	{name: "python function and its errors", test: cliPythonFunction},
 	{name: "invoke exits 124 when the invocation times out", test: cliInvokeTimeout},
 	{name: "apply", test: cliApply},
@@ -379,6 +380,29 @@ func cliVersion(t *testing.T, s *cliServer) {
 	if backend != want {
 		t.Errorf("stoke version's backend line %q, want %q", backend, want)
 	}
+}
+
+// stoke invoke NAME goes to the Function NAME through its stable URL
+// when there is one (here a replica Run labelled with its name), else to
+// the function Run NAME; a name that is neither says so.
+func cliInvokeFunction(t *testing.T, s *cliServer) {
+	if !s.dataplane {
+		t.Log("no gateway on this cluster: no invocations")
+		return
+	}
+	if r := stoke(t, s.env(), "", "run", "--runtime", "bash", "--source", "examples/bash-echo", "--handler", "handler.handle",
+		"--name", "greet-0", "-l", "stoke.dev/function=greet"); r.code != 0 {
+		t.Fatalf("run greet-0: %s", r)
+	}
+	if out := s.ok(t, "invoke", "greet", "-d", `{"by":"name"}`); !strings.Contains(out, `"echo":{"by":"name"}`) {
+		t.Errorf("invoke of the Function greet: %q", out)
+	}
+	// The replica is also a function Run of its own name.
+	if out := s.ok(t, "invoke", "greet-0", "-d", `{"by":"run"}`); !strings.Contains(out, `"echo":{"by":"run"}`) {
+		t.Errorf("invoke of the Run greet-0: %q", out)
+	}
+	s.fails(t, 1, `"nothing-here" not found: neither a Function nor a Run has that name`, "invoke", "nothing-here")
+	s.ok(t, "delete", "greet-0", "--wait")
 }
 
 func cliBashFunction(t *testing.T, s *cliServer) {

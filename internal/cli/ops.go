@@ -140,22 +140,32 @@ type InvokeOptions struct {
 	Verbose bool
 }
 
-// Invoke calls a Ready function Run once and writes its output to Out
-// (with a final newline when it has none). A handler failure is an error
+// Invoke calls a Function once through its stable URL, or, when there is
+// no Function of that name, a Ready function Run once; it writes the
+// output to Out (with a final newline when it has none). A name that is
+// neither is NotFound, naming both. A handler failure is an error
 // "errorType: errorMessage", its stack trace written to Err first; an
 // invocation that ran out of time exits ExitTimeout, as a task does.
 func Invoke(ctx context.Context, c client.API, ns, name string, input []byte, o InvokeOptions, s Streams) error {
-	run, err := c.GetRun(ctx, ns, name)
-	if err != nil {
-		return err
+	ref := "function/" + name
+	var run *v1alpha1.Run
+	res, err := c.InvokeFunction(ctx, ns, name, input, o.InvokeOptions)
+	if errors.Is(err, errdefs.ErrNotFound) && ctx.Err() == nil {
+		// Not a Function (or a server without Functions): a function Run.
+		if run, err = c.GetRun(ctx, ns, name); errors.Is(err, errdefs.ErrNotFound) {
+			return errdefs.Errorf(errdefs.ErrNotFound, "%q not found: neither a Function nor a Run has that name%s", name, namespaceFlag(ns))
+		} else if err != nil {
+			return err
+		}
+		switch {
+		case run.Spec.Mode.Function == nil:
+			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s is a task; only Functions and function Runs can be invoked", Ref(run))
+		case terminal(run):
+			return errdefs.Errorf(errdefs.ErrFailedPrecondition, "cannot invoke: %s", endState(run))
+		}
+		ref = Ref(run)
+		res, err = c.Invoke(ctx, run.Namespace, run.Name, string(run.UID), input, o.InvokeOptions)
 	}
-	switch {
-	case run.Spec.Mode.Function == nil:
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s is a task; only function Runs can be invoked", Ref(run))
-	case terminal(run):
-		return errdefs.Errorf(errdefs.ErrFailedPrecondition, "cannot invoke: %s", endState(run))
-	}
-	res, err := c.Invoke(ctx, run.Namespace, run.Name, string(run.UID), input, o.InvokeOptions)
 	if ctx.Err() != nil {
 		return interrupted()
 	}
@@ -170,16 +180,16 @@ func Invoke(ctx context.Context, c client.API, ns, name string, input []byte, o 
 			}
 			return err
 		}
-		if run.Status.Phase != v1alpha1.PhaseReady && (errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrFailedPrecondition)) {
+		if run != nil && run.Status.Phase != v1alpha1.PhaseReady && (errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrFailedPrecondition)) {
 			return fmt.Errorf("%s is %s, not Ready: %w", Ref(run), printer.PhaseOf(run), err)
 		}
 	}
 	if errors.Is(err, errdefs.ErrDeadlineExceeded) {
 		// Ran out of time, as a task that times out does.
-		return &ExitError{Code: ExitTimeout, Err: fmt.Errorf("invoking %s: %w", Ref(run), err)}
+		return &ExitError{Code: ExitTimeout, Err: fmt.Errorf("invoking %s: %w", ref, err)}
 	}
 	if err != nil {
-		return fmt.Errorf("invoking %s: %w", Ref(run), err)
+		return fmt.Errorf("invoking %s: %w", ref, err)
 	}
 	if o.Verbose {
 		s.note("invocation %s: HTTP %d, %s", res.InvocationID, res.StatusCode, res.ContentType)

@@ -80,6 +80,10 @@ type Dataplane interface {
 	Logs(ctx context.Context, ns, name string, follow bool) (*LogStream, error)
 	// Invoke calls a Ready function Run once; it is never retried.
 	Invoke(ctx context.Context, ns, name, uid string, input []byte, opts InvokeOptions) (*InvokeResult, error)
+	// InvokeFunction calls a Function once through its stable URL (one of
+	// its replicas answers); it is never retried. No such Function is
+	// NotFound.
+	InvokeFunction(ctx context.Context, ns, name string, input []byte, opts InvokeOptions) (*InvokeResult, error)
 	// Exec is an exec.Executor whose Request.RunUID is "namespace/name".
 	Exec() exec.Executor
 	// InvokeURL is the URL a Ready function answers at from where the

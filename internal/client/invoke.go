@@ -46,6 +46,18 @@ func (c *Client) Invoke(ctx context.Context, ns, name, uid string, input []byte,
 	if uid == "" {
 		return nil, errdefs.InvalidArgument("uid", "must not be empty")
 	}
+	return c.invoke(ctx, c.url(nil, runPath(ns, name, uid, "invoke")...), input, opts)
+}
+
+// InvokeFunction calls a Function once through its stable URL: one of
+// its replicas answers, after a wait in its queue when none is idle. A
+// Function that does not exist is NotFound.
+func (c *Client) InvokeFunction(ctx context.Context, ns, name string, input []byte, opts InvokeOptions) (*InvokeResult, error) {
+	return c.invoke(ctx, c.url(nil, "v1", "namespaces", namespaceOf(ns), "functions", name, "invoke"), input, opts)
+}
+
+// invoke is both invoke routes' call: one POST, never retried.
+func (c *Client) invoke(ctx context.Context, u *url.URL, input []byte, opts InvokeOptions) (*InvokeResult, error) {
 	if len(input) > bounds.InvokeBody {
 		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "the input is %d bytes, at most %d allowed", len(input), bounds.InvokeBody)
 	}
@@ -70,7 +82,6 @@ func (c *Client) Invoke(ctx context.Context, ns, name, uid string, input []byte,
 	if input == nil {
 		input = []byte{}
 	}
-	u := c.url(nil, runPath(ns, name, uid, "invoke")...)
 	resp, err := c.send(ctx, request{method: http.MethodPost, url: u, body: input, contentType: ct, header: h})
 	if err != nil {
 		return nil, err

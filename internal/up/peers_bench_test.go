@@ -150,7 +150,15 @@ func stokeRole(cmdline string, isRoot bool) string {
 // Python processes). On a busy machine those two move far less than
 // latency. STOKE_BENCH_ACTIONLOOP and STOKE_BENCH_RIE name the peers'
 // binaries; without them Stoke is measured beside its floor alone.
-func BenchmarkUpInvokePeers(b *testing.B) {
+func BenchmarkUpInvokePeers(b *testing.B) { benchInvokePeers(b, 0) }
+
+// BenchmarkUpInvokePaced is BenchmarkUpInvokePeers with one call started
+// every 10 ms (a call that takes longer starts the next at once): the
+// warm path as a lightly loaded function sees it, with the processes
+// idle between calls.
+func BenchmarkUpInvokePaced(b *testing.B) { benchInvokePeers(b, 10*time.Millisecond) }
+
+func benchInvokePeers(b *testing.B, pace time.Duration) {
 	interp, err := python.ResolveInterpreter(context.Background(), "")
 	if err != nil {
 		b.Fatal(err)
@@ -180,10 +188,24 @@ spec:
   source: {inline: {path: echo.py, text: %q}}
 `, echoModule))
 	fn = s.waitPhase(b, fn.Name, v1alpha1.PhaseReady)
+	// A Function of one replica, through its stable URL (the dispatcher's
+	// lease and queue on the path).
+	replica := s.create(b, fmt.Sprintf(`apiVersion: stoke.dev/v1alpha1
+kind: Run
+metadata: {name: echo-fn-0, labels: {%s: echo-fn}}
+spec:
+  runtime: python
+  mode: {function: {handler: echo.handle}}
+  source: {inline: {path: echo.py, text: %q}}
+`, v1alpha1.LabelFunction, echoModule))
+	s.waitPhase(b, replica.Name, v1alpha1.PhaseReady)
+	auth := http.Header{"Authorization": {"Bearer " + u.Token}, "Content-Type": {"application/json"}}
 	targets := []*invokeTarget{{
-		name: "stoke", url: fn.Status.Endpoint, body: benchInput,
-		header: http.Header{"Authorization": {"Bearer " + u.Token}, "Content-Type": {"application/json"}},
-		root:   u.Pid, roleOf: stokeRole,
+		name: "stoke", url: fn.Status.Endpoint, body: benchInput, header: auth,
+		root: u.Pid, roleOf: stokeRole,
+	}, {
+		name: "stoke-fn", url: u.URL + "/v1/namespaces/default/functions/echo-fn/invoke", body: benchInput, header: auth,
+		root: u.Pid, roleOf: stokeRole,
 	}}
 	targets = append(targets, startFloor(b, interp, handlerDir))
 	if bin := os.Getenv("STOKE_BENCH_ACTIONLOOP"); bin != "" {
@@ -212,8 +234,13 @@ spec:
 			t := targets[(r+k)%len(targets)]
 			round := make([]time.Duration, 0, perRound)
 			before := processUsage(b, t.root, t.roleOf)
+			next := time.Now()
 			for range perRound {
+				if pace > 0 {
+					time.Sleep(time.Until(next)) // the pace itself, not a wait for an event
+				}
 				start := time.Now()
+				next = start.Add(pace)
 				t.call(b)
 				round = append(round, time.Since(start))
 			}

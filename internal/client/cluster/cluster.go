@@ -205,6 +205,11 @@ func (c *Client) Invoke(ctx context.Context, ns, name, uid string, input []byte,
 	return c.gw.Invoke(ctx, ns, name, uid, input, opts)
 }
 
+// InvokeFunction implements client.API through the gateway.
+func (c *Client) InvokeFunction(ctx context.Context, ns, name string, input []byte, opts client.InvokeOptions) (*client.InvokeResult, error) {
+	return c.gw.InvokeFunction(ctx, ns, name, input, opts)
+}
+
 // Exec implements client.API through the gateway.
 func (c *Client) Exec() exec.Executor { return c.gw.Exec() }
 
