@@ -268,6 +268,7 @@ var cliCases = []cliCase{
 	{name: "python function and its errors", test: cliPythonFunction},
 	{name: "invoke exits 124 when the invocation times out", test: cliInvokeTimeout},
 	{name: "apply", test: cliApply},
+	{name: "a Function: run --scale, get, describe, apply, delete", test: cliFunction},
 	{name: "get and describe", test: cliGetDescribe},
 	{name: "get -w prints changes until Ctrl-C", test: cliGetWatch},
 	{name: "Ctrl-C cancels the task", test: cliInterrupt},

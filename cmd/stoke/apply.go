@@ -16,7 +16,7 @@ func newApplyCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE",
-		Short: "Create Runs and create or update Runtimes from YAML files",
+		Short: "Create Runs and create or update Runtimes and Functions from YAML files",
 		Long: `apply reads one or more YAML (or JSON) files of stoke.dev/v1alpha1 Runs and
 Runtimes, documents separated by "---". Every document is checked first; if
 any is wrong, nothing is sent and the error names the file and document.

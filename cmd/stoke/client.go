@@ -101,7 +101,16 @@ func completeNames(cmd *cobra.Command, f *clientFlags, kind cli.Kind, prefix str
 	ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
 	defer cancel()
 	var names []string
-	if kind == cli.KindRuntime {
+	switch kind {
+	case cli.KindFunction:
+		list, err := c.ListFunctions(ctx, f.namespace, client.ListOptions{})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		for _, fn := range list.Items {
+			names = append(names, fn.Name)
+		}
+	case cli.KindRuntime:
 		list, err := c.ListRuntimes(ctx, f.namespace, client.ListOptions{})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
@@ -109,7 +118,7 @@ func completeNames(cmd *cobra.Command, f *clientFlags, kind cli.Kind, prefix str
 		for _, rt := range list.Items {
 			names = append(names, rt.Name)
 		}
-	} else {
+	default:
 		list, err := c.ListRuns(ctx, f.namespace, client.ListOptions{})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
@@ -152,7 +161,7 @@ func completeKindAndName(f *clientFlags) cobra.CompletionFunc {
 		switch len(args) {
 		case 0:
 			names, dir := completeNames(cmd, f, cli.KindRun, toComplete, nil)
-			for _, k := range []string{"run", "runtime"} {
+			for _, k := range []string{"run", "runtime", "function"} {
 				if strings.HasPrefix(k, toComplete) {
 					names = append(names, k)
 				}

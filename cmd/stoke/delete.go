@@ -16,8 +16,8 @@ func newDeleteCommand() *cobra.Command {
 		files []string
 	)
 	cmd := &cobra.Command{
-		Use:   "delete ([run|runtime] NAME... | KIND/NAME... | [runs|runtimes] -l SELECTOR | -f FILE)",
-		Short: "Delete Runs and Runtimes",
+		Use:   "delete ([run|runtime|function] NAME... | KIND/NAME... | [runs|runtimes|functions] -l SELECTOR | -f FILE)",
+		Short: "Delete Runs, Runtimes and Functions",
 		Long: `delete removes Runs (a running task is killed; a function drains and
 unregisters first) with their logs, and Runtimes (their pods stop), as
 kubectl delete takes them: by name (a bare NAME is a Run; "runtime NAME..."

@@ -11,8 +11,8 @@ import (
 func newDescribeCommand() *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{
-		Use:   "describe [run|runtime] NAME",
-		Short: "Show a Run or a Runtime in detail",
+		Use:   "describe [run|runtime|function] NAME",
+		Short: "Show a Run, a Runtime or a Function in detail",
 		Long: `describe prints one Run (spec, status, outputs, endpoint, conditions) or one
 Runtime (spec and pods) for people. A bare NAME is a Run.`,
 		Example: `  stoke describe run task-x7k2p

@@ -16,9 +16,9 @@ func newGetCommand() *cobra.Command {
 		format string
 	)
 	cmd := &cobra.Command{
-		Use:   "get runs|runtimes [NAME]",
-		Short: "List Runs or Runtimes, or show one",
-		Long: `get prints Runs or Runtimes as a table (-o wide adds columns), as JSON or
+		Use:   "get runs|runtimes|functions [NAME]",
+		Short: "List Runs, Runtimes or Functions, or show one",
+		Long: `get prints Runs, Runtimes or Functions as a table (-o wide adds columns), as JSON or
 YAML (-o json|yaml, the objects as the API serves them), or as kind/name
 lines (-o name). -w keeps printing every change until Ctrl-C; a deleted
 object's row shows Deleted as its phase, and --output-watch-events adds each
@@ -32,7 +32,7 @@ change's type (ADDED, MODIFIED, DELETED) as kubectl does.`,
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			switch len(args) {
 			case 0:
-				return []cobra.Completion{"runs", "runtimes"}, cobra.ShellCompDirectiveNoFileComp
+				return []cobra.Completion{"runs", "runtimes", "functions"}, cobra.ShellCompDirectiveNoFileComp
 			case 1:
 				kind, err := cli.ParseKind(args[0])
 				if err != nil {

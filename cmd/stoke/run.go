@@ -35,6 +35,12 @@ until it is Ready, prints its invoke URL on stdout and how to call it on
 stderr. Bash handlers are path/file.function (file.sh without ".sh"),
 Python handlers module.function.
 
+A Function (--handler with --scale MIN:MAX, and --name) is a function by
+name: a stable invoke URL (/v1/namespaces/NS/functions/NAME/invoke) and
+between MIN and MAX replicas, each an ordinary function Run, scaled by
+Stoke; run prints its URL once MIN replicas are Ready. Without --scale,
+--handler starts one function Run, as before (docs/functions.md).
+
 --source packs a local file (as inline text) or directory (as a tar.gz of at
 most 1 MiB, regular files, directories and symlinks to files inside it).`,
 		Example: `  # A task: prints hello, exits with its exit code.
@@ -48,12 +54,18 @@ most 1 MiB, regular files, directories and symlinks to files inside it).`,
 
   # A warm Bash function, then an invocation.
   stoke run --runtime bash --source examples/bash-echo --handler handler.handle --name echo
-  stoke invoke echo -d '{"name":"world"}'`,
+  stoke invoke echo -d '{"name":"world"}'
+
+  # A Function: a stable name, 0 to 8 replicas.
+  stoke run --runtime python --source examples/python-hello --handler hello.handle --name hello --scale 0:8`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Args, o.LookupEnv = args, os.LookupEnv
 			if cmd.Flags().Changed("source") && o.Source == "" {
 				return cf.finish(cliError("--source must not be empty"))
+			}
+			if o.IsFunctionObject() {
+				return runFunctionObject(cmd, &cf, o, opts)
 			}
 			run, err := runspec.Build(o)
 			if err != nil {
@@ -93,9 +105,29 @@ most 1 MiB, regular files, directories and symlinks to files inside it).`,
 	f.BoolVarP(&opts.Detach, "detach", "d", false, "print the Run's name and return without waiting")
 	f.BoolVar(&opts.Remove, "rm", false, "task: delete the Run once it finished, or after Ctrl-C cancelled it")
 	f.BoolVarP(&opts.Quiet, "quiet", "q", false, "print no notes (retries, outputs, hints) on stderr")
+	f.StringVar(&o.Scale, "scale", "", "with --handler and --name: create a Function with MIN:MAX replicas (e.g. 0:8) rather than one function Run")
 	_ = cmd.MarkFlagRequired("runtime")
 	_ = cmd.RegisterFlagCompletionFunc("runtime", func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return completeNames(cmd, &cf, cli.KindRuntime, toComplete, nil)
 	})
 	return cmd
+}
+
+// runFunctionObject is `stoke run --scale`: a Function, not a Run.
+func runFunctionObject(cmd *cobra.Command, cf *clientFlags, o runspec.Options, opts cli.RunOptions) error {
+	if opts.Remove {
+		return cf.finish(cliError("--rm applies to tasks only; delete a Function with stoke delete function"))
+	}
+	o.Namespace = cf.namespace
+	fn, err := runspec.BuildFunction(o)
+	if err != nil {
+		return cf.finish(err)
+	}
+	c, err := cf.client()
+	if err != nil {
+		return cf.finish(err)
+	}
+	defer c.Close()
+	fn.Namespace = cf.namespace
+	return cf.finish(cli.StartFunction(cmd.Context(), c, fn, opts, streams()))
 }

@@ -16,8 +16,9 @@ import (
 )
 
 // Apply sends parsed manifest objects to the server: every Runtime first,
-// one by one (so that Runs in the same files can name them), then every
-// Run, bounds.ApplyCreates at a time; the results are printed in file
+// one by one (so that Runs and Functions in the same files can name
+// them), then every Function, one by one (created, "configured" — a
+// template change rolls its replicas — or "unchanged"), then every Run, bounds.ApplyCreates at a time; the results are printed in file
 // order. A Runtime is created or updated ("created", "configured",
 // "unchanged"); a Run is created, or left "unchanged" when a Run of that
 // name exists with the same spec. A Run of that name with another spec is
@@ -25,11 +26,13 @@ import (
 // applied, and Apply fails at the end. A server that cannot be reached
 // stops the apply: the rest would fail the same way.
 func Apply(ctx context.Context, c client.API, objs []manifest.Object, s Streams) error {
-	var runtimes, runs []manifest.Object
+	var runtimes, functions, runs []manifest.Object
 	for _, o := range objs {
 		switch {
 		case o.Runtime != nil:
 			runtimes = append(runtimes, o)
+		case o.Function != nil:
+			functions = append(functions, o)
 		case o.Run != nil:
 			runs = append(runs, o)
 		}
@@ -53,6 +56,12 @@ func Apply(ctx context.Context, c client.API, objs []manifest.Object, s Streams)
 	}
 	for _, o := range runtimes {
 		result, err := applyRuntime(ctx, c, o.Runtime)
+		if err := report(o, applyResult{result, err}); err != nil {
+			return err
+		}
+	}
+	for _, o := range functions {
+		result, err := applyFunction(ctx, c, o.Function)
 		if err := report(o, applyResult{result, err}); err != nil {
 			return err
 		}
@@ -100,7 +109,7 @@ func Apply(ctx context.Context, c client.API, objs []manifest.Object, s Streams)
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d objects were not applied", failed, len(runtimes)+len(runs))
+		return fmt.Errorf("%d of %d objects were not applied", failed, len(runtimes)+len(functions)+len(runs))
 	}
 	return nil
 }
@@ -124,6 +133,31 @@ func applyRuntime(ctx context.Context, c client.API, rt *v1alpha1.Runtime) (stri
 		return ref + " unchanged", nil
 	}
 	if _, err := c.ApplyRuntime(ctx, rt); err != nil {
+		return "", err
+	}
+	return ref + " " + verb, nil
+}
+
+func applyFunction(ctx context.Context, c client.API, fn *v1alpha1.Function) (string, error) {
+	ref := "function/" + fn.Name
+	existing, err := c.GetFunction(ctx, fn.Namespace, fn.Name)
+	verb := "configured"
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		verb = "created"
+	case err != nil:
+		return "", err
+	default:
+		// A manifest that leaves spec.replicas unset keeps the stored one.
+		want := fn.Spec.DeepCopy()
+		if want.Replicas == nil {
+			want.Replicas = existing.Spec.Replicas
+		}
+		if apiequality.Semantic.DeepEqual(existing.Spec, *want) && sameLabels(existing.Labels, fn.Labels) && sameLabels(existing.Annotations, fn.Annotations) {
+			return ref + " unchanged", nil
+		}
+	}
+	if _, err := c.ApplyFunction(ctx, fn); err != nil {
 		return "", err
 	}
 	return ref + " " + verb, nil

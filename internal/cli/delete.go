@@ -11,7 +11,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 )
 
-// ObjectRef names one Run or Runtime.
+// ObjectRef names one Run, Runtime or Function.
 type ObjectRef struct {
 	Kind      Kind
 	Namespace string
@@ -46,6 +46,8 @@ func RefsOf(objs []manifest.Object) []ObjectRef {
 			refs = append(refs, ObjectRef{KindRun, o.Run.Namespace, o.Run.Name})
 		case o.Runtime != nil:
 			refs = append(refs, ObjectRef{KindRuntime, o.Runtime.Namespace, o.Runtime.Name})
+		case o.Function != nil:
+			refs = append(refs, ObjectRef{KindFunction, o.Function.Namespace, o.Function.Name})
 		}
 	}
 	return refs
@@ -123,8 +125,12 @@ func Delete(ctx context.Context, c client.API, ns string, o DeleteOptions, s Str
 
 // deleteOne deletes one object; for a Run it returns the Run as it was.
 func deleteOne(ctx context.Context, c client.API, ref ObjectRef) (*v1alpha1.Run, error) {
-	if ref.Kind == KindRuntime {
+	switch ref.Kind {
+	case KindRuntime:
 		_, err := c.DeleteRuntime(ctx, ref.Namespace, ref.Name)
+		return nil, err
+	case KindFunction:
+		_, err := c.DeleteFunction(ctx, ref.Namespace, ref.Name)
 		return nil, err
 	}
 	return c.DeleteRun(ctx, ref.Namespace, ref.Name)
@@ -134,6 +140,16 @@ func deleteOne(ctx context.Context, c client.API, ref ObjectRef) (*v1alpha1.Run,
 func selected(ctx context.Context, c client.API, ns string, kind Kind, selector string) ([]ObjectRef, error) {
 	opts := client.ListOptions{LabelSelector: selector}
 	var refs []ObjectRef
+	if kind == KindFunction {
+		list, err := c.ListFunctions(ctx, ns, opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, fn := range list.Items {
+			refs = append(refs, ObjectRef{KindFunction, fn.Namespace, fn.Name})
+		}
+		return refs, nil
+	}
 	if kind == KindRuntime {
 		list, err := c.ListRuntimes(ctx, ns, opts)
 		if err != nil {

@@ -18,20 +18,23 @@ type Kind string
 
 // Kinds.
 const (
-	KindRun     Kind = "run"
-	KindRuntime Kind = "runtime"
+	KindRun      Kind = "run"
+	KindRuntime  Kind = "runtime"
+	KindFunction Kind = "function"
 )
 
 // ParseKind accepts the spellings kubectl users type: run, runs,
-// runtime, runtimes, rt.
+// runtime, runtimes, rt, function, functions, fn.
 func ParseKind(s string) (Kind, error) {
 	switch s {
 	case "run", "runs":
 		return KindRun, nil
 	case "runtime", "runtimes", "rt":
 		return KindRuntime, nil
+	case "function", "functions", "fn":
+		return KindFunction, nil
 	}
-	return "", errdefs.InvalidArgument("resource", "%q is not a resource: want runs or runtimes", s)
+	return "", errdefs.InvalidArgument("resource", "%q is not a resource: want runs, runtimes or functions", s)
 }
 
 // GetOptions are `stoke get`'s arguments.
@@ -73,6 +76,21 @@ func Get(ctx context.Context, c client.API, o GetOptions, s Streams) error {
 	}
 	opts := client.ListOptions{LabelSelector: o.LabelSelector}
 	switch {
+	case o.Kind == KindFunction && o.Name != "":
+		fn, err := c.GetFunction(ctx, ns, o.Name)
+		if err != nil {
+			return err
+		}
+		return p.Function(fn)
+	case o.Kind == KindFunction:
+		list, err := c.ListFunctions(ctx, ns, opts)
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 && (o.Format == printer.Table || o.Format == printer.Wide) {
+			s.note("no functions found%s", inNamespace(ns))
+		}
+		return p.Functions(list)
 	case o.Kind == KindRun && o.Name != "":
 		run, err := c.GetRun(ctx, ns, o.Name)
 		if err != nil {
@@ -117,6 +135,13 @@ func inNamespace(ns string) string {
 // is shown as one (printer.RunEvent).
 func watchObjects(ctx context.Context, c client.API, o GetOptions, ns string, p *printer.Printer) error {
 	opts := client.ListOptions{LabelSelector: o.LabelSelector}
+	if o.Kind == KindFunction {
+		w, err := c.WatchFunctions(ctx, ns, opts)
+		if err != nil {
+			return err
+		}
+		return printEvents(w, o.Name, func(fn *v1alpha1.Function) string { return fn.Name }, p.FunctionEvent)
+	}
 	if o.Kind == KindRun {
 		w, err := c.WatchRuns(ctx, ns, opts)
 		if err != nil {
@@ -155,8 +180,19 @@ func endOfWatch(err error) error {
 	return err
 }
 
-// Describe prints one Run or Runtime for people.
+// Describe prints one Run, Runtime or Function for people.
 func Describe(ctx context.Context, c client.API, kind Kind, ns, name string, now time.Time, s Streams) error {
+	if kind == KindFunction {
+		fn, err := c.GetFunction(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		if err := printer.DescribeFunction(s.Out, fn, now); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.Out, "Invoke:            stoke invoke %s%s -d '{}'  (%s)\n", fn.Name, namespaceFlag(fn.Namespace), FunctionURL(c.Target(), fn.Namespace, fn.Name))
+		return nil
+	}
 	if kind == KindRuntime {
 		rt, err := c.GetRuntime(ctx, ns, name)
 		if err != nil {

@@ -33,13 +33,15 @@ const (
 	MaxDocument = 8 << 20
 )
 
-// Object is one document: exactly one of Run and Runtime is set.
+// Object is one document: exactly one of Run, Runtime and Function is
+// set.
 type Object struct {
 	// Index is the document's 1-based position in its file, counting
 	// only documents that hold something.
-	Index   int
-	Run     *v1alpha1.Run
-	Runtime *v1alpha1.Runtime
+	Index    int
+	Run      *v1alpha1.Run
+	Runtime  *v1alpha1.Runtime
+	Function *v1alpha1.Function
 }
 
 // Ref names the object as "run/NAME" or "runtime/NAME" (a Run with only a
@@ -47,6 +49,9 @@ type Object struct {
 func (o Object) Ref() string {
 	if o.Runtime != nil {
 		return "runtime/" + o.Runtime.Name
+	}
+	if o.Function != nil {
+		return "function/" + o.Function.Name
 	}
 	if o.Run.Name == "" {
 		return "run/" + o.Run.GenerateName + "*"
@@ -97,7 +102,7 @@ func Parse(r io.Reader, name, namespace string) ([]Object, error) {
 		objs = append(objs, obj)
 	}
 	if len(objs) == 0 {
-		return nil, errdefs.InvalidArgument(name, "holds no Run or Runtime")
+		return nil, errdefs.InvalidArgument(name, "holds no Run, Runtime or Function")
 	}
 	return objs, nil
 }
@@ -127,6 +132,8 @@ func identity(o Object) string {
 	switch {
 	case o.Runtime != nil:
 		return "runtime/" + o.Runtime.Namespace + "/" + o.Runtime.Name
+	case o.Function != nil:
+		return "function/" + o.Function.Namespace + "/" + o.Function.Name
 	case o.Run.Name != "":
 		return "run/" + o.Run.Namespace + "/" + o.Run.Name
 	}
@@ -149,7 +156,7 @@ func decode(doc []byte, namespace string) (Object, error) {
 	}
 	switch {
 	case tm.Kind == "":
-		return Object{}, errors.New("kind is missing: want Run or Runtime")
+		return Object{}, errors.New("kind is missing: want Run, Runtime or Function")
 	case tm.APIVersion == "":
 		return Object{}, fmt.Errorf("apiVersion is missing: want %s", v1alpha1.GroupVersion)
 	case tm.APIVersion != v1alpha1.GroupVersion.String():
@@ -186,8 +193,23 @@ func decode(doc []byte, namespace string) (Object, error) {
 			return Object{}, fmt.Errorf("%s: %w", refOf(rt.Name, "", "runtime"), err)
 		}
 		return Object{Runtime: rt}, nil
+	case v1alpha1.KindFunction:
+		fn := &v1alpha1.Function{}
+		if err := yaml.UnmarshalStrict(doc, fn); err != nil {
+			return Object{}, fmt.Errorf("bad Function: %s", yamlMessage(err))
+		}
+		clearServerMeta(&fn.ObjectMeta)
+		fn.Status = v1alpha1.FunctionStatus{}
+		if fn.Namespace == "" {
+			fn.Namespace = namespace
+		}
+		validation.SetFunctionDefaults(fn)
+		if err := validation.ValidateFunction(fn); err != nil {
+			return Object{}, fmt.Errorf("%s: %w", refOf(fn.Name, "", "function"), err)
+		}
+		return Object{Function: fn}, nil
 	}
-	return Object{}, fmt.Errorf("kind %q is not served: want Run or Runtime", tm.Kind)
+	return Object{}, fmt.Errorf("kind %q is not served: want Run, Runtime or Function", tm.Kind)
 }
 
 // clearServerMeta drops the metadata the server sets, so that the output

@@ -88,10 +88,12 @@ func TestParseErrorsNameTheDocument(t *testing.T) {
 		{"invalid", strings.Replace(good, "args: [x]", "args: []", 1), "document 1: run/ok: spec.mode.task: entrypoint or args must be set"},
 		{"two problems on one line", strings.Replace(good, "runtime: bash", "runtime: ''", 1) + "", "spec.runtime: must not be empty"},
 		{"repeated", good + "---\n" + good, "document 2: run/ok repeats document 1"},
-		{"empty", "# nothing\n---\n", "holds no Run or Runtime"},
+		{"empty", "# nothing\n---\n", "holds no Run, Runtime or Function"},
 		{"aliases past the bound", "apiVersion: stoke.dev/v1alpha1\nkind: Run\nmetadata:\n  name: amp\n  labels: {a: &big " + strings.Repeat("x", 3900<<10) + "}\n  annotations: {" +
 			strings.Repeat("k: *big, ", 99) + "}\nspec: {runtime: bash, mode: {task: {args: [x]}}}\n", "document 1: text: its YAML aliases expand it past"},
 		{"not UTF-8", strings.Replace(good, "args: [x]", "args: [caf\xe9]", 1), "document 1: text: is not UTF-8 text: byte"},
+		{"function with min > max", "apiVersion: stoke.dev/v1alpha1\nkind: Function\nmetadata: {name: f}\nspec: {runtime: python, handler: m.h, scale: {min: 3, max: 2}}\n", "document 1: function/f: spec.scale: scale.min must not exceed scale.max"},
+		{"function misspelt", "apiVersion: stoke.dev/v1alpha1\nkind: Function\nmetadata: {name: f}\nspec: {runtime: python, handler: m.h, scael: {}}\n", "document 1: bad Function: unknown field \"scael\""},
 		{"runtime without server", "apiVersion: stoke.dev/v1alpha1\nkind: Runtime\nmetadata: {name: r}\nspec: {replicas: 1}\n", "runtime/r: spec.server: must not be empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@
 package runspec
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,6 +54,81 @@ type Options struct {
 	Retries int
 	// TTL, when positive, deletes the finished Run after it.
 	TTL time.Duration
+	// Scale, "MIN:MAX", makes a Function (with Handler) rather than a
+	// function Run: a name that lasts and up to MAX replicas.
+	Scale string
+}
+
+// IsFunctionObject reports whether o makes a Function (--scale).
+func (o *Options) IsFunctionObject() bool { return o.Scale != "" }
+
+// BuildFunction returns the Function o describes (--handler with --scale
+// MIN:MAX), defaulted and validated. A Function needs a name (its URL is
+// the name), takes the template flags of a function Run (runtime,
+// source, env, labels, timeout), and refuses the flags of a single Run
+// (entrypoint, args, retries, ttl, idle-timeout).
+func BuildFunction(o Options) (*v1alpha1.Function, error) {
+	if o.Handler == "" {
+		return nil, errdefs.InvalidArgument("--scale", "makes a Function, which needs --handler")
+	}
+	if o.Name == "" {
+		return nil, errdefs.InvalidArgument("--name", "a Function (--scale) needs a name: its invoke URL is /v1/namespaces/NS/functions/NAME/invoke")
+	}
+	if o.Runtime == "" {
+		return nil, errdefs.InvalidArgument("--runtime", "is required (e.g. bash or python)")
+	}
+	for flag, set := range map[string]bool{"--entrypoint": o.Entrypoint != "", "--retries": o.Retries != 0, "--ttl": o.TTL != 0,
+		"--idle-timeout": o.IdleTimeout != 0, "ARGS": len(o.Args) > 0} {
+		if set {
+			return nil, errdefs.InvalidArgument(flag, "does not apply to a Function (--scale): its replicas are replaced and scaled by Stoke")
+		}
+	}
+	lo, hi, err := parseScale(o.Scale)
+	if err != nil {
+		return nil, err
+	}
+	fn := &v1alpha1.Function{}
+	fn.Name, fn.Namespace = o.Name, o.Namespace
+	fn.Spec.Runtime, fn.Spec.Handler = o.Runtime, o.Handler
+	fn.Spec.Scale.Min, fn.Spec.Scale.Max = lo, hi
+	if o.Source != "" {
+		packed, err := source.Pack(o.Source)
+		if err != nil {
+			return nil, err
+		}
+		fn.Spec.Source = packed.Source
+	}
+	if fn.Spec.Env, err = parseEnv(o.Env, o.LookupEnv); err != nil {
+		return nil, err
+	}
+	if fn.Labels, err = parseLabels(o.Labels); err != nil {
+		return nil, err
+	}
+	if o.Timeout < 0 {
+		return nil, errdefs.InvalidArgument("--timeout", "must not be negative")
+	}
+	if o.Timeout > 0 {
+		fn.Spec.Timeout = &metav1.Duration{Duration: o.Timeout}
+	}
+	validation.SetFunctionDefaults(fn)
+	if err := validation.ValidateFunction(fn); err != nil {
+		return nil, err
+	}
+	return fn, nil
+}
+
+// parseScale reads --scale MIN:MAX.
+func parseScale(s string) (lo, hi int32, err error) {
+	a, b, ok := strings.Cut(s, ":")
+	x, errA := strconv.ParseInt(a, 10, 32)
+	y, errB := strconv.ParseInt(b, 10, 32)
+	if !ok || errA != nil || errB != nil {
+		return 0, 0, errdefs.InvalidArgument("--scale", "%s is not MIN:MAX (e.g. 0:8)", bounds.Quote(s))
+	}
+	if x < 0 || y < 1 || x > y || y > bounds.FunctionReplicas {
+		return 0, 0, errdefs.InvalidArgument("--scale", "%s: want 0 ≤ MIN ≤ MAX, 1 ≤ MAX ≤ %d", bounds.Quote(s), bounds.FunctionReplicas)
+	}
+	return int32(x), int32(y), nil
 }
 
 // IsFunction reports whether o makes a function Run.

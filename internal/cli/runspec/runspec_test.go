@@ -108,3 +108,34 @@ func TestBuildRefuses(t *testing.T) {
 		})
 	}
 }
+
+func TestBuildFunction(t *testing.T) {
+	fn, err := runspec.BuildFunction(runspec.Options{Name: "hello", Runtime: "python", Handler: "main.handler", Scale: "0:8",
+		Env: []string{"A=1"}, Labels: []string{"team=x"}, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fn.Spec
+	if s.Scale.Min != 0 || s.Scale.Max != 8 || s.Handler != "main.handler" || s.Runtime != "python" || len(s.Env) != 1 ||
+		fn.Labels["team"] != "x" || s.Timeout.Duration != time.Hour || s.Queue.Length == 0 {
+		t.Fatalf("%+v", fn)
+	}
+	for _, tt := range []struct {
+		o     runspec.Options
+		field string
+	}{
+		{runspec.Options{Name: "f", Runtime: "python", Handler: "m.h", Scale: "3:2"}, "--scale"},
+		{runspec.Options{Name: "f", Runtime: "python", Handler: "m.h", Scale: "8"}, "--scale"},
+		{runspec.Options{Name: "f", Runtime: "python", Handler: "m.h", Scale: "-1:2"}, "--scale"},
+		{runspec.Options{Name: "f", Runtime: "python", Handler: "m.h", Scale: "0:5000"}, "--scale"},
+		{runspec.Options{Runtime: "python", Handler: "m.h", Scale: "0:2"}, "--name"},
+		{runspec.Options{Name: "f", Runtime: "python", Scale: "0:2"}, "--scale"},
+		{runspec.Options{Name: "f", Runtime: "python", Handler: "m.h", Scale: "0:2", Retries: 2}, "--retries"},
+		{runspec.Options{Name: "f.g", Runtime: "python", Handler: "m.h", Scale: "0:2"}, "metadata.name"},
+	} {
+		_, err := runspec.BuildFunction(tt.o)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.field) {
+			t.Errorf("%+v: %v, want InvalidArgument naming %s", tt.o, err, tt.field)
+		}
+	}
+}
