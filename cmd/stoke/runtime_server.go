@@ -12,6 +12,7 @@ import (
 	"stoke.dev/stoke/internal/cli"
 	"stoke.dev/stoke/internal/exec/agent"
 	"stoke.dev/stoke/internal/lambda"
+	"stoke.dev/stoke/internal/pydeps"
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runuser"
 	"stoke.dev/stoke/internal/selfcopy"
@@ -61,6 +62,7 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
 			}
 			if cfg.Runtime == "lambda" {
 				lcfg.StateDir, lcfg.Logger, lcfg.AgentMetrics = cfg.StateDir, cfg.Logger, agent.NewMetrics()
+				lcfg.PythonDeps = pydeps.Config{Root: cfg.PythonDeps, FindLinks: cfg.PipFindLinks, Logger: cfg.Logger}
 				srv, err := lambda.New(cmd.Context(), lcfg)
 				if err != nil {
 					return err

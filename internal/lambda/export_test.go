@@ -1,9 +1,11 @@
 package lambda
 
+import "context"
+
 // PackageSize is the zipped size of the package s builds for the source in
 // dir (a task's), and the size of the bootstrap binary in it.
 func (s *Server) PackageSize(dir string) (zipped int, bootstrap uint64, err error) {
-	p, err := s.build(dir, s.spec("", nil, 60))
+	p, err := s.build(context.Background(), dir, s.spec("", nil, 60))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -41,6 +41,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec/agent"
 	"stoke.dev/stoke/internal/lambda/payload"
+	"stoke.dev/stoke/internal/pydeps"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/runtime/bash"
 	"stoke.dev/stoke/internal/runtime/python"
@@ -75,6 +76,15 @@ const (
 	BootstrapBinary = "stoke-lambda-bootstrap"
 )
 
+// PipPlatformArgs are the pip install arguments that pick packages for
+// Lambda's managed Python (ManagedPython) on arch: wheels only, as pydeps
+// installs anyway.
+func PipPlatformArgs(arch string) []string {
+	platform := map[string]string{"x86_64": "manylinux2014_x86_64", "arm64": "manylinux2014_aarch64"}[arch]
+	version := strings.TrimPrefix(ManagedPython, "python")
+	return []string{"--platform", platform, "--python-version", version, "--implementation", "cp"}
+}
+
 // DefaultBootstrap is what a Runtime Server running the stoke binary exe
 // packages as bootstrap when told nothing: the stoke-lambda-bootstrap
 // beside exe (a fifth of its size: it leaves out the control plane, the
@@ -105,6 +115,11 @@ type Config struct {
 	// means DefaultBootstrap of this executable, which must then match
 	// Architecture.
 	Bootstrap string
+	// PythonDeps, with a Root, installs a python function's or task's
+	// requirements.txt into its package (pip for Lambda's platform:
+	// PipPlatformArgs of Architecture), through the requirements cache
+	// shared by the Runtime's servers.
+	PythonDeps pydeps.Config
 	// Image, when set, makes the functions container-image functions of
 	// this image (PackageType Image), which holds the code and a stoke
 	// binary at ImageBootstrap: nothing is packaged, and a Run must carry
@@ -163,6 +178,7 @@ type Server struct {
 	warm  *warm
 	inner runtime.Adapter // validates handlers
 	boot  *bootstrapEntry
+	deps  *pydeps.Cache // python requirements into packages; nil: none
 	relay *relay
 	// agents is the reverse agents' endpoint; agentHTTP serves it.
 	agents    *agent.Endpoint
@@ -268,12 +284,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	var deps *pydeps.Cache
+	if cfg.PythonDeps.Root != "" && cfg.Runtime == "python" && cfg.Image == "" {
+		dc := cfg.PythonDeps
+		dc.PipArgs = append(PipPlatformArgs(cfg.Architecture), dc.PipArgs...)
+		var err error
+		if deps, err = pydeps.New(dc); err != nil {
+			return nil, fmt.Errorf("lambda: %w", err)
+		}
+	}
 	inv := invokeClient(c)
 	agents, agentHTTP, err := startAgentEndpoint(&cfg)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inv: inv, warm: newWarm(inv), inner: inner,
+	s := &Server{cfg: cfg, log: cfg.Logger, c: c, inv: inv, warm: newWarm(inv), inner: inner, deps: deps,
 		boot: bootstrapFor(cfg.Bootstrap), refs: map[string]int{}, deleting: map[string]chan struct{}{},
 		agents: agents, agentHTTP: agentHTTP, taskGrants: map[string]*agent.Grant{}, sandboxes: map[string]*agent.Grant{},
 		instances: map[string]*instance{}}
@@ -340,7 +365,7 @@ func (s *Server) ValidateHandler(h string) error { return s.inner.ValidateHandle
 // its init error.
 func (s *Server) Load(ctx context.Context, fs runtime.FunctionSpec) (runtime.Instance, error) {
 	start := time.Now()
-	p, err := s.build(fs.WorkingDir, s.spec(fs.Handler, userEnv(fs.Env, fs.WorkingDir), int32(bounds.MaxInvokeTimeout/time.Second)))
+	p, err := s.build(ctx, fs.WorkingDir, s.spec(fs.Handler, userEnv(fs.Env, fs.WorkingDir), int32(bounds.MaxInvokeTimeout/time.Second)))
 	s.observe("package", start)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", fs.RunUID, err)

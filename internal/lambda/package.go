@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/flate"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -109,10 +110,13 @@ type pkg struct {
 	spec   spec
 }
 
-// build makes the deployment zip of dir in memory: the bootstrap and every
-// regular file under dir. It refuses, with a clear error and before any AWS
-// call, a package or environment past Lambda's limits.
-func (s *Server) build(dir string, sp spec) (*pkg, error) {
+// build makes the deployment zip of dir in memory: the bootstrap, every
+// regular file under dir and, for python with a requirements cache, what
+// dir's requirements.txt lists (installed for Lambda's platform, at the
+// package's root, which Python imports from). It refuses, with a clear
+// error and before any AWS call, a package or environment past Lambda's
+// limits.
+func (s *Server) build(ctx context.Context, dir string, sp spec) (*pkg, error) {
 	env, err := functionEnv(sp)
 	if err != nil {
 		return nil, err
@@ -137,6 +141,39 @@ func (s *Server) build(dir string, sp spec) (*pkg, error) {
 		return nil, fmt.Errorf("reading the source: %w", err)
 	}
 	slices.Sort(files)
+	type entry struct{ path, rel string }
+	entries := make([]entry, 0, len(files))
+	names := make(map[string]bool, len(files))
+	for _, path := range files {
+		rel, _ := filepath.Rel(dir, path)
+		entries = append(entries, entry{path, rel})
+		names[rel] = true
+	}
+	if s.deps != nil && sp.Runtime == "python" {
+		depsDir, err := s.deps.Dir(ctx, dir)
+		if err != nil {
+			return nil, err
+		}
+		if depsDir != "" {
+			var deps []entry
+			err := filepath.WalkDir(depsDir, func(path string, d fs.DirEntry, err error) error {
+				if err != nil || !d.Type().IsRegular() {
+					return err
+				}
+				rel, _ := filepath.Rel(depsDir, path)
+				if names[rel] {
+					return errdefs.InvalidArgument("source", "%s is both a file of the source and of a package its requirements.txt installs", rel)
+				}
+				deps = append(deps, entry{path, rel})
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			slices.SortFunc(deps, func(a, b entry) int { return strings.Compare(a.rel, b.rel) })
+			entries = append(entries, deps...)
+		}
+	}
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
 	// A copy: CreateRaw writes to the header, which every build shares.
@@ -149,8 +186,8 @@ func (s *Server) build(dir string, sp spec) (*pkg, error) {
 		return nil, err
 	}
 	unzipped := int64(s.boot.hdr.UncompressedSize64)
-	for _, path := range files {
-		rel, _ := filepath.Rel(dir, path)
+	for _, e := range entries {
+		path, rel := e.path, e.rel
 		if rel == "bootstrap" {
 			return nil, errdefs.InvalidArgument("source", "a file named bootstrap is reserved for Stoke's bootstrap")
 		}

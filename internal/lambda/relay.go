@@ -201,7 +201,7 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 			env[k] = v
 		}
 	}
-	p, err := s.build(req.WorkingDir, s.spec("", env, int32(fnTimeout/time.Second)))
+	p, err := s.build(ctx, req.WorkingDir, s.spec("", env, int32(fnTimeout/time.Second)))
 	if err != nil {
 		return relayResponse{}, &setupError{fmt.Errorf("task %s: %w", uid, err)}
 	}

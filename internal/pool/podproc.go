@@ -139,9 +139,10 @@ func (s *Supervisor) runPod(pr *podRun, pod podsource.Pod, dir string, ready fun
 	if s.cfg.RunAs != nil && pod.Server != "lambda" {
 		args = append(args, "--run-as-user", s.cfg.RunAs.String())
 	}
-	if pod.Server == "python" {
-		// One requirements cache for every python pod (internal/pydeps);
-		// pip's index settings come from stoke up's environment (PIP_*).
+	if pod.Server == "python" || pod.Server == "lambda" {
+		// One requirements cache for every python pod (internal/pydeps),
+		// and for the packages of python functions on Lambda; pip's index
+		// settings come from stoke up's environment (PIP_*).
 		args = append(args, "--python-deps", filepath.Join(s.cfg.DataDir, "pydeps"))
 	}
 	args = append(args, podsource.HandlerEnvArgs(pod.Template)...)

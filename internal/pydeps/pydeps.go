@@ -56,6 +56,10 @@ type Config struct {
 	// FindLinks, when set, is a directory of wheels: pip installs from it
 	// alone (--no-index --find-links). Empty: pip's own index settings.
 	FindLinks string
+	// PipArgs are more arguments of pip install, part of the digest: the
+	// lambda Runtime Server's target platform (--platform, --python-version)
+	// for packages installed into a Lambda package.
+	PipArgs []string
 	// Env is pip's environment; nil: this process's (pip reads its
 	// configuration from HOME, XDG_CONFIG_HOME and PIP_* there).
 	Env    []string
@@ -156,7 +160,7 @@ func (c *Cache) digest(text []byte) (string, error) {
 		return "", c.tagErr
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "pydeps 1\x00%s\x00%s\x00", c.tag, c.cfg.FindLinks)
+	fmt.Fprintf(h, "pydeps 1\x00%s\x00%s\x00%q\x00", c.tag, c.cfg.FindLinks, c.cfg.PipArgs)
 	h.Write(text)
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -197,6 +201,7 @@ func (c *Cache) install(ctx context.Context, dir, req, final string) error {
 	if c.cfg.FindLinks != "" {
 		args = append(args, "--no-index", "--find-links", c.cfg.FindLinks)
 	}
+	args = append(args, c.cfg.PipArgs...)
 	cmd := exec.CommandContext(ctx, c.cfg.Python, args...)
 	cmd.Dir = dir // a requirement's relative path is the source's
 	cmd.Env = c.cfg.Env
