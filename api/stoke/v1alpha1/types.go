@@ -472,9 +472,10 @@ type LambdaSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]*$`
 	NamePrefix string `json:"namePrefix,omitempty"`
 	// Bootstrap is the absolute path, on the machine that runs the pods,
-	// of the stoke binary to package as the functions' bootstrap: one built
-	// for Architecture when that is not the pods' own (default: the pods'
-	// stoke).
+	// of the binary to package as the functions' bootstrap: a
+	// stoke-lambda-bootstrap (or a stoke) built for Architecture when that
+	// is not the pods' own (default: the stoke-lambda-bootstrap beside the
+	// pods' stoke).
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:Pattern=`^(/.*)?$`
