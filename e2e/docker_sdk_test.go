@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -171,6 +174,13 @@ func TestDockerSDK(t *testing.T) {
 			{"unknown path", "GET", "/v1.57/swarm", "", nil, 404, "page not found"},
 			{"attach without upgrade", "POST", "/v1.57/containers/CID/attach?stream=1&stdout=1", "", nil, 400, "Upgrade: tcp"},
 			{"exec start without upgrade", "POST", "/v1.57/exec/EID/start", `{}`, nil, 400, "Upgrade: tcp"},
+			{"archive absolute path", "GET", "/v1.57/containers/RUNNING/archive?path=/etc/passwd", "", nil, 400, "relative to its Run's working directory"},
+			{"archive ../ path", "PUT", "/v1.57/containers/RUNNING/archive?path=a/../..", "", nil, 400, "must not contain '..'"},
+			{"tar entry ../", "PUT", "/v1.57/containers/RUNNING/archive?path=.", tarOf(t, tarEntry{name: "../escaped", body: "x"}), nil, 400, "outside the destination"},
+			{"tar entry absolute", "PUT", "/v1.57/containers/RUNNING/archive?path=.", tarOf(t, tarEntry{name: "/tmp/escaped", body: "x"}), nil, 400, "outside the destination"},
+			{"tar symlink escape", "PUT", "/v1.57/containers/RUNNING/archive?path=.", tarOf(t, tarEntry{name: "l", link: "../../.."}, tarEntry{name: "l/escaped", body: "x"}), nil, 400, "outside the destination"},
+			{"tar device", "PUT", "/v1.57/containers/RUNNING/archive?path=.", tarOf(t, tarEntry{name: "null", char: true}), nil, 400, "devices and FIFOs are refused"},
+			{"not a tar", "PUT", "/v1.57/containers/RUNNING/archive?path=.", strings.Repeat("x", 1024), nil, 400, "not a tar"},
 		} {
 			if strings.Contains(tc.path, "CID") || strings.Contains(tc.path, "EID") {
 				cid, eid := longRunning(t, ctx, cli)
@@ -184,13 +194,29 @@ func TestDockerSDK(t *testing.T) {
 					_, _ = cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true})
 				}()
 			}
+			if strings.Contains(tc.path, "RUNNING") {
+				cid, _ := longRunning(t, ctx, cli)
+				tc.path = strings.ReplaceAll(tc.path, "RUNNING", cid)
+				defer func() { _, _ = cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true}) }()
+			}
 			status, body := raw(t, tc.method, tc.path, tc.body)
 			var msg struct{ Message string }
 			if status != tc.status || json.Unmarshal(body, &msg) != nil || !strings.Contains(msg.Message, tc.message) {
 				t.Errorf("%s: %d %.300s, want %d with a message holding %q", tc.name, status, body, tc.status, tc.message)
 			}
 		}
+		noEscapes(t, up.DataDir)
 	})
+}
+
+// noEscapes asserts that no tar entry of BadInput was written where its
+// escape pointed.
+func noEscapes(t *testing.T, dataDir string) {
+	for _, p := range []string{filepath.Join(dataDir, "runs", "escaped"), filepath.Join(dataDir, "escaped"), filepath.Join(filepath.Dir(dataDir), "escaped"), "/tmp/escaped"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s was written by a refused docker cp", p)
+		}
+	}
 }
 
 // runRm is `docker run --rm true`: create with AutoRemove, wait for its
@@ -255,4 +281,35 @@ func rawDocker(dataDir string) func(t *testing.T, method, path, body string) (in
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
+}
+
+type tarEntry struct {
+	name, body, link string
+	char             bool
+}
+
+// tarOf is a tar of the entries, as a string body.
+func tarOf(t *testing.T, entries ...tarEntry) string {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		hdr := &tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
+		switch {
+		case e.link != "":
+			hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeSymlink, e.link, 0
+		case e.char:
+			hdr.Typeflag, hdr.Devmajor, hdr.Devminor = tar.TypeChar, 1, 3
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(e.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -213,6 +214,7 @@ func testDockerCLI(t *testing.T, up *stokeUp, d dockerCLI, tag string) {
 			t.Errorf("exec exit: %d, want 7", code)
 		}
 		testExecTTY(t, d, id)
+		testCopy(t, d, id)
 	})
 	t.Run("KillStopRm", func(t *testing.T) {
 		d.t = t
@@ -312,4 +314,41 @@ func testExecTTY(t *testing.T, d dockerCLI, id string) {
 		t.Errorf("exec -it ended with %v, want exit 3", err)
 	}
 	_, _ = io.Copy(io.Discard, ptmx)
+}
+
+// testCopy copies a directory tree into a container and back (docker cp
+// both ways): the files' SHA-256 sums are equal; paths that leave the
+// working directory are refused.
+func testCopy(t *testing.T, d dockerCLI, id string) {
+	src := filepath.Join(t.TempDir(), "tree")
+	files := map[string][]byte{"a": bytes.Repeat([]byte("0123456789"), 100_000), "sub/b": []byte("b\n"), "sub/deeper/c": {0, 1, 2, 255}}
+	for name, data := range files {
+		p := filepath.Join(src, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.ok("cp", src, id+":.")
+	back := filepath.Join(t.TempDir(), "back")
+	d.ok("cp", id+":tree", back)
+	for name, data := range files {
+		got, err := os.ReadFile(filepath.Join(back, name))
+		if err != nil || sha256.Sum256(got) != sha256.Sum256(data) {
+			t.Errorf("%s after docker cp both ways: %d bytes, %v", name, len(got), err)
+		}
+	}
+	d.ok("exec", id, "ln", "-s", "/", "escape")
+	for _, bad := range [][]string{
+		{id + ":/etc/passwd", t.TempDir()},
+		{id + ":../", t.TempDir()},
+		{id + ":escape/etc/passwd", t.TempDir()},
+		{src, id + ":escape/tmp"},
+	} {
+		if _, errOut, code := d.run("", append([]string{"cp"}, bad...)...); code == 0 {
+			t.Errorf("docker cp %v: exit 0, want a refusal (%s)", bad, errOut)
+		}
+	}
 }
