@@ -39,6 +39,9 @@ const (
 	// errorRetry is when a Function whose writes failed is looked at
 	// again.
 	errorRetry = time.Second
+	// LoadRefresh is how often a Function with load has its
+	// status.inFlight and status.queued written again.
+	LoadRefresh = time.Second
 	// expectTimeout is how long a created replica that the informer has
 	// not shown yet is still counted (a watch that lags, or a create
 	// whose answer was lost).
@@ -60,6 +63,12 @@ type Config struct {
 	// that it may be deleted before drainSeconds. Standalone's one
 	// gateway can say; with several gateways the time bound rules.
 	Drained func(namespace, function, runUID string) bool
+	// Load, when set, is the dispatcher's in-flight and queued
+	// invocations of a Function (standalone's one gateway): the
+	// controller writes them to status.inFlight and status.queued,
+	// refreshed every LoadRefresh while either is not 0. Unset, those
+	// fields are left to whoever else writes them.
+	Load func(namespace, name string) (inFlight, queued int)
 	// Clock defaults to the real clock.
 	Clock clock.Clock
 	// Logger: nil discards.
@@ -359,6 +368,11 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 	}
 
 	errs = append(errs, c.writeStatus(ctx, fn, hash, runs, st))
+	if c.cfg.Load != nil {
+		if f, q := c.cfg.Load(k.Namespace, k.Name); f+q > 0 {
+			c.loop.After(now.Add(LoadRefresh), k)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -438,6 +452,10 @@ func (c *Controller) writeStatus(ctx context.Context, fn *v1alpha1.Function, has
 		if run.Labels[v1alpha1.LabelTemplateHash] == hash && !isDraining(run) {
 			s.UpdatedReplicas++
 		}
+	}
+	if c.cfg.Load != nil {
+		inFlight, queued := c.cfg.Load(fn.Namespace, fn.Name)
+		s.InFlight, s.Queued = int32(inFlight), int32(queued)
 	}
 	s.Selector = Selector(fn.Name)
 	s.TemplateHash = hash

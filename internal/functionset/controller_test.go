@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +37,10 @@ type env struct {
 	changed chan struct{}
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with a dispatcher's load source.
+func newEnvWith(t *testing.T, load func(ns, name string) (int, int)) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	fc := testingclock.NewFakeClock(t0)
@@ -59,7 +63,7 @@ func newEnv(t *testing.T) *env {
 	e.fns.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Function]{AddFunc: func(*v1alpha1.Function) { poke() },
 		UpdateFunc: func(_, _ *v1alpha1.Function) { poke() }, DeleteFunc: func(*v1alpha1.Function) { poke() }})
 	c, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(),
-		FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log})
+		FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log, Load: load})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,3 +351,36 @@ func TestReplicasFollowTheDesiredCountWithinMinAndMax(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// With a load source (stoke up's dispatcher), status.inFlight and
+// status.queued follow it: written on every sync, refreshed each
+// LoadRefresh while not 0, and back to 0 once the load is gone.
+func TestStatusCarriesTheDispatchersLoad(t *testing.T) {
+	var inFlight, queued atomic.Int32
+	inFlight.Store(3)
+	queued.Store(5)
+	e := newEnvWith(t, func(ns, name string) (int, int) {
+		if ns != "default" || name != "hello" {
+			return 0, 0
+		}
+		return int(inFlight.Load()), int(queued.Load())
+	})
+	if _, err := e.st.Functions().Create(e.ctx, newFunction(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	e.until("status 3 in flight, 5 queued", func() bool {
+		s := e.function().Status
+		return s.InFlight == 3 && s.Queued == 5
+	})
+	queued.Store(1)
+	e.stepUntil("status 3 in flight, 1 queued", functionset.LoadRefresh, func() bool {
+		s := e.function().Status
+		return s.InFlight == 3 && s.Queued == 1
+	})
+	inFlight.Store(0)
+	queued.Store(0)
+	e.stepUntil("status 0 and 0", functionset.LoadRefresh, func() bool {
+		s := e.function().Status
+		return s.InFlight == 0 && s.Queued == 0
+	})
+}
