@@ -54,6 +54,7 @@ bench:
 	$(BENCH) 'UpExecCLI' -benchtime 200x ./internal/up/
 	$(BENCH) 'UpExecThroughput' -benchtime 3x ./internal/up/
 	$(BENCH) 'UpDocker' -benchtime 200x ./internal/up/
+	$(BENCH) 'UpThroughputDocker' -benchtime 3x ./internal/up/
 	$(BENCH) 'TaskOutput100MB' -benchtime 3x ./e2e/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
 	$(BENCH) 'RunLifecycle' -benchtime 200x ./internal/store/kube/
