@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec"
@@ -24,6 +25,7 @@ import (
 // as a bootstrap does in a sandbox.
 type rig struct {
 	ep   *agent.Endpoint
+	m    *agent.Metrics
 	url  string
 	addr string
 	mu   sync.Mutex
@@ -45,9 +47,9 @@ func newRig(t *testing.T, wait time.Duration) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rg := &rig{addr: lis.Addr().String(), runs: map[string]*fakeRun{}}
+	rg := &rig{addr: lis.Addr().String(), runs: map[string]*fakeRun{}, m: agent.NewMetrics()}
 	rg.url = "ws://" + rg.addr + agent.Path
-	rg.ep, err = agent.NewEndpoint(agent.EndpointConfig{URL: rg.url, Wait: wait})
+	rg.ep, err = agent.NewEndpoint(agent.EndpointConfig{URL: rg.url, Wait: wait, Metrics: rg.m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,6 +316,67 @@ func TestCutConnectionRedials(t *testing.T) {
 	if err != nil || exit.Code != 0 || out != "back\n" {
 		t.Fatalf("after the redial: %q %+v %v", out, exit, err)
 	}
+}
+
+// An agent that stops (its invocation is over) ends the Runtime Server's
+// watch itself: the endpoint counts the connection ended, not dropped, and
+// the agent does not wait for the watch until its stop's fallback cuts it.
+func TestAgentStopEndsTheWatch(t *testing.T) {
+	rg := newRig(t, 10*time.Second)
+	r := &fakeRun{dir: t.TempDir(), ended: make(chan struct{})}
+	r.grant = rg.ep.Grant("run-stop", "run-stop", time.Now().Add(time.Hour))
+	lt := agent.NewLifetime(time.Time{}, 0, "")
+	defer lt.Stop()
+	local := exec.NewLocal(exec.LocalConfig{Targets: lt.Targets(dirTarget{r})})
+	defer local.Close()
+	c := r.grant.Credentials()
+	c.URL = rg.url
+	ctx, cancel := context.WithTimeout(context.Background(), exectest.Timeout)
+	defer cancel()
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- agent.Serve(sctx, agent.ServeConfig{Credentials: c, Exec: local, Lifetime: lt}) }()
+	if err := r.grant.Await(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	for r.grant.Connected() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the endpoint never saw the agent go")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if ended, dropped := disconnects(t, rg.m, "ended"), disconnects(t, rg.m, "dropped"); ended != 1 || dropped != 0 {
+		t.Fatalf("disconnects: ended %v, dropped %v; want 1 and 0", ended, dropped)
+	}
+}
+
+// disconnects is stoke_agent_disconnects_total{how}.
+func disconnects(t *testing.T, m *agent.Metrics, how string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "stoke_agent_disconnects_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "how" && l.GetValue() == how {
+					return mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // Before the invocation's deadline every session gets the deadline notice

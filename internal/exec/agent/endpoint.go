@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -423,9 +424,13 @@ func (e *Endpoint) attach(g *Grant, nc net.Conn, log *slog.Logger) error {
 	go func() {
 		defer e.wg.Done()
 		defer cancel()
+		how := "dropped"
 		for {
 			m, err := watch.Recv()
 			if err != nil {
+				if errors.Is(err, io.EOF) {
+					how = "ended"
+				}
 				break
 			}
 			if d := m.GetDeadline(); d != nil {
@@ -443,9 +448,10 @@ func (e *Endpoint) attach(g *Grant, nc net.Conn, log *slog.Logger) error {
 			g.conn = nil
 		}
 		e.m.connected.Dec()
+		e.m.disconnects.WithLabelValues(how).Inc()
 		e.notifyLocked()
 		e.mu.Unlock()
-		log.Info("agent disconnected")
+		log.Info("agent disconnected", "how", how)
 	}()
 	return nil
 }

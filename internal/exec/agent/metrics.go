@@ -11,6 +11,9 @@ type Metrics struct {
 	open      prometheus.Gauge
 	bytes     *prometheus.CounterVec
 	in, out   prometheus.Counter
+	// disconnects by how: ended (the agent said goodbye: its invocation
+	// is over) or dropped (the connection was lost; it may redial).
+	disconnects *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered metrics; Collectors lists them.
@@ -28,6 +31,8 @@ func NewMetrics() *Metrics {
 			Help: "Exec sessions open through a reverse agent now."}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stoke_agent_bytes_total",
 			Help: "Bytes on agent connections (WebSocket payload), by direction: in from the agents, out to them."}, []string{"direction"}),
+		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stoke_agent_disconnects_total",
+			Help: "Agent connections that ended, by how: ended (the agent's invocation ended it) or dropped (lost; the agent redials)."}, []string{"how"}),
 	}
 	m.in, m.out = m.bytes.WithLabelValues("in"), m.bytes.WithLabelValues("out")
 	return m
@@ -35,7 +40,7 @@ func NewMetrics() *Metrics {
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.connected, m.redials, m.refused, m.sessions, m.open, m.bytes}
+	return []prometheus.Collector{m.connected, m.redials, m.refused, m.sessions, m.open, m.bytes, m.disconnects}
 }
 
 func (m *Metrics) count(in, out int) {

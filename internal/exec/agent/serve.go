@@ -119,7 +119,7 @@ func serveOnce(ctx context.Context, cfg ServeConfig, log *slog.Logger) error {
 	srv := grpc.NewServer(append(transportServerOptions(), exec.ServerCodec(),
 		grpc.ChainStreamInterceptor(translateStream), grpc.ChainUnaryInterceptor(translateUnary))...)
 	pb.RegisterExecServer(srv, exec.NewGRPCServer(cfg.Exec))
-	agentv1.RegisterAgentServiceServer(srv, &control{cfg: cfg, log: log})
+	agentv1.RegisterAgentServiceServer(srv, &control{cfg: cfg, log: log, stopping: ctx.Done()})
 	lis := &oneListener{c: conn, closed: make(chan struct{})}
 	served := make(chan struct{})
 	go func() {
@@ -151,6 +151,11 @@ type control struct {
 	agentv1.UnimplementedAgentServiceServer
 	cfg ServeConfig
 	log *slog.Logger
+	// stopping ends Watch when the agent stops, so that GracefulStop
+	// waits for exec sessions only, not for the watch the Runtime Server
+	// keeps open (the sandbox's invocation would last until Stop's
+	// fallback fired).
+	stopping <-chan struct{}
 }
 
 func (c *control) Watch(_ *agentv1.WatchRequest, stream agentv1.AgentService_WatchServer) error {
@@ -162,6 +167,8 @@ func (c *control) Watch(_ *agentv1.WatchRequest, stream agentv1.AgentService_Wat
 	select {
 	case <-stream.Context().Done():
 		return nil
+	case <-c.stopping:
+		return nil
 	case <-l.Ended():
 	}
 	c.log.Info("lifetime_expired: deadline notice given", "deadline", l.Deadline())
@@ -169,7 +176,10 @@ func (c *control) Watch(_ *agentv1.WatchRequest, stream agentv1.AgentService_Wat
 		Message: l.Message(), DeadlineUnixMillis: l.Deadline().UnixMilli()}}}); err != nil {
 		return err
 	}
-	<-stream.Context().Done()
+	select {
+	case <-stream.Context().Done():
+	case <-c.stopping:
+	}
 	return nil
 }
 
