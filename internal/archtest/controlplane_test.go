@@ -19,6 +19,7 @@ var controlPlaneCore = []string{
 	"stoke.dev/stoke/internal/controlplane",
 	"stoke.dev/stoke/internal/loop",
 	"stoke.dev/stoke/internal/functionset",
+	"stoke.dev/stoke/internal/autoscaler",
 }
 
 // coreBansAnywhere are what the core may not reach even indirectly: a

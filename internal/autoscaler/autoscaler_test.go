@@ -1,0 +1,249 @@
+package autoscaler_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/autoscaler"
+	"stoke.dev/stoke/internal/functionset"
+	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/store/sqlite"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+
+const waitTimeout = 30 * time.Second
+
+// env runs an Autoscaler over a real SQLite store and the Functions
+// informer, with a fake clock and a load source the test sets, as the
+// gateway's dispatcher would report it.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	st      *sqlite.Store
+	clk     *testingclock.FakeClock
+	fns     *informer.Informer[*v1alpha1.Function]
+	runs    *informer.Informer[*v1alpha1.Run] // with the controller only
+	a       *autoscaler.Autoscaler
+	changed chan struct{}
+
+	mu    sync.Mutex
+	loads map[string][2]int // name → in flight, queued
+}
+
+func newEnv(t *testing.T) *env { return newEnvWith(t, false) }
+
+// newEnvWith also runs the Function controller when withController is set.
+func newEnvWith(t *testing.T, withController bool) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	fc := testingclock.NewFakeClock(t0)
+	st, err := sqlite.Open(ctx, t.TempDir(), sqlite.WithClock(fc.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e := &env{t: t, ctx: ctx, st: st, clk: fc, changed: make(chan struct{}, 1), loads: map[string][2]int{},
+		fns: informer.New(st.Functions(), informer.Options{Logger: log})}
+	e.fns.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Function]{
+		AddFunc:    func(*v1alpha1.Function) { e.poke() },
+		UpdateFunc: func(_, _ *v1alpha1.Function) { e.poke() },
+	})
+	e.a, err = autoscaler.New(autoscaler.Config{
+		Functions: st.Functions(), FunctionInformer: e.fns, Clock: fc, Logger: log,
+		Load: func(_, name string) (int, int) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			l := e.loads[name]
+			return l[0], l[1]
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runners := []func(context.Context) error{e.fns.Run, e.a.Run}
+	if withController {
+		e.runs = informer.New(st.Runs(), informer.Options{Logger: log})
+		e.runs.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{AddFunc: func(*v1alpha1.Run) { e.poke() }})
+		c, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(),
+			FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runners = append(runners, e.runs.Run, c.Run)
+	}
+	var wg sync.WaitGroup
+	for _, run := range runners {
+		wg.Go(func() {
+			if err := run(ctx); err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		_ = st.Close()
+	})
+	return e
+}
+
+func (e *env) poke() {
+	select {
+	case e.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (e *env) setLoad(name string, inFlight, queued int) {
+	e.mu.Lock()
+	e.loads[name] = [2]int{inFlight, queued}
+	e.mu.Unlock()
+}
+
+func (e *env) create(name string, replicas *int32, scale v1alpha1.FunctionScale) {
+	e.t.Helper()
+	fn := &v1alpha1.Function{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.FunctionSpec{Runtime: "python", Handler: "main.handler", Replicas: replicas, Scale: scale,
+			Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "main.py", Text: "def handler(event, context):\n    return event\n"}}},
+	}
+	if _, err := e.st.Functions().Create(e.ctx, fn); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitReplicas waits until the informer shows spec.replicas = n and
+// returns the Function.
+func (e *env) waitReplicas(name string, n int32) *v1alpha1.Function {
+	e.t.Helper()
+	deadline := time.After(waitTimeout)
+	for {
+		fn, ok := e.fns.Get("default", name)
+		if ok && fn.Spec.Replicas != nil && *fn.Spec.Replicas == n && fn.Status.LastScale != nil && fn.Status.LastScale.To == n {
+			return fn
+		}
+		select {
+		case <-e.changed:
+		case <-deadline:
+			e.t.Fatalf("%s: no spec.replicas = %d; last seen %+v", name, n, fn)
+		}
+	}
+}
+
+// awaitTimer waits until the autoscaler armed a timer on the fake clock
+// (the clock has no event for that, so this polls).
+func (e *env) awaitTimer() {
+	e.t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !e.clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			e.t.Fatal("the autoscaler armed no timer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func ptr(n int32) *int32 { return &n }
+
+// TestScaleFromZero: an idle Function with min 0 has no replicas asked
+// for; its first queued invocation, with a Poke from the dispatcher, gets
+// one at once, with the clock never stepped.
+func TestScaleFromZero(t *testing.T) {
+	e := newEnv(t)
+	e.create("hello", nil, v1alpha1.FunctionScale{Min: 0, Max: 8})
+	e.setLoad("hello", 0, 1)
+	e.a.Poke("default", "hello")
+	fn := e.waitReplicas("hello", 1)
+	ls := fn.Status.LastScale
+	if ls.From != 0 || !strings.Contains(ls.Reason, "1 queued") {
+		t.Errorf("lastScale %+v", ls)
+	}
+	if !e.clk.Now().Equal(t0) {
+		t.Errorf("the clock moved: %v", e.clk.Now())
+	}
+}
+
+// TestScaleUpUnderLoadWithinBounds: in-flight plus queued invocations over
+// targetInFlight, never above max, found by the periodic sample.
+func TestScaleUpUnderLoadWithinBounds(t *testing.T) {
+	e := newEnv(t)
+	e.create("f", ptr(1), v1alpha1.FunctionScale{Min: 0, Max: 6, TargetInFlight: 2})
+	e.setLoad("f", 1, 0)
+	e.awaitTimer() // sampling: one replica above min
+	e.setLoad("f", 2, 5)
+	e.clk.Step(time.Second)
+	e.waitReplicas("f", 4) // ceil(7 / 2)
+	e.setLoad("f", 8, 40)
+	e.awaitTimer()
+	e.clk.Step(time.Second)
+	fn := e.waitReplicas("f", 6) // max
+	if ls := fn.Status.LastScale; ls.From != 4 || ls.To != 6 {
+		t.Errorf("lastScale %+v", ls)
+	}
+}
+
+// TestScaleDownAfterIdle: replicas above the load stay for idleSeconds,
+// then go to what the load wanted meanwhile, not below what is in flight.
+func TestScaleDownAfterIdle(t *testing.T) {
+	e := newEnv(t)
+	e.setLoad("f", 2, 0)
+	e.create("f", ptr(6), v1alpha1.FunctionScale{Min: 0, Max: 8, IdleSeconds: 30})
+	e.awaitTimer()
+	for range 29 {
+		e.clk.Step(time.Second)
+		e.awaitTimer()
+	}
+	if fn, _ := e.fns.Get("default", "f"); *fn.Spec.Replicas != 6 || fn.Status.LastScale != nil {
+		t.Fatalf("scaled before idleSeconds: replicas %d, lastScale %+v", *fn.Spec.Replicas, fn.Status.LastScale)
+	}
+	e.clk.Step(time.Second)
+	fn := e.waitReplicas("f", 2)
+	if ls := fn.Status.LastScale; ls.From != 6 || !strings.Contains(ls.Reason, "2 in flight") {
+		t.Errorf("lastScale %+v", ls)
+	}
+	// Idle at last: down to min after another idleSeconds.
+	e.setLoad("f", 0, 0)
+	e.awaitTimer()
+	e.clk.Step(time.Minute)
+	e.awaitTimer()
+	e.clk.Step(time.Minute)
+	e.waitReplicas("f", 0)
+}
+
+// TestTheControllerFollows: the count the autoscaler sets is the one the
+// Function controller keeps: scaling from zero creates a replica Run.
+func TestTheControllerFollows(t *testing.T) {
+	e := newEnvWith(t, true)
+	e.create("hello", nil, v1alpha1.FunctionScale{Min: 0, Max: 8})
+	e.setLoad("hello", 0, 1)
+	e.a.Poke("default", "hello")
+	e.waitReplicas("hello", 1)
+	deadline := time.After(waitTimeout)
+	for {
+		replicas := e.runs.List(func(r *v1alpha1.Run) bool { return r.Labels[v1alpha1.LabelFunction] == "hello" })
+		if len(replicas) == 1 {
+			return
+		}
+		if len(replicas) > 1 {
+			t.Fatalf("%d replica Runs, want 1", len(replicas))
+		}
+		select {
+		case <-e.changed:
+		case <-deadline:
+			t.Fatal("the controller made no replica Run")
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package autoscaler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/store"
+)
+
+// write hands the decision's two writes to the workers.
+func (a *Autoscaler) write(ctx context.Context, k informer.Key, fn *v1alpha1.Function, st *fnState, d decision) {
+	st.busy, st.holdRV = true, fn.ResourceVersion
+	uid := fn.UID
+	a.loop.Submit(ctx, func(ctx context.Context) result {
+		return result{key: k, err: a.scale(ctx, k, uid, d)}
+	})
+}
+
+// scale writes spec.replicas, then status.lastScale, of the Function
+// with this UID, each retried on a conflict with a fresh read.
+func (a *Autoscaler) scale(ctx context.Context, k informer.Key, uid any, d decision) error {
+	to := int32(d.to)
+	get := func() (*v1alpha1.Function, error) {
+		fn, err := a.cfg.Functions.Get(ctx, k.Namespace, k.Name)
+		if err != nil {
+			return nil, err
+		}
+		if fn.UID != uid || fn.DeletionTimestamp != nil {
+			return nil, fmt.Errorf("function %s was replaced or is being deleted: %w", k, errdefs.ErrNotFound)
+		}
+		return fn, nil
+	}
+	err := store.RetryOnConflict(func() error {
+		fn, err := get()
+		if err != nil {
+			return err
+		}
+		fn.Spec.Replicas = &to
+		_, err = a.cfg.Functions.Update(ctx, fn)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("scale function %s to %d: %w", k, to, err)
+	}
+	reason := d.reason
+	if len(reason) > bounds.ScaleReason {
+		reason = reason[:bounds.ScaleReason]
+	}
+	now := metav1.NewTime(a.clk.Now().Truncate(time.Second))
+	err = store.RetryOnConflict(func() error {
+		fn, err := get()
+		if err != nil {
+			return err
+		}
+		fn.Status.LastScale = &v1alpha1.ScaleDecision{Time: now, From: int32(d.from), To: to, Reason: reason}
+		_, err = a.cfg.Functions.UpdateStatus(ctx, fn)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record the scale of function %s: %w", k, err)
+	}
+	a.log.Info("autoscaler: scaled", "function", k.String(), "from", d.from, "to", d.to, "reason", d.reason)
+	return nil
+}
+
+// handleResult takes a finished write back.
+func (a *Autoscaler) handleResult(ctx context.Context, r result) {
+	st := a.fns[r.key]
+	if st == nil {
+		return
+	}
+	st.busy = false
+	switch {
+	case r.err == nil:
+		// Decide again once the informer shows the write (holdRV).
+	case errors.Is(r.err, errdefs.ErrNotFound), ctx.Err() != nil:
+		delete(a.fns, r.key)
+		return
+	default:
+		a.log.Warn("autoscaler: write failed", "function", r.key.String(), "error", r.err)
+		st.holdRV = ""
+		st.retryAt = a.clk.Now().Add(errorBackoff)
+	}
+	a.sync(ctx, r.key)
+}
