@@ -1,8 +1,9 @@
 // Package controlplane is what standalone (`stoke up`) and Kubernetes
 // (`stoke controller`) run alike: the shared Run, Runtime and Function
 // informers over a store.Store, the scheduler and the stale-run reaper
-// (with the TTL of finished Runs) over a podsource.Source, and the
-// Function controller (internal/functionset), started and stopped as one
+// (with the TTL of finished Runs) over a podsource.Source, the Function
+// controller (internal/functionset) and the autoscaler that sets its
+// Functions' desired replicas (internal/autoscaler), started and stopped as one
 // group. Each mode brings its own store and pod source and adds its own
 // components to the group (standalone: the pool supervisor, runtimed per
 // pod, the lambda collector; Kubernetes: the Pod source, the Runtime
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/autoscaler"
 	"stoke.dev/stoke/internal/functionset"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
@@ -72,15 +74,22 @@ type Config struct {
 	// invocation is in flight on a draining replica
 	// (functionset.Config.Drained).
 	FunctionDrained func(namespace, function, runUID string) bool
+	// FunctionLoad, when set, is the autoscaler's load source (the
+	// dispatcher's in-flight and queued invocations per Function); nil
+	// reads them from each Function's status (autoscaler.Config.Load).
+	FunctionLoad autoscaler.LoadFunc
 }
 
 // Core is the shared control plane: the informers, the scheduler, the
-// reaper and the Function controller.
+// reaper, the Function controller and the autoscaler.
 type Core struct {
 	Informers
 	Scheduler   *scheduler.Scheduler
 	Reaper      *reaper.Reaper
 	FunctionSet *functionset.Controller
+	// Autoscaler sets the Functions' desired replicas; the dispatcher
+	// calls its Poke when an invocation queues.
+	Autoscaler *autoscaler.Autoscaler
 
 	podsSynced <-chan struct{}
 	metrics    *Metrics
@@ -110,11 +119,17 @@ func New(cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Core{Informers: inf, Scheduler: sched, Reaper: reap, FunctionSet: fset, podsSynced: cfg.PodsSynced, metrics: cfg.Metrics}, nil
+	scaler, err := autoscaler.New(autoscaler.Config{Functions: st.Functions(), FunctionInformer: inf.Functions,
+		Load: cfg.FunctionLoad, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &Core{Informers: inf, Scheduler: sched, Reaper: reap, FunctionSet: fset, Autoscaler: scaler,
+		podsSynced: cfg.PodsSynced, metrics: cfg.Metrics}, nil
 }
 
-// Components are the informers, the scheduler, the reaper and the
-// Function controller, for Run.
+// Components are the informers, the scheduler, the reaper, the Function
+// controller and the autoscaler, for Run.
 func (c *Core) Components() []Component {
 	return []Component{
 		{"run informer", c.Runs.Run},
@@ -126,6 +141,7 @@ func (c *Core) Components() []Component {
 		})},
 		{"reaper", c.afterPods(c.Reaper.Run)},
 		{"function controller", c.FunctionSet.Run},
+		{"autoscaler", c.Autoscaler.Run},
 	}
 }
 

@@ -32,8 +32,9 @@ type FunctionsConfig struct {
 	// Router's, without the UID check).
 	Hop func(run *v1alpha1.Run) (pb.FunctionRuntimeServer, error)
 	// Function, when set, says whether the Function exists and what its
-	// queue's settings are. Nil: a Function exists while at least one Run
-	// carries its label, with the default settings.
+	// queue's settings are. A Function also exists while at least one Run
+	// carries its label (with the default settings when Function says
+	// nothing of it).
 	Function func(key dispatch.Key) (dispatch.Settings, bool)
 	// Synced says whether the Runs (and Functions) are known yet.
 	Synced func() bool
@@ -151,11 +152,13 @@ func (f *Functions) Resync(k dispatch.Key) {
 	f.syncLocked(k, f.replicas[k])
 }
 
-// exists says whether the Function exists.
+// exists says whether the Function exists: cfg.Function says so, or a
+// Run carries its label (replicas made without a Function object).
 func (f *Functions) exists(k dispatch.Key) bool {
 	if f.cfg.Function != nil {
-		_, ok := f.cfg.Function(k)
-		return ok
+		if _, ok := f.cfg.Function(k); ok {
+			return true
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -28,6 +28,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/controlplane"
+	"stoke.dev/stoke/internal/dispatch"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/informer"
@@ -164,6 +165,12 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	}
 	s.core, err = controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: s.pods, Logger: cfg.Logger,
 		Metrics: cfg.Metrics, FinishedRunTTL: cfg.FinishedRunTTL,
+		// The autoscaler reads the dispatcher's loads (s.fns is set below,
+		// before anything runs).
+		FunctionLoad: func(namespace, name string) (int, int) {
+			l := s.fns.Dispatcher().Load(dispatch.Key{Namespace: namespace, Name: name})
+			return l.InFlight, l.Queued
+		},
 		OnDeleted: func(run *v1alpha1.Run) {
 			_ = os.RemoveAll(filepath.Join(s.runsRoot, string(run.UID)))
 			s.logs.Remove(string(run.UID))
@@ -190,8 +197,12 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		}
 		return nil
 	}))
-	s.fns = gateway.NewFunctions(gateway.FunctionsConfig{Hop: s.FunctionProxy, Synced: s.runInf.HasSynced})
+	s.fns = gateway.NewFunctions(gateway.FunctionsConfig{Hop: s.FunctionProxy,
+		Synced:     func() bool { return s.runInf.HasSynced() && inf.Functions.HasSynced() },
+		Function:   func(k dispatch.Key) (dispatch.Settings, bool) { return functionSettings(inf.Functions, k) },
+		Dispatcher: dispatch.New(dispatch.Config{OnQueue: func(k dispatch.Key) { s.core.Autoscaler.Poke(k.Namespace, k.Name) }})})
 	s.runInf.AddEventHandler(s.fns.Handler())
+	inf.Functions.AddEventHandler(resyncFunctions(s.fns))
 	// Before New returns, so that the API can take Runs for the default
 	// Runtimes as soon as it serves.
 	if err := s.ensureRuntimes(ctx); err != nil {

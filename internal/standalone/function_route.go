@@ -1,0 +1,33 @@
+package standalone
+
+import (
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/dispatch"
+	"stoke.dev/stoke/internal/gateway"
+	"stoke.dev/stoke/internal/informer"
+)
+
+// functionSettings is the dispatcher's view of a Function: whether it
+// exists (so that one with no replica yet, scaled to zero, queues its
+// invocations instead of answering 404) and its queue's bounds.
+func functionSettings(fns *informer.Informer[*v1alpha1.Function], k dispatch.Key) (dispatch.Settings, bool) {
+	fn, ok := fns.Get(k.Namespace, k.Name)
+	if !ok || fn.DeletionTimestamp != nil {
+		return dispatch.Settings{}, false
+	}
+	st := dispatch.Settings{QueueLength: int(fn.Spec.Queue.Length)}
+	if w := fn.Spec.Queue.MaxWait; w != nil {
+		st.QueueWait = w.Duration
+	}
+	return st, true
+}
+
+// resyncFunctions hands a changed Function's settings to the dispatcher.
+func resyncFunctions(f *gateway.Functions) informer.Handler[*v1alpha1.Function] {
+	resync := func(fn *v1alpha1.Function) { f.Resync(dispatch.Key{Namespace: fn.Namespace, Name: fn.Name}) }
+	return informer.HandlerFuncs[*v1alpha1.Function]{
+		AddFunc:    resync,
+		UpdateFunc: func(_, fn *v1alpha1.Function) { resync(fn) },
+		DeleteFunc: resync,
+	}
+}
