@@ -18,13 +18,15 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/runtimeset"
 )
 
 func scheme(t *testing.T) *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, apiregistrationv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			t.Fatal(err)
 		}

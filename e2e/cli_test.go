@@ -47,21 +47,14 @@ func startCLIServer(t *testing.T) *cliServer {
 	return &cliServer{Up: u.Up, dataplane: true}
 }
 
-// gatewayTakesProxiedCallers says whether the cluster's gateway knows who
-// calls it through the API server's service proxy, the way the CLI comes.
-// Not yet: the API server authenticates a proxied request itself and
-// removes its Authorization header before forwarding it, and the gateway
-// reads the caller's bearer token from that header. Until the gateway
-// learns the caller another way, the cluster rows that invoke, exec or
-// read logs would get 401, so they wait for this to be true.
-const gatewayTakesProxiedCallers = false
-
 // kubeCLIServer is the cluster of e as a user of the CLI has it: KUBECONFIG
 // names its admin kubeconfig, and no stoke up runs on the machine (an
 // empty state directory), so that the CLI chooses the cluster by itself.
+// Invoke, exec and logs go through the API server to the gateway's
+// aggregated API, with nothing but the kubeconfig.
 func kubeCLIServer(t *testing.T, e *kubeEnv) *cliServer {
 	_, err := os.Stat(repoPath("deploy/controller/gateway.yaml"))
-	return &cliServer{kube: e, dataplane: err == nil && gatewayTakesProxiedCallers,
+	return &cliServer{kube: e, dataplane: err == nil,
 		kubeEnviron: []string{"KUBECONFIG=" + e.cluster.Kubeconfig, "XDG_STATE_HOME=" + t.TempDir()}}
 }
 
@@ -272,6 +265,7 @@ var cliCases = []cliCase{
 	{name: "get and describe", test: cliGetDescribe},
 	{name: "get -w prints changes until Ctrl-C", test: cliGetWatch},
 	{name: "Ctrl-C cancels the task", test: cliInterrupt},
+	{name: "exec as kubectl exec", test: cliExec},
 	{name: "cancel and delete", test: cliCancelDelete},
 	{name: "delete takes names, -l and -f as kubectl does", test: cliDeleteMany},
 	{name: "errors are one line", test: cliErrors},
@@ -376,7 +370,7 @@ func cliVersion(t *testing.T, s *cliServer) {
 		want = "backend: standalone " + s.URL + ", chosen by STOKE_SERVER, namespace default\n"
 	} else {
 		want = fmt.Sprintf("backend: cluster (context %q, API server %s, gateway %s%s), chosen by KUBECONFIG (and no local stoke up token), namespace default\n",
-			"kubetest", s.kube.cluster.Config.Host, s.kube.cluster.Config.Host, "/api/v1/namespaces/stoke-system/services/https:stoke-gateway:443/proxy")
+			"kubetest", s.kube.cluster.Config.Host, s.kube.cluster.Config.Host, "/apis/gateway.stoke.dev/v1alpha1")
 	}
 	if backend != want {
 		t.Errorf("stoke version's backend line %q, want %q", backend, want)
@@ -409,7 +403,7 @@ func cliInvokeFunction(t *testing.T, s *cliServer) {
 func cliBashFunction(t *testing.T, s *cliServer) {
 	ran := stoke(t, s.env(), "", "run", "--runtime", "bash", "--source", "examples/bash-echo", "--handler", "handler.handle", "--name", "echo")
 	endpoint := strings.TrimSpace(ran.stdout)
-	if ran.code != 0 || !strings.Contains(endpoint, "/v1/namespaces/default/runs/echo/") {
+	if ran.code != 0 || !strings.Contains(endpoint, "/namespaces/default/runs/echo/") {
 		t.Fatalf("run: %s", ran)
 	}
 	if !strings.Contains(ran.stderr, "\n  stoke invoke echo\n") {
@@ -799,4 +793,27 @@ func cliProbeFlags(t *testing.T, s *cliServer) {
 			t.Errorf("stoke %s: want exit 1 naming the socket, got %s", strings.Join(args, " "), r)
 		}
 	}
+}
+
+// cliExec: stoke exec into a running task as kubectl exec behaves: the
+// command's exit status and separate streams, stdin with -i, and with -it
+// a real terminal (resize, ^C to the remote foreground, exit status). On a
+// cluster the session goes through the API server to the gateway (a
+// WebSocket upgrade through the aggregator) and on to the Run's Pod.
+func cliExec(t *testing.T, s *cliServer) {
+	if !s.standalone() && !s.dataplane {
+		t.Log("no gateway on this cluster: no exec")
+		return
+	}
+	s.ok(t, "run", "--runtime", "bash", "--name", "exec-target", "--detach", "--", "sleep", "100000")
+	s.awaitRunPhase(t, "exec-target", v1alpha1.PhaseRunning)
+	r := stoke(t, s.env(), "", "exec", "exec-target", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+	if r.code != 3 || r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Errorf("exec: %s; want exit 3, out and err apart", r)
+	}
+	if r := stoke(t, s.env(), "hello", "exec", "-i", "exec-target", "--", "wc", "-c"); r.code != 0 || r.stdout != "5\n" {
+		t.Errorf("exec -i: %s", r)
+	}
+	execTerminal(t, s.env(), "exec-target")
+	s.ok(t, "delete", "--wait", "exec-target")
 }

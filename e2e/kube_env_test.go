@@ -167,11 +167,15 @@ func (e *kubeEnv) sharedDir(t testing.TB) string {
 func repoPath(path string) string { return filepath.Join("..", filepath.FromSlash(path)) }
 
 // renderChart writes the chart's objects (deploy.Render, default values
-// and the Namespace, into stokeNamespace) to two files: the Runtimes', and
+// but the Namespace and a generated gateway certificate, into
+// stokeNamespace) to two files: the Runtimes', and
 // everything else's.
 func (e *kubeEnv) renderChart(t testing.TB) (others, runtimes string) {
 	t.Helper()
-	ms, err := deploy.Render(stokeNamespace, map[string]any{"namespace": map[string]any{"create": true}})
+	// The gateway's serving certificate from the chart's CA, which the
+	// APIService then verifies it with.
+	ms, err := deploy.Render(stokeNamespace, map[string]any{"namespace": map[string]any{"create": true},
+		"gateway": map[string]any{"tls": map[string]any{"generate": true}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -205,7 +205,7 @@ func testCLIOnCluster(t *testing.T, e *kubeEnv) {
 	e.watchRuns(t, "").until(t, runBound, "no Runs left by earlier subtests", func(m map[string]*v1alpha1.Run) bool { return len(m) == 0 })
 	s := kubeCLIServer(t, e)
 	if !s.dataplane {
-		t.Log("no gateway that takes callers through the API server's service proxy (gatewayTakesProxiedCallers): the steps that invoke, exec or read logs do not run")
+		t.Log("no gateway in deploy/: the steps that invoke, exec or read logs do not run")
 	}
 	runCLICases(t, s)
 	if names := strings.Fields(s.ok(t, "get", "runs", "-o", "name")); len(names) > 0 {

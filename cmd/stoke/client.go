@@ -38,7 +38,7 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.flags.CACert, "ca-cert", "", "PEM file of CA certificates to trust for an https:// --server or --gateway (default $"+client.EnvCACert+")")
 	fl.StringVar(&f.flags.Kubeconfig, "kubeconfig", "", "cluster: kubeconfig file, as kubectl reads it (default $KUBECONFIG, else ~/.kube/config)")
 	fl.StringVar(&f.flags.Context, "context", "", "cluster: kubeconfig context (default: the current context)")
-	fl.StringVar(&f.flags.Gateway, "gateway", "", "cluster: the gateway's URL for invoke, exec and logs (default: through the API server's service proxy)")
+	fl.StringVar(&f.flags.Gateway, "gateway", "", "cluster: the gateway's URL for invoke, exec and logs (default: through the API server, the aggregated API gateway.stoke.dev)")
 	fl.StringVarP(&f.flags.Namespace, "namespace", "n", "", "namespace (default: the kubeconfig context's on a cluster, else "+client.DefaultNamespace+")")
 	_ = cmd.MarkFlagDirname("data-dir")
 	_ = cmd.MarkFlagFilename("ca-cert", "pem", "crt")

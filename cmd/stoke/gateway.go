@@ -26,7 +26,12 @@ func newGatewayCommand() *cobra.Command {
 of stoke up's gateway, over HTTPS. Every request's bearer token is checked by
 the API server (a TokenReview, then a SubjectAccessReview for create on
 runs/invoke or runs/exec, or get on runs/log, in the Run's namespace); the
-answers are cached for at most 10 s. Runs and runtime Pods are routed from
+answers are cached for at most 10 s. The same routes are the aggregated API
+gateway.stoke.dev/v1alpha1 (the APIService the chart installs): the API
+server authenticates and authorizes the caller, then proxies with the
+front proxy's client certificate and the caller's identity in headers,
+which the gateway trusts only with that certificate and authorizes with the
+same SubjectAccessReview. Runs and runtime Pods are routed from
 memory, and each call goes once to the owner Pod's runtimed over mutual TLS
 with the certificate in --hop-tls-dir. /healthz and /readyz need no token;
 /metrics needs get on the non-resource URL /metrics.`,
@@ -62,6 +67,7 @@ with the certificate in --hop-tls-dir. /healthz and /readyz need no token;
 	f.StringVar(&cfg.HopTLSDir, "hop-tls-dir", "/var/run/stoke-gateway/hop", "the client certificate for runtimed's hop: ca.crt, tls.crt, tls.key (the Secret stoke-gateway-tls)")
 	f.IntVar(&cfg.HopPort, "hop-port", kubegateway.DefaultHopPort, "runtimed's hop port on a runtime Pod's IP")
 	f.StringSliceVar(&cfg.TokenAudiences, "token-audiences", nil, "the audiences a caller's token must be for, asked for in each TokenReview (default: the API server's own, as kubectl's and ServiceAccount tokens have)")
+	f.BoolVar(&cfg.FrontProxy, "front-proxy", true, "serve callers the API server proxies to the aggregated API gateway.stoke.dev/v1alpha1 (their identity from the front proxy's headers, trusted with its client certificate as kube-system/extension-apiserver-authentication says)")
 	f.DurationVar(&cfg.AuthTTL, "auth-cache-ttl", kubegateway.MaxDecisionTTL, "how long an authentication or authorization answer is kept (at most 10s)")
 	f.StringVar(&debugSocket, "debug-socket", "/var/run/stoke-gateway/run/debug/debug.sock", debugSocketUsage)
 	return cmd

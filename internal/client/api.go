@@ -110,7 +110,7 @@ type Target struct {
 	// Context is the kubeconfig context (Cluster).
 	Context string
 	// Gateway is where invoke, exec and logs go (Cluster): the API
-	// server's service proxy of the gateway, or --gateway.
+	// server's aggregated API of the gateway, or --gateway.
 	Gateway string
 	// Why says how the backend was chosen ("--server", "KUBECONFIG is set
 	// and no token of a local stoke up was found", ...).

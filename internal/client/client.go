@@ -69,6 +69,11 @@ type Config struct {
 	Upgrade func(ctx context.Context, url string, h http.Header, subprotocols []string) (*websocket.Conn, *http.Response, error)
 	// Why says how this server was chosen, for Target.
 	Why string
+	// Aggregated makes invoke, exec and logs use the gateway's routes as
+	// the Kubernetes aggregated API (Server is then the API server's
+	// URL): /apis/gateway.stoke.dev/v1alpha1/namespaces/NS/runs/NAME/
+	// invoke/UID, .../exec and .../log.
+	Aggregated bool
 }
 
 // Client calls one Stoke server. It is safe for concurrent use.
@@ -78,6 +83,8 @@ type Client struct {
 	hc      *http.Client
 	upgrade func(ctx context.Context, url string, h http.Header, subprotocols []string) (*websocket.Conn, *http.Response, error)
 	why     string
+	// aggregated: Config.Aggregated.
+	aggregated bool
 }
 
 // New returns a Client for cfg.
@@ -93,7 +100,7 @@ func New(cfg Config) (*Client, error) {
 			return nil, err
 		}
 	}
-	return &Client{base: base, token: cfg.Token, hc: hc, upgrade: cfg.Upgrade, why: cfg.Why}, nil
+	return &Client{base: base, token: cfg.Token, hc: hc, upgrade: cfg.Upgrade, why: cfg.Why, aggregated: cfg.Aggregated}, nil
 }
 
 // ParseServerURL checks a server URL: http or https, a host, no query. A

@@ -68,7 +68,7 @@ func readError(resp *http.Response) error {
 	var body httpapi.ErrorBody
 	if err := json.Unmarshal(b, &body); err != nil || (body.ErrorType == "" && body.ErrorMessage == "") {
 		// Not Stoke's error shape: a Kubernetes API server's Status (its
-		// service proxy's own answers), a proxy in between, or an old
+		// aggregator's own answers), a proxy in between, or an old
 		// server.
 		msg := statusLine(resp.StatusCode, b)
 		var st struct{ Kind, Message string }

@@ -42,7 +42,7 @@ func (e *wsExecutor) Start(ctx context.Context, req exec.Request) (exec.Session,
 	q.Set("stderr", strconv.FormatBool(!req.TTY))
 	q.Set("stdin", strconv.FormatBool(req.Stdin))
 	q.Set("tty", strconv.FormatBool(req.TTY))
-	u := e.c.url(q, "v1", "namespaces", ns, "runs", name, "exec")
+	u := e.c.url(q, e.c.dataplanePath(ns, name, "exec", "")...)
 	switch u.Scheme {
 	case "https":
 		u.Scheme = "wss"

@@ -46,13 +46,16 @@ func (c *Client) Invoke(ctx context.Context, ns, name, uid string, input []byte,
 	if uid == "" {
 		return nil, errdefs.InvalidArgument("uid", "must not be empty")
 	}
-	return c.invoke(ctx, c.url(nil, runPath(ns, name, uid, "invoke")...), input, opts)
+	return c.invoke(ctx, c.url(nil, c.dataplanePath(ns, name, "invoke", uid)...), input, opts)
 }
 
 // InvokeFunction calls a Function once through its stable URL: one of
 // its replicas answers, after a wait in its queue when none is idle. A
 // Function that does not exist is NotFound.
 func (c *Client) InvokeFunction(ctx context.Context, ns, name string, input []byte, opts InvokeOptions) (*InvokeResult, error) {
+	if c.aggregated {
+		return c.invoke(ctx, c.url(nil, "apis", "gateway.stoke.dev", "v1alpha1", "namespaces", namespaceOf(ns), "functions", name, "invoke"), input, opts)
+	}
 	return c.invoke(ctx, c.url(nil, "v1", "namespaces", namespaceOf(ns), "functions", name, "invoke"), input, opts)
 }
 
@@ -106,6 +109,9 @@ func (c *Client) invoke(ctx context.Context, u *url.URL, input []byte, opts Invo
 // InvokeURL implements API: a Run's status.endpoint as an absolute URL,
 // a path resolved against the server's URL (its path prefix kept).
 func (c *Client) InvokeURL(run *v1alpha1.Run) string {
+	if c.aggregated {
+		return c.url(nil, c.dataplanePath(run.Namespace, run.Name, "invoke", string(run.UID))...).String()
+	}
 	ep := run.Status.Endpoint
 	u, err := url.Parse(ep)
 	if err != nil || u.IsAbs() {

@@ -30,7 +30,7 @@ func (c *Client) Logs(ctx context.Context, ns, name string, follow bool) (*LogSt
 	if follow {
 		q = url.Values{"follow": {"true"}}
 	}
-	u := c.url(q, runPath(ns, name, "logs")...)
+	u := c.url(q, c.dataplanePath(ns, name, "logs", "")...)
 	resp, err := c.send(ctx, request{method: http.MethodGet, url: u})
 	if err != nil {
 		return nil, err

@@ -65,6 +65,27 @@ func runPath(ns, name string, rest ...string) []string {
 	return append([]string{"v1", "namespaces", namespaceOf(ns), "runs", name}, rest...)
 }
 
+// dataplanePath is the path of a Run's invoke (uid given), exec or logs
+// route: the gateway's own, or the aggregated API's, whose subresource
+// follows the Run's name (and is "log"), where the API server's
+// authorization reads it.
+func (c *Client) dataplanePath(ns, name, route, uid string) []string {
+	if !c.aggregated {
+		if route == "invoke" {
+			return runPath(ns, name, uid, route)
+		}
+		return runPath(ns, name, route)
+	}
+	if route == "logs" {
+		route = "log"
+	}
+	p := []string{"apis", "gateway.stoke.dev", "v1alpha1", "namespaces", namespaceOf(ns), "runs", name, route}
+	if uid != "" {
+		p = append(p, uid)
+	}
+	return p
+}
+
 func runtimePath(ns, name string) []string {
 	return []string{"v1", "namespaces", namespaceOf(ns), "runtimes", name}
 }

@@ -88,6 +88,9 @@ type Config struct {
 	Functions FunctionInvoker
 	// Exec, when set, serves exec sessions into Runs (exec.go).
 	Exec ExecRouter
+	// Aggregated also serves invoke, exec and logs as the Kubernetes
+	// aggregated API gateway.stoke.dev/v1alpha1 (aggregated.go).
+	Aggregated bool
 	// Logs, when set, serves the Runs' logs; nil means API's.
 	Logs LogReader
 	// Auth authenticates and authorizes every request but the health
@@ -169,6 +172,9 @@ func New(cfg Config) *Gateway {
 	if cfg.Exec != nil {
 		g.route(execPath, "exec", runAccess("create", "exec"), g.exec)
 	}
+	if cfg.Aggregated {
+		g.routeAggregated()
+	}
 	if cfg.Metrics != nil {
 		h := cfg.Metrics.handler()
 		g.route("GET /metrics", "metrics", func(*http.Request) Access { return Access{Verb: "get", Path: "/metrics"} }, h.ServeHTTP)
@@ -194,7 +200,7 @@ func (g *Gateway) route(pattern, name string, access func(*http.Request) Access,
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() { g.cfg.Metrics.observeRequest(name, sw.status, time.Since(start)) }()
 		if err := g.cfg.Auth.Authorize(r, access(r)); err != nil {
-			g.refuse(sw, r, err)
+			g.refuse(sw, name == "invoke", err)
 			return
 		}
 		h(sw, r)
@@ -220,12 +226,12 @@ func functionAccess(verb, subresource string) func(*http.Request) Access {
 
 // refuse answers a request its caller may not make: 401 with the
 // challenge, 403, or the authorizer's own failure.
-func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, err error) {
+func (g *Gateway) refuse(w http.ResponseWriter, invoke bool, err error) {
 	if errors.Is(err, errdefs.ErrUnauthenticated) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="stoke"`)
 	}
 	invID := ""
-	if strings.HasSuffix(r.URL.Path, "/invoke") {
+	if invoke {
 		invID = newInvocationID() // every invoke answer carries one
 	}
 	writeError(w, err, invID)
@@ -252,7 +258,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := g.mux.Handler(r); pattern == "" {
 		// Who may learn which paths exist: anyone authenticated.
 		if err := g.cfg.Auth.Authorize(r, Access{}); err != nil {
-			g.refuse(w, r, err)
+			g.refuse(w, strings.HasSuffix(r.URL.Path, "/invoke"), err)
 			return
 		}
 		g.notRouted(w, r)

@@ -48,6 +48,10 @@ func (c *malformedConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// NetConn is the wrapped connection (a *tls.Conn when the wrapper sits
+// above TLS), as tls.Conn.NetConn names its own.
+func (c *malformedConn) NetConn() net.Conn { return c.Conn }
+
 // CloseWrite lets net/http half-close the connection after its answer to
 // a request with headers over the limit, as it does without the wrapper.
 func (c *malformedConn) CloseWrite() error {

@@ -3,6 +3,8 @@ package kubegateway
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,6 +17,8 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -47,16 +51,25 @@ type AuthConfig struct {
 	// server authenticates for none of them is refused (401). Empty: the
 	// API server's own audiences, as kubectl's tokens have.
 	Audiences []string
-	Logger    *slog.Logger
+	// FrontProxy, when set, authenticates the callers the API server
+	// proxies to the gateway as an aggregated API, from the identity
+	// headers of a request whose client certificate is the front proxy's
+	// (frontProxy); a request without a client certificate is
+	// authenticated by its bearer token.
+	FrontProxy authenticator.Request
+	Logger     *slog.Logger
 }
 
-// Authorizer is the Kubernetes gateway's gateway.Authorizer: the caller's
-// bearer token is authenticated with a TokenReview and its access
-// authorized with a SubjectAccessReview, both made by the gateway. Both
-// answers, yes or no, are kept for the TTL in bounded LRU caches keyed by
-// the token's SHA-256 (never the token); concurrent misses for one key
-// make one review (singleflight). A review that fails (the API server
-// unreachable) is not kept: the request is 503.
+// Authorizer is the Kubernetes gateway's gateway.Authorizer. A caller is
+// authenticated either by the API server before it proxied the request
+// (AuthConfig.FrontProxy: the aggregated API's path) or by its bearer
+// token, with a TokenReview; either way its access is authorized with a
+// SubjectAccessReview made by the gateway. The answers, yes or no, are
+// kept for the TTL in bounded LRU caches keyed by the token's SHA-256
+// (never the token) or by the SHA-256 of the proxied user's name, UID,
+// groups and extras; concurrent misses for one key make one review
+// (singleflight). A review that fails (the API server unreachable) is not
+// kept: the request is 503.
 type Authorizer struct {
 	cfg       AuthConfig
 	log       *slog.Logger
@@ -66,11 +79,13 @@ type Authorizer struct {
 	lookups   *prometheus.CounterVec
 }
 
+// tokenKey is the SHA-256 of a bearer token, or of a proxied user
+// (userKey).
 type tokenKey [sha256.Size]byte
 
 type decisionKey struct {
-	token  tokenKey
-	access gateway.Access
+	subject tokenKey
+	access  gateway.Access
 }
 
 // userEntry is a TokenReview's answer: the user, or the refusal.
@@ -111,8 +126,27 @@ func (a *Authorizer) Collector() prometheus.Collector { return a.lookups }
 
 // Authorize implements gateway.Authorizer.
 func (a *Authorizer) Authorize(r *http.Request, access gateway.Access) error {
+	var certErr error
+	if a.cfg.FrontProxy != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		resp, ok, err := a.cfg.FrontProxy.AuthenticateRequest(r)
+		switch {
+		case err != nil:
+			// Not the front proxy's: its headers say nothing; a bearer
+			// token may still.
+			certErr = err
+		case ok:
+			if access == (gateway.Access{}) {
+				return nil
+			}
+			u := userInfo(resp.User)
+			return a.authorize(r.Context(), decisionKey{subject: userKey(u), access: access}, u)
+		}
+	}
 	token, err := gateway.BearerToken(r)
 	if err != nil {
+		if certErr != nil && errors.Is(err, errdefs.ErrUnauthenticated) {
+			return errdefs.Errorf(errdefs.ErrUnauthenticated, "no bearer token, and the client certificate is not the API server's front proxy's: %v", certErr)
+		}
 		return err
 	}
 	key := tokenKey(sha256.Sum256([]byte(token)))
@@ -120,7 +154,28 @@ func (a *Authorizer) Authorize(r *http.Request, access gateway.Access) error {
 	if err != nil || access == (gateway.Access{}) {
 		return err
 	}
-	return a.authorize(r.Context(), decisionKey{token: key, access: access}, user)
+	return a.authorize(r.Context(), decisionKey{subject: key, access: access}, user)
+}
+
+// userInfo is a proxied user as a review names it.
+func userInfo(u user.Info) authnv1.UserInfo {
+	out := authnv1.UserInfo{Username: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups()}
+	if extra := u.GetExtra(); len(extra) > 0 {
+		out.Extra = make(map[string]authnv1.ExtraValue, len(extra))
+		for k, v := range extra {
+			out.Extra[k] = authnv1.ExtraValue(v)
+		}
+	}
+	return out
+}
+
+// userKey is the cache key of a proxied user's decisions: everything a
+// SubjectAccessReview is asked about them, so that two users differing
+// in any of it never share an answer. It cannot meet a token's key: the
+// hashed bytes hold a NUL, which no header value (so no token) carries.
+func userKey(u authnv1.UserInfo) tokenKey {
+	b, _ := json.Marshal(u) // of strings only: it cannot fail; map keys sorted
+	return tokenKey(sha256.Sum256(append([]byte("stoke-proxied-user\x00"), b...)))
 }
 
 // authenticate is the token's user, from the cache or a TokenReview.
@@ -177,7 +232,7 @@ func (a *Authorizer) authorize(ctx context.Context, key decisionKey, user authnv
 	}
 	a.lookups.WithLabelValues("access", "miss").Inc()
 	acc := key.access
-	flight := fmt.Sprintf("a%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%s", key.token[:], acc.Verb, acc.Resource, acc.Subresource, acc.Namespace, acc.Name, acc.Path)
+	flight := fmt.Sprintf("a%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%s", key.subject[:], acc.Verb, acc.Resource, acc.Subresource, acc.Namespace, acc.Name, acc.Path)
 	v, err, _ := a.flights.Do(flight, func() (any, error) {
 		if v, ok := a.decisions.Get(key); ok {
 			return v, nil

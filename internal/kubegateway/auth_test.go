@@ -51,10 +51,11 @@ func (c *reviewCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 // authEnv is a real API server with deploy/'s user roles, a namespace and
 // ServiceAccounts bound to them.
 type authEnv struct {
-	admin  kubernetes.Interface
-	count  *reviewCounter
-	client kubernetes.Interface // the gateway's, counted
-	ns     string
+	cluster *kubetest.Cluster
+	admin   kubernetes.Interface
+	count   *reviewCounter
+	client  kubernetes.Interface // the gateway's, counted
+	ns      string
 }
 
 func startAuthEnv(t *testing.T) *authEnv {
@@ -63,7 +64,7 @@ func startAuthEnv(t *testing.T) *authEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &authEnv{admin: admin, ns: "team", count: &reviewCounter{}}
+	e := &authEnv{cluster: c, admin: admin, ns: "team", count: &reviewCounter{}}
 	gw := rest.CopyConfig(c.Config)
 	gw.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { e.count.next = rt; return e.count }
 	if e.client, err = kubernetes.NewForConfig(gw); err != nil {

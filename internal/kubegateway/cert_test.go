@@ -84,7 +84,7 @@ func TestServingCertificateFollowsTheSecret(t *testing.T) {
 	v := &secretVolume{t: t, dir: t.TempDir()}
 	v.write("first.example")
 	certFile, keyFile := filepath.Join(v.dir, "tls.crt"), filepath.Join(v.dir, "tls.key")
-	cfg, cert, err := servingConfig(certFile, keyFile, slog.New(slog.DiscardHandler))
+	cfg, cert, err := servingConfig(certFile, keyFile, false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

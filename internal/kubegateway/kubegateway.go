@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -50,14 +51,19 @@ type Config struct {
 	// Listen is the HTTPS address.
 	Listen string
 	// CertFile and KeyFile are the serving certificate; both empty: a
-	// self-signed one is made at start (the API server's service proxy,
-	// through which the CLI comes, does not verify it).
+	// self-signed one is made at start, which the API server cannot
+	// verify (the chart's APIService then skips verifying it).
 	CertFile, KeyFile string
 	// HopTLSDir holds the gateway's client certificate for runtimed's
 	// hop (the Secret stoke-gateway-tls: ca.crt, tls.crt, tls.key).
 	HopTLSDir string
 	// HopPort is runtimed's port (default DefaultHopPort).
 	HopPort int
+	// FrontProxy serves callers the API server proxies to the gateway as
+	// the aggregated API gateway.stoke.dev/v1alpha1, trusting their
+	// identity headers when the client certificate is the front proxy's
+	// as kube-system/extension-apiserver-authentication says (frontProxy).
+	FrontProxy bool
 	// AuthTTL is how long a decision is kept (at most and by default
 	// MaxDecisionTTL); AuthClock is the caches' clock (tests).
 	AuthTTL time.Duration
@@ -88,7 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
-	serving, reloadCert, err := servingConfig(cfg.CertFile, cfg.KeyFile, log)
+	serving, reloadCert, err := servingConfig(cfg.CertFile, cfg.KeyFile, cfg.FrontProxy, log)
 	if err != nil {
 		return err
 	}
@@ -120,7 +126,18 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 
-	auth := NewAuthorizer(AuthConfig{Client: client, TTL: cfg.AuthTTL, Clock: cfg.AuthClock, Audiences: cfg.TokenAudiences, Logger: log})
+	var proxy *frontProxy
+	ac := AuthConfig{Client: client, TTL: cfg.AuthTTL, Clock: cfg.AuthClock, Audiences: cfg.TokenAudiences, Logger: log}
+	if cfg.FrontProxy {
+		if proxy, err = newFrontProxy(client); err != nil {
+			return err
+		}
+		if err := proxy.load(ctx); err != nil {
+			log.Warn("gateway: cannot read the front proxy's configuration yet; proxied callers are refused until it can", "configmap", authConfigMapNamespace+"/"+authConfigMapName, "error", err)
+		}
+		ac.FrontProxy = proxy
+	}
+	auth := NewAuthorizer(ac)
 	metrics := gateway.NewMetrics(nil)
 	metrics.MustRegister(auth.Collector())
 	// runtimed's metrics, from every runtime Pod over the hop's mutual
@@ -136,7 +153,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fns := gateway.NewFunctions(gateway.FunctionsConfig{Hop: rt.hop, Synced: runs.HasSynced})
 	runs.AddEventHandler(fns.Handler())
 	g := gateway.New(gateway.Config{
-		Router: rt, Exec: rt, Functions: fns, Logs: rt, Auth: auth, Metrics: metrics, Logger: log, Timeouts: cfg.Timeouts,
+		Router: rt, Exec: rt, Functions: fns, Logs: rt, Auth: auth, Metrics: metrics, Logger: log, Timeouts: cfg.Timeouts, Aggregated: true,
 		Ready: func(context.Context) error {
 			if !runs.HasSynced() || !pods.HasSynced() {
 				return errors.New("the Run and Pod informers have not synced yet")
@@ -148,18 +165,20 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	// The JSON answers to malformed requests sit above TLS, where the
-	// bytes are plain.
-	lis := gateway.Listener(tls.NewListener(raw, serving))
+	srv, lis := httpsServer(g, raw, serving)
 	if cfg.OnListen != nil {
 		cfg.OnListen(raw.Addr())
 	}
-	srv := g.Server()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv.BaseContext = func(net.Listener) context.Context { return ctx } // streams end when the server stops
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
+	waits := 2
+	if proxy != nil {
+		waits++
+		go func() { errc <- proxy.Run(ctx) }()
+	}
 	go func() { errc <- runs.Run(ctx) }()
 	go func() { pods.RunWithContext(ctx); errc <- nil }()
 	go func() { errc <- srv.Serve(lis) }()
@@ -189,7 +208,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		_ = srv.Close()
 	}
-	for range 2 {
+	for range waits {
 		<-errc
 	}
 	if errors.Is(first, context.Canceled) {
@@ -203,9 +222,16 @@ const podScrapeTimeout = 2 * time.Second
 
 // servingConfig is the HTTPS side: the files' certificate, reloaded when
 // they change (the returned servingCert's Run watches them), or a
-// self-signed one (no servingCert).
-func servingConfig(certFile, keyFile string, log *slog.Logger) (*tls.Config, *servingCert, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+// self-signed one (no servingCert). With clientCerts it asks for a client
+// certificate (the API server's front proxy sends one), which the front
+// proxy's authenticator verifies, not TLS: other callers have none.
+// HTTP/1.1 only: net/http speaks HTTP/2 on a *tls.Conn alone, which
+// gateway.Listener's wrapper hides (withTLSState).
+func servingConfig(certFile, keyFile string, clientCerts bool, log *slog.Logger) (*tls.Config, *servingCert, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	if clientCerts {
+		cfg.ClientAuth = tls.RequestClientCert
+	}
 	if certFile != "" {
 		sc, err := newServingCert(certFile, keyFile, log)
 		if err != nil {
@@ -247,4 +273,44 @@ func setPod(h *hops, obj any) {
 	if p, ok := obj.(*corev1.Pod); ok {
 		h.set(p)
 	}
+}
+
+// httpsServer is g's server and its listener on raw, with serving.
+func httpsServer(g *gateway.Gateway, raw net.Listener, serving *tls.Config) (*http.Server, net.Listener) {
+	srv := g.Server()
+	withTLSState(srv)
+	// The JSON answers to malformed requests sit above TLS, where the
+	// bytes are plain.
+	return srv, gateway.Listener(tls.NewListener(raw, serving))
+}
+
+// tlsConnKey holds a connection's *tls.Conn in its context.
+type tlsConnKey struct{}
+
+// withTLSState gives srv's requests their r.TLS back: net/http sets it
+// only when the connection is a *tls.Conn, and gateway.Listener wraps the
+// TLS connection (to rewrite net/http's own error answers in plain
+// bytes). The front proxy's client certificate is read from it.
+func withTLSState(srv *http.Server) {
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		for {
+			if tc, ok := c.(*tls.Conn); ok {
+				return context.WithValue(ctx, tlsConnKey{}, tc)
+			}
+			u, ok := c.(interface{ NetConn() net.Conn })
+			if !ok {
+				return ctx
+			}
+			c = u.NetConn()
+		}
+	}
+	next := srv.Handler
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tc, ok := r.Context().Value(tlsConnKey{}).(*tls.Conn); ok && r.TLS == nil {
+			// The request has been read: the handshake is done.
+			st := tc.ConnectionState()
+			r.TLS = &st
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -112,7 +113,7 @@ func (rt *routes) ExecRoute(namespace, name string) (exec.Executor, string, erro
 // OpenLog implements gateway.LogReader: the log lives in the Run's pod,
 // read through runtimed; once that pod is gone, so is the log (Expired,
 // 410). A Run not assigned to a pod yet has an empty log, or, followed,
-// waits for the pod it gets.
+// waits for the pod it gets (pendingLog).
 func (rt *routes) OpenLog(ctx context.Context, namespace, name string, follow bool) (gateway.LogStream, error) {
 	run, err := rt.run(namespace, name)
 	if err != nil {
@@ -122,9 +123,14 @@ func (rt *routes) OpenLog(ctx context.Context, namespace, name string, follow bo
 		if run.Status.Phase.Terminal() || !follow {
 			return emptyLog{}, nil
 		}
-		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,
-			"run %s/%s is not on a pod yet; follow its log once it runs", namespace, name), gateway.NotReadyRetry)
+		return &pendingLog{rt: rt, ns: namespace, name: name, uid: string(run.UID)}, nil
 	}
+	return rt.openPodLog(ctx, run, follow)
+}
+
+// openPodLog opens the log of run, which is on a pod, from that pod.
+func (rt *routes) openPodLog(ctx context.Context, run *v1alpha1.Run, follow bool) (gateway.LogStream, error) {
+	namespace, name := run.Namespace, run.Name
 	conn, err := rt.hops.conn(run)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrUnavailable) {
@@ -153,6 +159,54 @@ func hopError(run *v1alpha1.Run, err error) error {
 		return errdefs.Errorf(errdefs.ErrUnavailable, "run %s/%s: its runtime pod %s does not answer: %s", run.Namespace, run.Name, run.Status.AssignedPod, st.Message())
 	}
 	return errdefs.FromGRPC(err)
+}
+
+// logWaitPoll is how often a follower of a Run not on a pod yet looks at
+// the Run in memory, as standalone's follower looks at its Run's phase.
+const logWaitPoll = 250 * time.Millisecond
+
+// pendingLog is the followed log of a Run not on a pod yet, as `stoke
+// run` follows a task it just created: its first Next waits until the Run
+// is on a pod and then reads that pod's log; a Run that ends without a
+// pod, or goes (or is replaced by another of its name), has an empty log.
+type pendingLog struct {
+	rt            *routes
+	ns, name, uid string
+	cur           gateway.LogStream
+}
+
+func (l *pendingLog) Next(ctx context.Context) ([]byte, error) {
+	if l.cur == nil {
+		tick := time.NewTicker(logWaitPoll)
+		defer tick.Stop()
+		for l.cur == nil {
+			run, ok := l.rt.runs.Get(l.ns, l.name)
+			switch {
+			case !ok || string(run.UID) != l.uid || (run.Status.AssignedPodUID == "" && run.Status.Phase.Terminal()):
+				return nil, io.EOF
+			case run.Status.AssignedPodUID != "":
+				s, err := l.rt.openPodLog(ctx, run, true)
+				if err != nil {
+					return nil, err
+				}
+				l.cur = s
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-tick.C:
+			}
+		}
+	}
+	return l.cur.Next(ctx)
+}
+
+func (l *pendingLog) Close() error {
+	if l.cur != nil {
+		return l.cur.Close()
+	}
+	return nil
 }
 
 type emptyLog struct{}

@@ -6,9 +6,8 @@
 // server serve TLS and require client certificates (the API server also
 // takes service-account tokens; anonymous requests are refused), and the
 // controller-manager and scheduler serve nothing. The aggregation layer is
-// on (a front-proxy CA and client certificate), and with the
-// controller-manager a stand-in publishes the Services' EndpointSlices,
-// so an APIService reaches its Pods. The cluster's data,
+// on (a front-proxy CA and client certificate), and a stand-in publishes
+// the Services' EndpointSlices, so an APIService reaches its Pods. The cluster's data,
 // certificates, kubeconfigs and logs live in one private directory, and
 // nothing it started outlives it.
 package kubetest
@@ -95,8 +94,7 @@ type Cluster struct {
 	BinDir string
 
 	etcd, apiserver, controllerManager, scheduler *component
-	// slices publishes the Services' EndpointSlices (with the
-	// controller-manager).
+	// slices publishes the Services' EndpointSlices.
 	slices *endpointSlices
 	// etcdClient is how the API server reaches etcd: its URL, CA and the
 	// client certificate and key.
@@ -141,10 +139,10 @@ func start(opts Options, dir string) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	if c.slices, err = startEndpointSlices(c.Config); err != nil {
+		return nil, err
+	}
 	if c.controllerManager != nil {
-		if c.slices, err = startEndpointSlices(c.Config); err != nil {
-			return nil, err
-		}
 		// Pods are admitted only once their namespace's default
 		// ServiceAccount exists; the controller-manager makes it.
 		if err := c.waitForDefaultServiceAccount(metav1.NamespaceDefault); err != nil {

@@ -2,11 +2,14 @@
 // client.API seam over a kubeconfig context. Runs and Runtimes are read
 // and written through the API server with internal/store/kube (the store
 // the controller and runtimed use, so the CLI sees what they see);
-// invoke, exec and logs go to Stoke's gateway through the API server's
-// service proxy, with the kubeconfig's own credentials (client
-// certificates, tokens, exec credential plugins), so that the CLI works
-// wherever kubectl does, with no port-forward and no second credential.
-// Config.Gateway sends them to a gateway URL instead.
+// invoke, exec and logs go to Stoke's gateway through the API server, as
+// the aggregated API gateway.stoke.dev/v1alpha1, with the kubeconfig's own
+// credentials (client certificates, tokens, exec credential plugins): the
+// API server authenticates and authorizes the caller and proxies to the
+// gateway with the caller's identity, so the CLI works wherever kubectl
+// does, with no port-forward and no second credential. Config.Gateway
+// sends them to a gateway URL instead, with the kubeconfig's bearer
+// credentials.
 package cluster
 
 import (
@@ -31,16 +34,10 @@ import (
 	"stoke.dev/stoke/internal/store/kube"
 )
 
-// The gateway's Service, as deploy/ installs it.
-const (
-	GatewayNamespace = "stoke-system"
-	GatewayService   = "stoke-gateway"
-	GatewayPort      = 443
-)
-
-// ProxyPath is the path, on the API server, of the gateway's Service
-// proxy: the gateway's routes follow it.
-var ProxyPath = fmt.Sprintf("/api/v1/namespaces/%s/services/https:%s:%d/proxy", GatewayNamespace, GatewayService, GatewayPort)
+// AggregatedPath is where the API server serves Stoke's gateway as an
+// aggregated API (the APIService v1alpha1.gateway.stoke.dev the chart
+// installs): invoke, exec and logs follow it.
+const AggregatedPath = "/apis/gateway.stoke.dev/v1alpha1"
 
 // Config configures New.
 type Config struct {
@@ -50,7 +47,7 @@ type Config struct {
 	Context string
 	// Gateway, when set, is the gateway's URL, called directly with the
 	// kubeconfig's bearer credentials (tokens, exec plugins) instead of
-	// through the API server's service proxy.
+	// through the API server.
 	Gateway string
 	// CACertFile is a PEM file of CAs for Gateway's certificate.
 	CACertFile string
@@ -93,17 +90,20 @@ func (c *Client) Close() error { return c.store.Close() }
 func (c *Client) Target() client.Target { return c.target }
 
 // gatewayClient is the HTTP client of the gateway's routes: the API
-// server's service proxy with the kubeconfig's transport, or cfg.Gateway
-// with its bearer credentials and cfg.CACertFile.
+// server's aggregated API with the kubeconfig's transport, or cfg.Gateway
+// with its bearer credentials and cfg.CACertFile. The string is the
+// gateway's URL as the CLI reaches it, for Target.
 func gatewayClient(cfg Config) (*client.Client, string, error) {
 	rc := rest.CopyConfig(cfg.REST)
-	server := cfg.Gateway
-	if server == "" {
+	server, shown := cfg.Gateway, cfg.Gateway
+	aggregated := server == ""
+	if aggregated {
 		base, _, err := rest.DefaultServerUrlFor(rc)
 		if err != nil {
 			return nil, "", fmt.Errorf("kubeconfig: the API server's URL: %w", err)
 		}
-		server = strings.TrimSuffix(base.String(), "/") + ProxyPath
+		server = strings.TrimSuffix(base.String(), "/")
+		shown = server + AggregatedPath
 	} else {
 		// The gateway is not the API server: its own CA, and no client
 		// certificate of the API server's.
@@ -121,11 +121,14 @@ func gatewayClient(cfg Config) (*client.Client, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	gw, err := client.New(client.Config{Server: server, HTTPClient: hc, Upgrade: up})
+	gw, err := client.New(client.Config{Server: server, HTTPClient: hc, Upgrade: up, Aggregated: aggregated})
 	if err != nil {
 		return nil, "", err
 	}
-	return gw, gw.Server(), nil
+	if !aggregated {
+		shown = gw.Server()
+	}
+	return gw, shown, nil
 }
 
 // upgrader opens exec's WebSocket with the kubeconfig's TLS settings and
@@ -213,8 +216,9 @@ func (c *Client) InvokeFunction(ctx context.Context, ns, name string, input []by
 // Exec implements client.API through the gateway.
 func (c *Client) Exec() exec.Executor { return c.gw.Exec() }
 
-// InvokeURL implements client.API: the path of the Run's endpoint at the
-// gateway as the CLI reaches it.
+// InvokeURL implements client.API: the Run's invoke URL as the CLI
+// reaches it (the aggregated API's, or the path of its endpoint at
+// Config.Gateway).
 func (c *Client) InvokeURL(run *v1alpha1.Run) string {
 	ep := run.Status.Endpoint
 	if i := strings.Index(ep, "/v1/namespaces/"); i > 0 {

@@ -26,8 +26,8 @@ import (
 // no controller: nothing acts on the Runs): a kubeconfig context chosen
 // as kubectl would, with its namespace and an exec credential plugin;
 // Runs and Runtimes through the API server with the standalone watch
-// semantics; invoke and exec through the API server's service proxy of
-// the gateway.
+// semantics; invoke and exec through the API server to the gateway's
+// aggregated API.
 func TestCluster(t *testing.T) {
 	c := kubetest.Start(t, kubetest.Options{})
 	ns := c.Namespace(t)
@@ -66,7 +66,7 @@ func TestCluster(t *testing.T) {
 	}
 	defer conn.Close()
 	if tg := conn.Target(); conn.Namespace != ns || tg.Mode != client.Cluster || tg.Context != "team" || tg.Why != "--kubeconfig" ||
-		tg.Gateway != c.Config.Host+cluster.ProxyPath {
+		tg.Gateway != c.Config.Host+cluster.AggregatedPath {
 		t.Fatalf("opened namespace %q, target %+v", conn.Namespace, tg)
 	}
 	ctx := t.Context()
@@ -133,17 +133,17 @@ func TestCluster(t *testing.T) {
 		t.Errorf("get after delete: %v", err)
 	}
 
-	// Invoke and exec go to the gateway's Service through the API
-	// server's proxy, authenticated by the plugin's token: here no
-	// gateway is installed, which the API server answers (a refused
-	// credential would be 401 or 403).
+	// Invoke and exec go to the gateway's aggregated API through the API
+	// server, authenticated by the plugin's token: here no gateway is
+	// installed, which the API server answers (a refused credential
+	// would be 401 or 403).
 	_, err = conn.Invoke(ctx, ns, "fn", "uid-1", []byte(`{}`), client.InvokeOptions{})
 	var apiErr *client.APIError
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || !strings.Contains(err.Error(), `services "stoke-gateway" not found`) {
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || !strings.Contains(err.Error(), cluster.AggregatedPath+"/namespaces/"+ns+"/runs/fn/invoke/uid-1") {
 		t.Errorf("invoke without a gateway: %v", err)
 	}
 	_, err = conn.Exec().Start(ctx, exec.Request{RunUID: ns + "/fn", Command: []string{"true"}})
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || !strings.Contains(err.Error(), `services "stoke-gateway" not found`) {
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || !strings.Contains(err.Error(), cluster.AggregatedPath+"/namespaces/"+ns+"/runs/fn/exec") {
 		t.Errorf("exec without a gateway: %v", err)
 	}
 	if _, err := conn.DeleteRuntime(ctx, ns, "bash"); err != nil {
