@@ -57,6 +57,9 @@ type ctr struct {
 	runtime  string
 	// run is the Run once started; nil while created.
 	run *v1alpha1.Run
+	// starting is set while start creates the Run (created ones, under
+	// Server.mu).
+	starting bool
 }
 
 func (c *ctr) running() bool { return c.run != nil && !c.run.Status.Phase.Terminal() }
@@ -133,7 +136,8 @@ func (s *Server) containers(all bool) []*ctr {
 	out := make([]*ctr, 0, len(s.created))
 	for _, c := range s.created {
 		if c.run == nil && all {
-			out = append(out, c)
+			cp := *c // start sets run under mu
+			out = append(out, &cp)
 		}
 	}
 	s.mu.Unlock()
@@ -159,12 +163,11 @@ func (s *Server) lookup(ref string) (*ctr, error) {
 	s.mu.Lock()
 	for _, c := range s.created {
 		if c.id == name || c.name == name {
-			defer s.mu.Unlock()
-			if c.run != nil {
-				// Started, not yet in memory: the Run as created.
-				return c, nil
-			}
-			return c, nil
+			// A copy: start sets run under mu. A started one not yet in
+			// memory has the Run as created.
+			cp := *c
+			s.mu.Unlock()
+			return &cp, nil
 		}
 	}
 	s.mu.Unlock()
@@ -395,19 +398,24 @@ func (s *Server) start(r *http.Request, c *ctr) error {
 		return err
 	}
 	s.mu.Lock()
-	if cur := s.created[c.id]; cur != c || c.run != nil {
+	cur := s.created[c.id]
+	if cur == nil || cur.run != nil || cur.starting {
 		s.mu.Unlock()
 		return errdefs.Errorf(errdefs.ErrConflict, "container %s is being started", c.id[:12])
 	}
+	cur.starting = true
 	s.mu.Unlock()
 	created, err := s.cfg.Backend.CreateRun(r.Context(), run)
+	s.mu.Lock()
+	cur.starting = false
+	if err == nil {
+		// Kept until the Runs in memory have it (forget).
+		cur.run = created
+	}
+	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("starting container %s: %w", c.id[:12], err)
 	}
-	s.mu.Lock()
-	// Kept until the Runs in memory have it (forget).
-	c.run = created
-	s.mu.Unlock()
 	s.wake()
 	s.log.Info("docker: container started", "container", c.id[:12], "run", created.Namespace+"/"+created.Name, "run_uid", created.UID)
 	return nil
