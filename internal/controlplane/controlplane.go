@@ -74,9 +74,11 @@ type Config struct {
 	// invocation is in flight on a draining replica
 	// (functionset.Config.Drained).
 	FunctionDrained func(namespace, function, runUID string) bool
-	// FunctionLoad, when set, is the autoscaler's load source (the
-	// dispatcher's in-flight and queued invocations per Function); nil
-	// reads them from each Function's status (autoscaler.Config.Load).
+	// FunctionLoad, when set, is the dispatcher's in-flight and queued
+	// invocations per Function: the autoscaler's load source, and what
+	// the Function controller writes to status.inFlight and
+	// status.queued. Nil: the autoscaler reads them from each Function's
+	// status (autoscaler.Config.Load, functionset.Config.Load).
 	FunctionLoad autoscaler.LoadFunc
 }
 
@@ -115,7 +117,7 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	fset, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(), FunctionInformer: inf.Functions,
-		RunInformer: inf.Runs, Drained: cfg.FunctionDrained, Logger: log})
+		RunInformer: inf.Runs, Drained: cfg.FunctionDrained, Load: cfg.FunctionLoad, Logger: log})
 	if err != nil {
 		return nil, err
 	}
