@@ -3,6 +3,7 @@ package standalone
 import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/dispatch"
+	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/informer"
 )
@@ -22,12 +23,17 @@ func functionSettings(fns *informer.Informer[*v1alpha1.Function], k dispatch.Key
 	return st, true
 }
 
-// resyncFunctions hands a changed Function's settings to the dispatcher.
+// resyncFunctions hands a changed Function's settings to the dispatcher;
+// a deleted Function's waiting invocations are refused (404).
 func resyncFunctions(f *gateway.Functions) informer.Handler[*v1alpha1.Function] {
 	resync := func(fn *v1alpha1.Function) { f.Resync(dispatch.Key{Namespace: fn.Namespace, Name: fn.Name}) }
 	return informer.HandlerFuncs[*v1alpha1.Function]{
 		AddFunc:    resync,
 		UpdateFunc: func(_, fn *v1alpha1.Function) { resync(fn) },
-		DeleteFunc: resync,
+		DeleteFunc: func(fn *v1alpha1.Function) {
+			k := dispatch.Key{Namespace: fn.Namespace, Name: fn.Name}
+			f.Dispatcher().Delete(k, errdefs.Errorf(errdefs.ErrNotFound, "function %s was deleted", k))
+			resync(fn) // replicas still labelled are dispatched to until they go
+		},
 	}
 }

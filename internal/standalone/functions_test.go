@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/dispatch"
 	"stoke.dev/stoke/internal/gateway"
@@ -419,5 +421,92 @@ func TestFunctionReplicaPodKilled(t *testing.T) {
 	}
 	if l := p.Functions().Dispatcher().Load(key); l.Taking != 4 || l.InFlight != 0 {
 		t.Fatalf("load after: %+v", l)
+	}
+}
+
+// regHandler answers with its registration's own ID (made when the
+// module is imported, once per registration), so that replicas the
+// Function controller makes from one template tell themselves apart.
+const regHandler = `import time, uuid
+REG = uuid.uuid4().hex
+
+def handle(event, context):
+    time.sleep(event.get("sleep", 0))
+    return {"id": event["id"], "replica": REG}
+`
+
+// A Function object: its controller's replicas serve its stable URL, its
+// spec.queue bounds the queue, and once it is deleted its name is 404.
+func TestFunctionObjectIsDispatched(t *testing.T) {
+	p := start(t, runtimeOf("python", 1, 4))
+	ctx := context.Background()
+	two := int32(2)
+	fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "greeter", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: "python", Handler: "handler.handle",
+			Source:   &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "handler.py", Text: regHandler}},
+			Replicas: &two, Scale: v1alpha1.FunctionScale{Min: 0, Max: 2},
+			Queue: v1alpha1.FunctionQueue{Length: 1, MaxWait: &metav1.Duration{Duration: 5 * time.Second}}}}
+	if _, err := p.CreateFunction(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	key := dispatch.Key{Namespace: "default", Name: "greeter"}
+	load := func() dispatch.Load { return p.Functions().Dispatcher().Load(key) }
+	for deadline := time.Now().Add(60 * time.Second); load().Taking != 2; time.Sleep(5 * time.Millisecond) { // polling an observable state
+		if time.Now().After(deadline) {
+			t.Fatalf("never 2 replicas taking: %+v", load())
+		}
+	}
+	srv := httptest.NewServer(gateway.New(gateway.Config{API: p.Standalone, Functions: p.Functions(), Token: testToken}))
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	url := functionURL(srv.URL, "greeter")
+
+	// Both replicas busy, one call queued: the queue of length 1 is full.
+	busy := make(chan fnCall, 3)
+	for i := range 2 {
+		go func() { busy <- callFunction(client, url, "busy"+strconv.Itoa(i), 1.5) }()
+	}
+	for deadline := time.Now().Add(20 * time.Second); load().InFlight != 2; time.Sleep(time.Millisecond) { // polling an observable state
+		if time.Now().After(deadline) {
+			t.Fatalf("never 2 in flight: %+v", load())
+		}
+	}
+	go func() { busy <- callFunction(client, url, "queued", 0) }()
+	for deadline := time.Now().Add(20 * time.Second); load().Queued != 1; time.Sleep(time.Millisecond) { // polling an observable state
+		if time.Now().After(deadline) {
+			t.Fatalf("never 1 queued: %+v", load())
+		}
+	}
+	if r := callFunction(client, url, "full", 0); r.status != http.StatusTooManyRequests || r.retry == "" || !strings.Contains(r.body, "1 invocations are waiting") {
+		t.Fatalf("past spec.queue.length: %d Retry-After %q %s", r.status, r.retry, r.body)
+	}
+	replicas := map[string]bool{}
+	for range 3 {
+		r := <-busy
+		if r.status != http.StatusOK {
+			t.Fatalf("call: %d %s", r.status, r.body)
+		}
+		var out struct{ ID, Replica string }
+		if err := json.Unmarshal([]byte(r.body), &out); err != nil {
+			t.Fatal(err)
+		}
+		replicas[out.Replica] = true
+	}
+	if len(replicas) != 2 {
+		t.Fatalf("answered by %d replicas, want 2", len(replicas))
+	}
+
+	if _, err := p.DeleteFunction(ctx, "default", "greeter"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) { // polling an observable state
+		r := callFunction(client, url, "gone", 0)
+		if r.status == http.StatusNotFound && strings.Contains(r.body, "function default/greeter not found") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after delete: %d %s", r.status, r.body)
+		}
 	}
 }

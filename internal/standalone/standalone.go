@@ -171,6 +171,10 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 			l := s.fns.Dispatcher().Load(dispatch.Key{Namespace: namespace, Name: name})
 			return l.InFlight, l.Queued
 		},
+		// A draining replica may go once the dispatcher has nothing on it.
+		FunctionDrained: func(namespace, function, runUID string) bool {
+			return !s.fns.Dispatcher().InFlightOn(dispatch.Key{Namespace: namespace, Name: function}, runUID)
+		},
 		OnDeleted: func(run *v1alpha1.Run) {
 			_ = os.RemoveAll(filepath.Join(s.runsRoot, string(run.UID)))
 			s.logs.Remove(string(run.UID))
