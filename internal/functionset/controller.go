@@ -39,8 +39,8 @@ const (
 	// errorRetry is when a Function whose writes failed is looked at
 	// again.
 	errorRetry = time.Second
-	// LoadRefresh is how often a Function with load has its
-	// status.inFlight and status.queued written again.
+	// LoadRefresh is how often, given a Load source, the controller
+	// looks at a Function's load again.
 	LoadRefresh = time.Second
 	// expectTimeout is how long a created replica that the informer has
 	// not shown yet is still counted (a watch that lags, or a create
@@ -66,8 +66,8 @@ type Config struct {
 	// Load, when set, is the dispatcher's in-flight and queued
 	// invocations of a Function (standalone's one gateway): the
 	// controller writes them to status.inFlight and status.queued,
-	// refreshed every LoadRefresh while either is not 0. Unset, those
-	// fields are left to whoever else writes them.
+	// looking again every LoadRefresh (a write only when they changed).
+	// Unset, those fields are left to whoever else writes them.
 	Load func(namespace, name string) (inFlight, queued int)
 	// Clock defaults to the real clock.
 	Clock clock.Clock
@@ -369,9 +369,9 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 
 	errs = append(errs, c.writeStatus(ctx, fn, hash, runs, st))
 	if c.cfg.Load != nil {
-		if f, q := c.cfg.Load(k.Namespace, k.Name); f+q > 0 {
-			c.loop.After(now.Add(LoadRefresh), k)
-		}
+		// The dispatcher's load changes without a store event: look
+		// again (a write happens only when the numbers changed).
+		c.loop.After(now.Add(LoadRefresh), k)
 	}
 	return errors.Join(errs...)
 }

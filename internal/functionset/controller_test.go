@@ -353,8 +353,8 @@ func TestReplicasFollowTheDesiredCountWithinMinAndMax(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // With a load source (stoke up's dispatcher), status.inFlight and
-// status.queued follow it: written on every sync, refreshed each
-// LoadRefresh while not 0, and back to 0 once the load is gone.
+// status.queued follow it: looked at again each LoadRefresh, and back to
+// 0 once the load is gone.
 func TestStatusCarriesTheDispatchersLoad(t *testing.T) {
 	var inFlight, queued atomic.Int32
 	inFlight.Store(3)

@@ -219,3 +219,36 @@ func TestFunctionReplicas(t *testing.T) {
 		t.Fatalf("get after delete: %d %v", r.status, e)
 	}
 }
+
+// The Function's status shows the dispatcher's load: an invocation held
+// in flight through the Function URL is status.inFlight 1 (what stoke get
+// functions prints), and 0 again once it answered.
+func TestFunctionStatusShowsItsLoad(t *testing.T) {
+	p := start(t, runtimeOf("python", 1, 2))
+	ctx := context.Background()
+	fn := &v1alpha1.Function{}
+	fn.Name, fn.Namespace = "busy", "default"
+	fn.Spec = v1alpha1.FunctionSpec{Runtime: "python", Handler: "handler.handle",
+		Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "handler.py",
+			Text: "import time\ndef handle(event, context):\n    time.sleep(event[\"sleep\"])\n    return {\"id\": event[\"id\"], \"replica\": \"any\"}\n"}},
+		Scale: v1alpha1.FunctionScale{Min: 1, Max: 1}}
+	if _, err := p.CreateFunction(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	p.waitReplicaRuns(t, "busy", "1 Ready replica", func(fn *v1alpha1.Function, rs []*v1alpha1.Run) bool {
+		return fn.Status.ReadyReplicas == 1
+	})
+	srv := httptest.NewServer(gateway.New(gateway.Config{API: p.Standalone, Functions: p.Functions(), Token: testToken}))
+	t.Cleanup(srv.Close)
+	done := make(chan fnCall, 1)
+	go func() { done <- callFunction(http.DefaultClient, functionURL(srv.URL, "busy"), "held", 3) }()
+	p.waitReplicaRuns(t, "busy", "status.inFlight 1", func(fn *v1alpha1.Function, _ []*v1alpha1.Run) bool {
+		return fn.Status.InFlight == 1
+	})
+	if r := <-done; r.err != nil || r.status != http.StatusOK {
+		t.Fatalf("the held call: %d %v %s", r.status, r.err, r.body)
+	}
+	p.waitReplicaRuns(t, "busy", "status.inFlight 0", func(fn *v1alpha1.Function, _ []*v1alpha1.Run) bool {
+		return fn.Status.InFlight == 0 && fn.Status.Queued == 0
+	})
+}
