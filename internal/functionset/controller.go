@@ -225,6 +225,10 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 	var set replicaSet
 	var errs []error
 	seen, seenUID := map[string]bool{}, map[types.UID]bool{}
+	// unseenMark are the replicas marked draining whose mark the
+	// informer has not delivered yet: the dispatcher, fed by the same
+	// informer, may not have seen it either.
+	unseenMark := map[types.UID]bool{}
 	for _, run := range runs {
 		seen[run.Name], seenUID[run.UID] = true, true
 		if at, ok := st.marked[run.UID]; ok && !isDraining(run) && run.DeletionTimestamp == nil {
@@ -235,6 +239,7 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 			}
 			run.Annotations[v1alpha1.AnnotationDraining] = "true"
 			run.Annotations[v1alpha1.AnnotationDrainingSince] = at.UTC().Format(time.RFC3339Nano)
+			unseenMark[run.UID] = true
 		} else if ok {
 			delete(st.marked, run.UID)
 		}
@@ -353,7 +358,10 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 		}
 		since := drainingSince(run, now)
 		due := since.Add(grace)
-		drained := c.cfg.Drained != nil && c.cfg.Drained(k.Namespace, k.Name, string(run.UID))
+		// The dispatcher's word counts once the mark has come through the
+		// informer that feeds it too; before, it may still take the
+		// replica for one that takes invocations.
+		drained := c.cfg.Drained != nil && !unseenMark[run.UID] && c.cfg.Drained(k.Namespace, k.Name, string(run.UID))
 		if !now.Before(due) || drained {
 			if err := c.deleteRun(ctx, k, run, "drained"); err != nil {
 				errs = append(errs, err)
