@@ -116,10 +116,12 @@ func serveOnce(ctx context.Context, cfg ServeConfig, log *slog.Logger) error {
 		return fmt.Errorf("agent dial: %w", err)
 	}
 	conn := &notifyConn{Conn: newWSConn(ws, nil), gone: make(chan struct{})}
+	sessions := &inflight{}
+	stopping := make(chan struct{})
 	srv := grpc.NewServer(append(transportServerOptions(), exec.ServerCodec(),
-		grpc.ChainStreamInterceptor(translateStream), grpc.ChainUnaryInterceptor(translateUnary))...)
+		grpc.ChainStreamInterceptor(sessions.count, translateStream), grpc.ChainUnaryInterceptor(translateUnary))...)
 	pb.RegisterExecServer(srv, exec.NewGRPCServer(cfg.Exec))
-	agentv1.RegisterAgentServiceServer(srv, &control{cfg: cfg, log: log, stopping: ctx.Done()})
+	agentv1.RegisterAgentServiceServer(srv, &control{cfg: cfg, log: log, stopping: stopping})
 	lis := &oneListener{c: conn, closed: make(chan struct{})}
 	served := make(chan struct{})
 	go func() {
@@ -135,8 +137,16 @@ func serveOnce(ctx context.Context, cfg ServeConfig, log *slog.Logger) error {
 		srv.Stop()
 	case <-ctx.Done():
 		// Sessions that have just ended (their Run did) send their end
-		// first; Stop then ends the rest, killing what they ran.
+		// first; Stop then ends the rest, killing what they ran. The
+		// watch ends after the sessions (the Runtime Server closes the
+		// connection when it ends), so that GracefulStop does not wait
+		// for it until Stop.
 		t := time.AfterFunc(time.Second, srv.Stop)
+		select {
+		case <-sessions.idle():
+		case <-conn.gone:
+		}
+		close(stopping)
 		srv.GracefulStop()
 		t.Stop()
 	}
@@ -144,6 +154,46 @@ func serveOnce(ctx context.Context, cfg ServeConfig, log *slog.Logger) error {
 	_ = lis.Close()
 	<-served
 	return nil
+}
+
+// inflight counts the streams a connection serves other than the watch:
+// the exec sessions.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	none chan struct{} // closed while n == 0; nil: none yet
+}
+
+func (f *inflight) count(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.FullMethod == agentv1.AgentService_Watch_FullMethodName {
+		return h(srv, ss)
+	}
+	f.mu.Lock()
+	if f.n == 0 {
+		f.none = make(chan struct{})
+	}
+	f.n++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		if f.n--; f.n == 0 {
+			close(f.none)
+		}
+		f.mu.Unlock()
+	}()
+	return h(srv, ss)
+}
+
+// idle is closed once no session is in flight.
+func (f *inflight) idle() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return f.none
 }
 
 // control serves agent.v1.AgentService.
