@@ -48,6 +48,7 @@ bench:
 	$(BENCH) 'CreateToReady' -benchtime 50x ./internal/standalone/
 	$(BENCH) 'UpInvoke' -benchtime 3000x ./internal/up/
 	$(BENCH) 'UpFunctionThroughput' -benchtime 1x ./internal/up/
+	$(BENCH) 'UpScaleFromZero' -benchtime 50x ./internal/up/
 	$(BENCH) 'UpTasks300' -benchtime 5x ./internal/up/
 	$(BENCH) 'UpCreate200|UpApply300' -benchtime 3x ./internal/up/
 	$(BENCH) 'UpExec(RoundTrip|Setup)' -benchtime 2000x ./internal/up/
