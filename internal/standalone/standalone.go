@@ -498,24 +498,7 @@ func (w *cachedWatch) Stop() {
 // CancelRun sets spec.cancelRequested; runtimed (or, for a Pending Run,
 // the scheduler) ends the Run as Cancelled.
 func (s *Standalone) CancelRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
-	var out *v1alpha1.Run
-	err := store.RetryOnConflict(func() error {
-		run, err := s.store.Runs().Get(ctx, namespace, name)
-		if err != nil {
-			return err
-		}
-		if run.Spec.CancelRequested || run.Status.Phase.Terminal() {
-			out = run
-			return nil
-		}
-		run.Spec.CancelRequested = true
-		out, err = s.store.Runs().Update(ctx, run)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return store.RequestCancel(ctx, s.store.Runs(), namespace, name)
 }
 
 // DeleteRun deletes a Run and returns it as it was; a function Run first

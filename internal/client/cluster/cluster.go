@@ -280,21 +280,7 @@ func (c *Client) WatchRuns(ctx context.Context, ns string, opts client.ListOptio
 // CancelRun implements client.API as stoke up does: spec.cancelRequested,
 // unless the Run has ended or asked already.
 func (c *Client) CancelRun(ctx context.Context, ns, name string) (*v1alpha1.Run, error) {
-	var out *v1alpha1.Run
-	err := store.RetryOnConflict(func() error {
-		run, err := c.store.Runs().Get(ctx, namespaceOf(ns), name)
-		if err != nil {
-			return err
-		}
-		if run.Spec.CancelRequested || run.Status.Phase.Terminal() {
-			out = run
-			return nil
-		}
-		run.Spec.CancelRequested = true
-		out, err = c.store.Runs().Update(ctx, run)
-		return err
-	})
-	return out, err
+	return store.RequestCancel(ctx, c.store.Runs(), namespaceOf(ns), name)
 }
 
 // DeleteRun implements client.API: the Run read, then deleted with its

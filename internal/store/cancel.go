@@ -1,0 +1,31 @@
+package store
+
+import (
+	"context"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+)
+
+// RequestCancel sets the Run's spec.cancelRequested, unless it has ended
+// or asked already, retrying on conflicts; it returns the Run as stored.
+// runtimed (or, for a Pending Run, the scheduler) then ends it Cancelled.
+func RequestCancel(ctx context.Context, runs Resource[*v1alpha1.Run], namespace, name string) (*v1alpha1.Run, error) {
+	var out *v1alpha1.Run
+	err := RetryOnConflict(func() error {
+		run, err := runs.Get(ctx, namespace, name)
+		if err != nil {
+			return err
+		}
+		if run.Spec.CancelRequested || run.Status.Phase.Terminal() {
+			out = run
+			return nil
+		}
+		run.Spec.CancelRequested = true
+		out, err = runs.Update(ctx, run)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
