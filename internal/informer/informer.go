@@ -15,8 +15,8 @@
 // Handlers are called one at a time, in the order the changes were
 // committed, after the cache reflects the change. They must be fast and
 // must not block: a component copies what it needs (usually the object's
-// [Key]) into its own queue — [Queue] is one — and does the work on its
-// own goroutine.
+// [Key]) into its own queue (the control loops use internal/loop's) and
+// does the work on its own goroutine.
 //
 // Objects handed out by the informer, to handlers and by Get and List, are
 // shared by every reader and must be treated as read-only: DeepCopy before

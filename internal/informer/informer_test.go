@@ -412,25 +412,6 @@ func TestNamespaceScope(t *testing.T) {
 	}
 }
 
-func TestQueue(t *testing.T) {
-	q := informer.NewQueue()
-	a, b := informer.Key{Namespace: "n", Name: "a"}, informer.Key{Namespace: "n", Name: "b"}
-	q.Add(a)
-	q.Add(b)
-	q.Add(a)
-	<-q.Ready()
-	if got := q.Take(); len(got) != 2 || got[0] != a || got[1] != b {
-		t.Fatalf("Take = %v", got)
-	}
-	if q.Len() != 0 {
-		t.Fatal("not empty")
-	}
-	q.Add(a)
-	if got := q.Take(); len(got) != 1 || got[0] != a {
-		t.Fatalf("Take after re-add = %v", got)
-	}
-}
-
 // A reader of the store waits for the cache to reach what it read; a
 // version the store has not reached yet is waited for until the context
 // ends.
