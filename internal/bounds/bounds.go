@@ -159,6 +159,53 @@ const (
 	FunctionDrainSeconds = 300
 	// ScaleReason bounds status.lastScale.reason.
 	ScaleReason = 1 << 10
+
+	// A WorkflowRun (issue 22): WorkflowJobs bounds the jobs of one spec,
+	// WorkflowMatrix the combinations of one job's matrix (and its axes'
+	// values, include and exclude entries), WorkflowJobInstances the job
+	// instances of one WorkflowRun after matrix expansion (called
+	// Workflows' jobs included), WorkflowSteps the steps of one job, and
+	// WorkflowStepInstances the step statuses of one WorkflowRun (job
+	// instances × their steps). With the status fields' own bounds they
+	// keep a WorkflowRun's status under 1 MiB (docs/workflows.md).
+	WorkflowJobs          = 64
+	WorkflowMatrix        = 256
+	WorkflowMatrixAxes    = 16
+	WorkflowJobInstances  = 256
+	WorkflowSteps         = 100
+	WorkflowStepInstances = 512
+	// WorkflowMatrixValues bounds one combination's values as JobStatus
+	// keeps them (keys and JSON values together).
+	WorkflowMatrixValues = 256
+	// WorkflowExpression bounds one expression: an if:, or a value with
+	// ${{ }} in it, as written.
+	WorkflowExpression = 4 << 10
+	// WorkflowCallDepth bounds nested Workflow calls: a WorkflowRun's job
+	// calling a Workflow is depth 1.
+	WorkflowCallDepth = 4
+	// WorkflowCalled bounds the distinct Workflows one WorkflowRun calls
+	// (spec.workflow's included), and so status.snapshot's entries.
+	WorkflowCalled = 8
+	// WorkflowSpec bounds a WorkflowRun's or Workflow's spec as JSON;
+	// WorkflowSnapshot all the specs one status.snapshot copies.
+	WorkflowSpec     = 64 << 10
+	WorkflowSnapshot = 128 << 10
+	// WorkflowOutputs bounds all job outputs of one WorkflowRun together
+	// (each job's are within OutputKeys, OutputKey and OutputValue), and
+	// the run's own outputs.
+	WorkflowOutputs = 64 << 10
+	// WorkflowJobMessage and WorkflowStepMessage bound a job instance's
+	// and a step's status message.
+	WorkflowJobMessage  = 1 << 10
+	WorkflowStepMessage = 256
+	// WorkflowName bounds a job's or step's display name; WorkflowID a
+	// job's or step's id (a DNS label's length).
+	WorkflowName = 128
+	WorkflowID   = 63
+	// WorkflowInputs bounds a Workflow's inputs and a call's with:.
+	WorkflowInputs = 64
+	// WorkflowRunScript bounds a step's run: (also within WorkflowSpec).
+	WorkflowRunScript = 64 << 10
 )
 
 // A Function's defaults for what its spec leaves out, or sets to 0 (the

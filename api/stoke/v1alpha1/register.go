@@ -19,7 +19,7 @@ var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 // conventions use.
 var SchemeGroupVersion = GroupVersion
 
-// SchemeBuilder registers Run, Runtime, Function and their lists; AddToScheme adds
+// SchemeBuilder registers Run, Runtime, Function, WorkflowRun, Workflow and their lists; AddToScheme adds
 // them to a runtime.Scheme for client-go and controller-runtime clients.
 var (
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
@@ -27,7 +27,8 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &Run{}, &RunList{}, &Runtime{}, &RuntimeList{}, &Function{}, &FunctionList{})
+	s.AddKnownTypes(SchemeGroupVersion, &Run{}, &RunList{}, &Runtime{}, &RuntimeList{}, &Function{}, &FunctionList{},
+		&WorkflowRun{}, &WorkflowRunList{}, &Workflow{}, &WorkflowList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }

@@ -15,6 +15,8 @@ func TestAddToScheme(t *testing.T) {
 		KindRun: &Run{}, KindRun + "List": &RunList{},
 		KindRuntime: &Runtime{}, KindRuntime + "List": &RuntimeList{},
 		KindFunction: &Function{}, KindFunction + "List": &FunctionList{},
+		KindWorkflowRun: &WorkflowRun{}, KindWorkflowRun + "List": &WorkflowRunList{},
+		KindWorkflow: &Workflow{}, KindWorkflow + "List": &WorkflowList{},
 	} {
 		gvks, _, err := s.ObjectKinds(obj)
 		if err != nil {
