@@ -103,6 +103,9 @@ var forbidden = map[string][]string{
 	// never a store, a pod or a Runtime Server directly, so that it can
 	// serve Kubernetes mode too.
 	"stoke.dev/stoke/internal/docker": {"stoke.dev/stoke/internal/store/", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/up"},
+	// Copying through exec knows the Exec service only: docker cp and
+	// workflow artifacts use it, it uses neither, nor a store or a pod.
+	"stoke.dev/stoke/internal/podcopy": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/docker", "stoke.dev/stoke/internal/artifact", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/runtime"},
 	// The Kubernetes gateway is the gateway's code behind Kubernetes
 	// authorization and informers: nothing of standalone mode.
 	"stoke.dev/stoke/internal/kubegateway": {"stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store/sqlite", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/up"},

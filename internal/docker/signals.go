@@ -15,6 +15,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/podcopy"
 )
 
 // defaultStopTimeout is Docker's: how long `docker stop` waits after the
@@ -82,7 +83,7 @@ func (s *Server) run(ctx context.Context, c *ctr, argv []string, in *bytes.Reade
 		return 0, nil, err
 	}
 	defer sess.Close()
-	var out boundedBuffer
+	var out podcopy.Buffer
 	streams := exec.Streams{Stdout: &out, Stderr: &out}
 	if in != nil {
 		streams.Stdin = in
@@ -91,17 +92,7 @@ func (s *Server) run(ctx context.Context, c *ctr, argv []string, in *bytes.Reade
 	if err != nil {
 		return 0, nil, err
 	}
-	return exit.Code, out.b.Bytes(), nil
-}
-
-// boundedBuffer keeps the first 64 KiB written to it and drops the rest.
-type boundedBuffer struct{ b bytes.Buffer }
-
-func (b *boundedBuffer) Write(p []byte) (int, error) {
-	if room := 64<<10 - b.b.Len(); room > 0 {
-		b.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
+	return exit.Code, out.Bytes(), nil
 }
 
 func (s *Server) containerKill(w http.ResponseWriter, r *http.Request) {
