@@ -83,6 +83,11 @@ const (
 	// Path is the longest path a Run names (entrypoint, source path, a
 	// source archive's member, a Lambda bootstrap): Linux's PATH_MAX.
 	Path = 4 << 10
+	// GitURL is the longest spec.source.git.url; GitRef the longest ref.
+	GitURL = 2 << 10
+	GitRef = 1 << 10
+	// PlacementName is the longest spec.placement.podUID and workspace.
+	PlacementName = 128
 	// APIStreams bounds the watch and followed-log responses the HTTP API
 	// keeps open at once; each holds a store watcher or a log reader.
 	APIStreams = 512
@@ -107,7 +112,7 @@ const (
 	// sum, or escape ('<' is six bytes of JSON), past it.
 	ObjectJSON = ObjectBody + 64<<10
 	// StoredObject bounds one object in the store: an ObjectJSON object
-	// plus a status with every field at its bound (outputs, message,
+	// plus a status with every field at its bound (outputs, env, message,
 	// conditions), each byte escaped at worst as \u00XX.
 	StoredObject = ObjectJSON + 1<<20
 	// RetryAttempts is the largest spec.retryPolicy.maxAttempts.

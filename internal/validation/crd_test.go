@@ -42,6 +42,14 @@ var crdBounds = map[string]map[string][]int64{
 		"spec.source.inline.text rules":                 {bounds.Source},
 		"spec.source.archive.tarGz maxLength":           {int64(base64.StdEncoding.EncodedLen(bounds.Source))},
 		"spec.source.archive.tarGz rules":               {bounds.Source},
+		"spec.source.git.url maxLength":                 {bounds.GitURL},
+		"spec.source.git.ref maxLength":                 {bounds.GitRef},
+		"spec.source.git.path maxLength":                {bounds.Path},
+		"spec.source.git.credentialsSecret maxLength":   {maxSecretName},
+		"spec.placement.podUID maxLength":               {bounds.PlacementName},
+		"spec.placement.workspace maxLength":            {bounds.PlacementName},
+		"status.env maxItems":                           {bounds.OutputKeys},
+		"status.sourceCommit maxLength":                 {maxCommitID},
 		"spec.retryPolicy.maxAttempts maximum":          {bounds.RetryAttempts},
 		"spec.retryPolicy.retryableReasons[] maxLength": {maxConditionReason},
 		"status.message maxLength":                      {bounds.Message},
@@ -70,26 +78,37 @@ var crdBounds = map[string]map[string][]int64{
 		"spec.lambda.agentKey maxLength":            {bounds.Path},
 	},
 	"stoke.dev_functions.yaml": {
-		" rules":                              {dnsLabel},
-		"spec.runtime maxLength":              {dnsLabel},
-		"spec.handler maxLength":              {bounds.Handler},
-		"spec.handler rules":                  {bounds.Handler},
-		"spec.env maxItems":                   {bounds.EnvEntries},
-		"spec.source.inline.path maxLength":   {bounds.Path},
-		"spec.source.inline.text maxLength":   {bounds.Source},
-		"spec.source.inline.text rules":       {bounds.Source},
-		"spec.source.archive.tarGz maxLength": {int64(base64.StdEncoding.EncodedLen(bounds.Source))},
-		"spec.source.archive.tarGz rules":     {bounds.Source},
-		"spec.replicas maximum":               {bounds.FunctionReplicas},
-		"spec.scale.min maximum":              {bounds.FunctionReplicas},
-		"spec.scale.max maximum":              {bounds.FunctionReplicas},
-		"spec.scale.targetInFlight maximum":   {bounds.FunctionTargetInFlight},
-		"spec.scale.idleSeconds maximum":      {bounds.FunctionIdleSeconds},
-		"spec.queue.length maximum":           {bounds.MaxFunctionQueue},
-		"spec.drainSeconds maximum":           {bounds.FunctionDrainSeconds},
-		"status.lastScale.reason maxLength":   {bounds.ScaleReason},
+		" rules":                                      {dnsLabel},
+		"spec.runtime maxLength":                      {dnsLabel},
+		"spec.handler maxLength":                      {bounds.Handler},
+		"spec.handler rules":                          {bounds.Handler},
+		"spec.env maxItems":                           {bounds.EnvEntries},
+		"spec.source.inline.path maxLength":           {bounds.Path},
+		"spec.source.inline.text maxLength":           {bounds.Source},
+		"spec.source.inline.text rules":               {bounds.Source},
+		"spec.source.archive.tarGz maxLength":         {int64(base64.StdEncoding.EncodedLen(bounds.Source))},
+		"spec.source.archive.tarGz rules":             {bounds.Source},
+		"spec.source.git.url maxLength":               {bounds.GitURL},
+		"spec.source.git.ref maxLength":               {bounds.GitRef},
+		"spec.source.git.path maxLength":              {bounds.Path},
+		"spec.source.git.credentialsSecret maxLength": {maxSecretName},
+		"spec.replicas maximum":                       {bounds.FunctionReplicas},
+		"spec.scale.min maximum":                      {bounds.FunctionReplicas},
+		"spec.scale.max maximum":                      {bounds.FunctionReplicas},
+		"spec.scale.targetInFlight maximum":           {bounds.FunctionTargetInFlight},
+		"spec.scale.idleSeconds maximum":              {bounds.FunctionIdleSeconds},
+		"spec.queue.length maximum":                   {bounds.MaxFunctionQueue},
+		"spec.drainSeconds maximum":                   {bounds.FunctionDrainSeconds},
+		"status.lastScale.reason maxLength":           {bounds.ScaleReason},
 	},
 }
+
+// maxSecretName is a Secret's name's bound (a DNS-1123 subdomain);
+// maxCommitID a SHA-256 commit ID's length.
+const (
+	maxSecretName = int64(k8svalidation.DNS1123SubdomainMaxLength)
+	maxCommitID   = 64
+)
 
 // TestCRDMatchesBounds reads the generated CRDs and checks that every
 // upper bound they state — maxLength, maxItems, maxProperties, maximum and

@@ -104,6 +104,7 @@ func ValidateRunUpdate(old, new *v1alpha1.Run) error {
 	immutable(&e, spec.Child("env"), o.Env, n.Env)
 	immutable(&e, spec.Child("timeout"), o.Timeout, n.Timeout)
 	immutable(&e, spec.Child("retryPolicy"), o.RetryPolicy, n.RetryPolicy)
+	immutable(&e, spec.Child("placement"), o.Placement, n.Placement)
 	if o.CancelRequested && !n.CancelRequested {
 		e.add(spec.Child("cancelRequested"), "cannot be unset once true")
 	}
@@ -319,6 +320,7 @@ func validateRunSpec(e *errorList, s *v1alpha1.RunSpec, spec *field.Path) {
 	validateDuration(e, s.Timeout, spec.Child("timeout"))
 	validateRetryPolicy(e, s.RetryPolicy, spec.Child("retryPolicy"))
 	validateTTL(e, s.TTLSecondsAfterFinished, spec.Child("ttlSecondsAfterFinished"))
+	validatePlacement(e, s.Placement, spec.Child("placement"))
 }
 
 func validateMode(e *errorList, m *v1alpha1.RunMode, mode *field.Path) {
@@ -406,6 +408,9 @@ func validateSource(e *errorList, s *v1alpha1.Source, src *field.Path) {
 		if len(in.Text) > bounds.Source {
 			e.add(inline.Child("text"), "is %d bytes, at most %d allowed", len(in.Text), bounds.Source)
 		}
+	}
+	if g := s.Git; g != nil {
+		validateGitSource(e, g, src.Child("git"))
 	}
 	if ar := s.Archive; ar != nil {
 		tgz := src.Child("archive", "tarGz")

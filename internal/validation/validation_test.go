@@ -246,6 +246,56 @@ func runCases(t testing.TB) []runCase {
 			r.Spec.Source = &v1alpha1.Source{Archive: &v1alpha1.ArchiveSource{TarGz: []byte("PK\x03\x04")}}
 		}, "spec.source.archive.tarGz"},
 
+		// source.git
+		{"git commit", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Git = gitSource() }, ""},
+		{"git ref and path", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Git = &v1alpha1.GitSource{URL: "https://example.com/a/b.git", Ref: "refs/tags/v1.2", Path: "src/b"}
+		}, ""},
+		{"git only", taskRun, func(r *v1alpha1.Run) { r.Spec.Source = &v1alpha1.Source{Git: gitSource()} }, ""},
+		{"git secret", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Git = gitSource()
+			r.Spec.Source.Git.CredentialsSecret = "git-creds"
+		}, ""},
+		{"git commit and ref", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Git = gitSource(); r.Spec.Source.Git.Ref = "main" }, "spec.source.git"},
+		{"git neither", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Git = gitSource(); r.Spec.Source.Git.Commit = "" }, "spec.source.git"},
+		{"git short commit", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Git = gitSource(); r.Spec.Source.Git.Commit = "abc123" }, "spec.source.git.commit"},
+		{"git file URL", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Git = gitSource(); r.Spec.Source.Git.URL = "file:///etc" }, "spec.source.git.url"},
+		{"git ext URL", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Git = gitSource(); r.Spec.Source.Git.URL = "ext::sh -c x" }, "spec.source.git.url"},
+		{"git URL credentials", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Git = gitSource()
+			r.Spec.Source.Git.URL = "https://user:pw@example.com/r.git"
+		}, "spec.source.git.url"},
+		{"git ref option", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Git = &v1alpha1.GitSource{URL: "git://127.0.0.1/r", Ref: "--upload-pack=x"}
+		}, "spec.source.git.ref"},
+		{"git ref ..", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Git = &v1alpha1.GitSource{URL: "git://127.0.0.1/r", Ref: "main..x"}
+		}, "spec.source.git.ref"},
+		{"git ref colon", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Git = &v1alpha1.GitSource{URL: "git://127.0.0.1/r", Ref: "a:b"}
+		}, "spec.source.git.ref"},
+		{"git path ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Git = gitSource(); r.Spec.Source.Git.Path = "a/../../x" }, "spec.source.git.path"},
+		{"git path absolute", taskRun, func(r *v1alpha1.Run) { r.Spec.Source.Git = gitSource(); r.Spec.Source.Git.Path = "/tmp" }, "spec.source.git.path"},
+		{"git secret name", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Source.Git = gitSource()
+			r.Spec.Source.Git.CredentialsSecret = "Bad_Name"
+		}, "spec.source.git.credentialsSecret"},
+
+		// placement
+		{"placement", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Placement = &v1alpha1.Placement{PodUID: "6f1c2a9e-1b7d-4c55-9a0e-3d2f8b7c6a51", Workspace: "wf-1.build", ReleaseWorkspace: true}
+		}, ""},
+		{"placement pod only", taskRun, func(r *v1alpha1.Run) { r.Spec.Placement = &v1alpha1.Placement{PodUID: "p-1"} }, ""},
+		{"workspace ..", taskRun, func(r *v1alpha1.Run) { r.Spec.Placement = &v1alpha1.Placement{Workspace: ".."} }, "spec.placement.workspace"},
+		{"workspace slash", taskRun, func(r *v1alpha1.Run) { r.Spec.Placement = &v1alpha1.Placement{Workspace: "a/b"} }, "spec.placement.workspace"},
+		{"workspace past bound", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Placement = &v1alpha1.Placement{Workspace: strings.Repeat("w", bounds.PlacementName+1)}
+		}, "spec.placement.workspace"},
+		{"pod UID slash", taskRun, func(r *v1alpha1.Run) { r.Spec.Placement = &v1alpha1.Placement{PodUID: "../p"} }, "spec.placement.podUID"},
+		{"release without workspace", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Placement = &v1alpha1.Placement{PodUID: "p-1", ReleaseWorkspace: true}
+		}, "spec.placement.releaseWorkspace"},
+
 		// env
 		{"env at bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Env = envOf(bounds.EnvEntries) }, ""},
 		{"env past bound", taskRun, func(r *v1alpha1.Run) { r.Spec.Env = envOf(bounds.EnvEntries + 1) }, "spec.env"},
@@ -296,6 +346,10 @@ func runCases(t testing.TB) []runCase {
 		{"ttl 0", taskRun, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(0)) }, ""},
 		{"ttl negative", taskRun, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(-1)) }, "spec.ttlSecondsAfterFinished"},
 	}
+}
+
+func gitSource() *v1alpha1.GitSource {
+	return &v1alpha1.GitSource{URL: "git://127.0.0.1:9418/repo.git", Commit: strings.Repeat("0123456789", 4)}
 }
 
 func TestValidateRun(t *testing.T) {

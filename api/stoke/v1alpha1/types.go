@@ -87,6 +87,7 @@ type Run struct {
 // +kubebuilder:validation:XValidation:rule="has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || self.timeout == oldSelf.timeout)",message="is immutable",fieldPath=".timeout"
 // +kubebuilder:validation:XValidation:rule="has(self.retryPolicy) == has(oldSelf.retryPolicy) && (!has(self.retryPolicy) || self.retryPolicy == oldSelf.retryPolicy)",message="is immutable",fieldPath=".retryPolicy"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancelRequested) || !oldSelf.cancelRequested || (has(self.cancelRequested) && self.cancelRequested)",message="cannot be unset once true",fieldPath=".cancelRequested"
+// +kubebuilder:validation:XValidation:rule="has(self.placement) == has(oldSelf.placement) && (!has(self.placement) || self.placement == oldSelf.placement)",message="is immutable",fieldPath=".placement"
 type RunSpec struct {
 	// Runtime names the Runtime pool: a DNS-1123 label, like the Runtime's
 	// name.
@@ -117,6 +118,37 @@ type RunSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+	// Placement pins the Run to one runtime pod and a workspace on it
+	// (a workflow job's steps: docs/runs.md, Placement).
+	// +optional
+	Placement *Placement `json:"placement,omitempty"`
+}
+
+// Placement says where on the pool a Run runs, beyond a free slot.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.releaseWorkspace) || !self.releaseWorkspace || has(self.workspace)",message="needs a workspace",fieldPath=".releaseWorkspace"
+type Placement struct {
+	// PodUID runs the Run only on the runtime pod with this UID: the
+	// scheduler waits for a free slot there, and ends the Run Failed
+	// (reason Unschedulable) when that pod is gone or never was.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][-A-Za-z0-9_.]*$`
+	PodUID string `json:"podUID,omitempty"`
+	// Workspace names a directory on the pod that the Runs naming it
+	// share, and that is their working directory instead of a directory
+	// of their own: files one Run writes there are there for the next.
+	// It is made by the first Run that names it and removed when a Run
+	// with releaseWorkspace ends (or when its pod goes).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][-A-Za-z0-9_.]*$`
+	Workspace string `json:"workspace,omitempty"`
+	// ReleaseWorkspace removes the workspace when this Run ends, whatever
+	// its phase: the owner's signal that no later Run names it (a
+	// workflow job's last Run, or a Run of its own made to clean up).
+	// +optional
+	ReleaseWorkspace bool `json:"releaseWorkspace,omitempty"`
 }
 
 // RunMode holds exactly one of Task or Function.
@@ -169,8 +201,9 @@ type FunctionMode struct {
 	IdleTimeoutSeconds int64 `json:"idleTimeoutSeconds,omitempty"`
 }
 
-// Source is where a Run's program comes from: exactly one of Inline or
-// Archive.
+// Source is where a Run's program comes from: at most one of Inline or
+// Archive, and optionally Git, which is checked out first (an inline
+// file or the archive's files are then written over it).
 //
 // +kubebuilder:validation:XValidation:rule="!(has(self.inline) && has(self.archive))",message="at most one of inline or archive may be set"
 type Source struct {
@@ -178,6 +211,10 @@ type Source struct {
 	Inline *InlineSource `json:"inline,omitempty"`
 	// +optional
 	Archive *ArchiveSource `json:"archive,omitempty"`
+	// Git checks out a commit of a repository into the working directory
+	// (or Path inside it).
+	// +optional
+	Git *GitSource `json:"git,omitempty"`
 }
 
 // InlineSource is program text written to one file.
@@ -272,6 +309,16 @@ type RunStatus struct {
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 128 && size(self[k]) <= 8192)",message="an output key is over 128 characters or a value over 8192"
 	Outputs map[string]string `json:"outputs,omitempty"`
+	// Env is what a task wrote to $GITHUB_ENV, in order, bounded as
+	// outputs are; a workflow passes it on to the job's later steps.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Env []EnvVar `json:"env,omitempty"`
+	// SourceCommit is the commit spec.source.git checked out (its ref
+	// resolved once, so that every attempt checks out the same tree).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SourceCommit string `json:"sourceCommit,omitempty"`
 	// Endpoint is a Ready function's invoke URL.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`

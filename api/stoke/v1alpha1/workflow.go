@@ -293,29 +293,47 @@ type NameValue struct {
 	Value string `json:"value"`
 }
 
-// GitSource is a commit of a git repository: what a WorkflowRun's
-// `uses: checkout` checks out, and a Run's source.git.
+// GitSource is one commit of a git repository: a Run's source.git, and
+// what a WorkflowRun's `uses: checkout` checks out. It is fetched once per
+// commit into a cache the Runtime's pods share, then checked out into the
+// Run's working directory (docs/runs.md, Git source).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.commit) != has(self.ref)",message="exactly one of commit or ref must be set"
 type GitSource struct {
-	// URL is the repository (https://, http://, git://, ssh:// or file://).
+	// URL of the repository: http://, https:// or git://. Credentials do
+	// not belong in it (credentialsSecret, or stoke up's
+	// --git-credentials).
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^(https?|git)://[^\s@/]+(/[^\s@]*)?$`
 	URL string `json:"url"`
-	// Commit is a full commit hash; exactly one of commit and ref.
+	// Commit is a full commit ID (40 or 64 hex digits).
 	// +optional
-	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^([0-9a-f]{40}|[0-9a-f]{64})$`
 	Commit string `json:"commit,omitempty"`
-	// Ref is a branch or tag, resolved when fetched.
+	// Ref is a branch, a tag or a full ref (refs/…), resolved to a commit
+	// once, when the Run is first materialised; status.sourceCommit
+	// records it, and a retried attempt checks out that commit again.
 	// +optional
-	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[^-\s~^:?*\[\\][^\s~^:?*\[\\]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..') && !self.contains('@{') && !self.contains('//') && !self.endsWith('/') && !self.endsWith('.') && !self.endsWith('.lock') && !self.startsWith('/') && !self.matches('(^|/)[.]') && self != '@'",message="is not a git ref: contains '..', '@{' or '//', starts or ends with '/', ends with '.' or '.lock', has an element starting with '.', or is '@'"
 	Ref string `json:"ref,omitempty"`
-	// Path is where in the working directory: relative, no '..'.
+	// Path is where in the working directory the tree goes (default the
+	// working directory itself); relative, without '..'.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="must be relative to the working directory"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.](/|$)')",message="must not contain '..'"
+	// +kubebuilder:validation:XValidation:rule="!self.contains('\\x00')",message="contains a NUL byte"
 	Path string `json:"path,omitempty"`
-	// CredentialsSecret names a Secret in the namespace (Kubernetes);
-	// standalone reads credentials from a file stoke up's flag names.
+	// CredentialsSecret names a Secret in the Run's namespace (Kubernetes
+	// mode) of type kubernetes.io/basic-auth whose username and password
+	// the fetch sends; stoke up takes them from its --git-credentials
+	// file instead and ignores this name.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	CredentialsSecret string `json:"credentialsSecret,omitempty"`
 }
 
