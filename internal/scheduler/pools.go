@@ -107,6 +107,9 @@ func (s *Scheduler) scheduleDirty(ctx context.Context) {
 
 func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
 	now := s.clk.Now()
+	for _, ps := range p.pods {
+		s.schedulePinned(ctx, p, ps, now)
+	}
 	for p.waiting.Len() > 0 {
 		ps := s.pick(p)
 		if ps == nil {
@@ -114,14 +117,7 @@ func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
 		}
 		rs := heap.Pop(&p.waiting).(*runState)
 		s.waiting.Add(-1)
-		run, ok := s.cfg.RunInformer.Get(rs.key.Namespace, rs.key.Name)
-		if !ok || run.ResourceVersion != rs.rv {
-			continue // a newer version is queued for sync
-		}
-		rs.reserved, rs.reservedBase = ps.pod.UID, run.ResourceVersion
-		s.setSlot(rs, ps.pod.UID)
-		p.handedAt = now
-		s.write(ctx, rs, run, job{kind: jobAssign, pod: ps.pod})
+		s.hand(ctx, p, ps, rs, now)
 	}
 	if at := s.stuckAt(p); now.Before(at) && len(p.due) > 0 {
 		// A slot was handed out meanwhile: the pool is draining after all.
@@ -147,6 +143,18 @@ func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
 		s.unschedWriting++
 		s.write(ctx, rs, run, job{kind: jobUnschedulable, message: s.unschedulableMessage(p)})
 	}
+}
+
+// hand assigns rs, just taken out of its queue, to ps.
+func (s *Scheduler) hand(ctx context.Context, p *poolState, ps *podState, rs *runState, now time.Time) {
+	run, ok := s.cfg.RunInformer.Get(rs.key.Namespace, rs.key.Name)
+	if !ok || run.ResourceVersion != rs.rv {
+		return // a newer version is queued for sync
+	}
+	rs.reserved, rs.reservedBase = ps.pod.UID, run.ResourceVersion
+	s.setSlot(rs, ps.pod.UID)
+	p.handedAt = now
+	s.write(ctx, rs, run, job{kind: jobAssign, pod: ps.pod})
 }
 
 // maxUnschedWriting leaves half the workers to assignments.
@@ -213,6 +221,16 @@ func (s *Scheduler) podGone(ctx context.Context, p podsource.Pod) {
 		return
 	}
 	delete(s.pods, p.UID)
+	if len(s.gone) >= maxGone {
+		clear(s.gone)
+	}
+	s.gone[p.UID] = p.Name
+	if q := s.pinned[p.UID]; q != nil {
+		// Its pinned Runs can run nowhere else: decided again, they fail.
+		for _, rs := range append([]*runState(nil), (*q)...) {
+			s.sync(ctx, rs.key)
+		}
+	}
 	k := podPool(ps.pod)
 	pl := s.pool(k)
 	for i, x := range pl.pods {

@@ -40,7 +40,11 @@ type runState struct {
 	// retryAt: after a failed write, do not write again before this.
 	retryAt time.Time
 
-	index    int       // position in its pool's waiting heap; -1 when not waiting
+	// pin is spec.placement.podUID: the only pod the Run may take.
+	pin string
+
+	index    int       // position in queue; -1 when not waiting
+	queue    *runHeap  // the heap it waits in: its pool's, or its pod's for a pinned Run
 	since    time.Time // when this attempt was first seen waiting
 	unschedQ bool      // queued in its pool's due list
 }
@@ -67,6 +71,9 @@ func (s *Scheduler) sync(ctx context.Context, k informer.Key) {
 		}
 		s.seq++
 		rs = &runState{key: k, uid: run.UID, pool: poolOf(run), created: run.CreationTimestamp.Time, seq: s.seq, index: -1}
+		if pl := run.Spec.Placement; pl != nil {
+			rs.pin = pl.PodUID
+		}
 		s.runs[k] = rs
 	}
 	if rs.rv != run.ResourceVersion {
@@ -160,9 +167,12 @@ func (s *Scheduler) decide(ctx context.Context, rs *runState, run *v1alpha1.Run)
 		s.write(ctx, rs, run, job{kind: jobRuntimeCheck})
 		return
 	}
+	if rs.pin != "" {
+		s.decidePinned(ctx, rs, run, p)
+		return
+	}
 	if rs.index < 0 {
-		heap.Push(&p.waiting, rs)
-		s.waiting.Add(1)
+		s.enqueue(&p.waiting, rs)
 	}
 	s.dirty[p.key] = struct{}{}
 	if unschedulableWritten(run) {
@@ -193,11 +203,21 @@ func unschedulableWritten(run *v1alpha1.Run) bool {
 	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonUnschedulable
 }
 
-// unwait takes rs out of its pool's queue.
+// enqueue makes rs wait in q.
+func (s *Scheduler) enqueue(q *runHeap, rs *runState) {
+	rs.queue = q
+	heap.Push(q, rs)
+	s.waiting.Add(1)
+}
+
+// unwait takes rs out of the queue it waits in.
 func (s *Scheduler) unwait(rs *runState) {
 	if rs.index >= 0 {
-		heap.Remove(&s.pools[rs.pool].waiting, rs.index)
+		heap.Remove(rs.queue, rs.index)
 		s.waiting.Add(-1)
+		if rs.pin != "" && rs.queue.Len() == 0 && s.pinned[rs.pin] == rs.queue {
+			delete(s.pinned, rs.pin)
+		}
 	}
 }
 

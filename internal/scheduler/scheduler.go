@@ -53,6 +53,17 @@
 // it stops as soon as the pool hands out a slot again (a pause of a loaded
 // machine marks a few Runs, not the whole queue).
 //
+// A Run with spec.placement.podUID (pinned: a workflow job's step, which
+// must find the files the job's earlier steps left on that pod) waits in
+// its pod's own queue, not its pool's, and takes a slot only on that pod;
+// a freed slot of a pod goes to its pinned Runs first, oldest first, then
+// to its pool's queue. A Run pinned to a pod that is not among the ready
+// pods of its Runtime (it went, or never was one: the scheduler starts
+// once the pod source knows every live pod) ends Failed with reason
+// Unschedulable, through the retry engine, and a message naming the pod.
+// Pinned Runs waiting for a slot of a live pod get no Unschedulable
+// condition: the pod is alive, so they are waiting their turn.
+//
 // A conflicting write is never retried blindly: the Run is decided again
 // from the informer once it shows the newer version.
 package scheduler
@@ -173,6 +184,12 @@ type Scheduler struct {
 	pods  map[string]*podState // ready pods by UID
 	pools map[informer.Key]*poolState
 	used  map[string]int // slots taken per pod UID, reservations included
+	// pinned are the waiting Runs with spec.placement.podUID, by that
+	// UID; only pods in pods have a queue here.
+	pinned map[string]*runHeap
+	// gone names the pods that went (by UID), for the message of a Run
+	// pinned to one; forgotten in bulk past maxGone.
+	gone  map[string]string
 	dirty map[informer.Key]struct{}
 	// unschedWriting is the number of Unschedulable writes in flight; at
 	// most maxUnschedWriting, so that marking a long queue neither fills
@@ -254,6 +271,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.pods = map[string]*podState{}
 	s.pools = map[informer.Key]*poolState{}
 	s.used = map[string]int{}
+	s.pinned = map[string]*runHeap{}
+	s.gone = map[string]string{}
 	s.dirty = map[informer.Key]struct{}{}
 
 	events, snapshot, cancel := s.cfg.Pods.Subscribe()

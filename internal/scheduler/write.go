@@ -27,6 +27,8 @@ const (
 	// jobRuntimeCheck reads the Runtime from the store and fails the Run
 	// when it is missing.
 	jobRuntimeCheck
+	// jobPinnedGone ends a Run pinned to a pod that is not there.
+	jobPinnedGone
 )
 
 // job is one status write for one Run. run is the informer's shared copy
@@ -64,6 +66,8 @@ func (s *Scheduler) do(ctx context.Context, j job) result {
 			Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonUnschedulable,
 			Message: j.message, ObservedGeneration: run.Generation, LastTransitionTime: metav1.NewTime(now),
 		})
+	case jobPinnedGone:
+		retry.Apply(run, retry.Decide(run, retry.Unschedulable, j.message, now))
 	case jobRuntimeCheck:
 		_, err := s.cfg.Runtimes.Get(ctx, run.Namespace, run.Spec.Runtime)
 		if err == nil {
