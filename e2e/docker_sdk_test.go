@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -85,6 +87,7 @@ func TestDockerSDK(t *testing.T) {
 		if err != nil || insp.Running || insp.ExitCode != 0 || insp.ContainerID != id {
 			t.Errorf("exec inspect: %+v %v", insp, err)
 		}
+		testExecInspect(t, ctx, cli, id)
 		// Logs, multiplexed.
 		logs, err := cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
 		if err != nil {
@@ -207,6 +210,57 @@ func TestDockerSDK(t *testing.T) {
 		}
 		noEscapes(t, up.DataDir)
 	})
+}
+
+// testExecInspect follows an exec's inspect through its life: not
+// running and no exit code before its start; running, with the pid its
+// shell reports ($$), while it runs; its exit code and the same pid once
+// it ended.
+func testExecInspect(t *testing.T, ctx context.Context, cli *client.Client, id string) {
+	t.Helper()
+	ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: []string{"sh", "-c", "echo $$; read l; exit 5"}, AttachStdin: true, AttachStdout: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insp, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+	if err != nil || insp.Running || insp.ExitCode != 0 || insp.PID != 0 {
+		t.Errorf("exec inspect before its start: %+v %v", insp, err)
+	}
+	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	pr, pw := io.Pipe()
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(pw, io.Discard, att.Reader)
+		pw.CloseWithError(err)
+		copied <- err
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 1 {
+		t.Fatalf("the exec's shell printed %q, want its pid", line)
+	}
+	insp, err = cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+	if err != nil || !insp.Running || insp.PID != pid {
+		t.Errorf("exec inspect while it runs: running %v pid %d, want true and %d (%v)", insp.Running, insp.PID, pid, err)
+	}
+	if _, err := att.Conn.Write([]byte("\n")); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if err := <-copied; err != nil {
+		t.Fatal(err)
+	}
+	insp, err = cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+	if err != nil || insp.Running || insp.ExitCode != 5 || insp.PID != pid {
+		t.Errorf("exec inspect after its end: running %v exit %d pid %d, want false, 5 and %d (%v)", insp.Running, insp.ExitCode, insp.PID, pid, err)
+	}
 }
 
 // noEscapes asserts that no tar entry of BadInput was written where its

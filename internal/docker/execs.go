@@ -26,8 +26,13 @@ type execRec struct {
 	started bool
 	running bool
 	exit    *int
-	sess    exec.Session
-	size    exec.TermSize
+	// pid is the command's process ID where it runs, from its start on.
+	pid  int
+	sess exec.Session
+	// size is the terminal's size; a resize that comes while the session
+	// starts (the CLI sends it as it starts the exec) is applied once it
+	// has started.
+	size exec.TermSize
 }
 
 // execTable holds the execs, at most bounds.DockerExecs; the oldest ended
@@ -208,6 +213,7 @@ func (s *Server) execStart(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.log.Info("docker: exec hijack failed", "exec", e.id[:12], "error", err)
 		sess.Close()
+		e.ended(126)
 		return
 	}
 	defer conn.Close()
@@ -243,14 +249,28 @@ func (s *Server) startExec(ctx context.Context, c *ctr, e *execRec, size exec.Te
 		return nil, err
 	}
 	req.Size = size
+	e.mu.Lock()
+	e.size = size
+	e.mu.Unlock()
 	sess, err := x.Start(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	e.mu.Lock()
-	e.sess, e.running = sess, true
+	e.sess, e.running, e.pid = sess, true, sess.Pid()
+	resized := e.size
 	e.mu.Unlock()
+	if resized != size {
+		_ = sess.Resize(resized)
+	}
 	return sess, nil
+}
+
+// ended records the exec's end with its exit status.
+func (e *execRec) ended(code int) {
+	e.mu.Lock()
+	e.running, e.exit, e.sess = false, &code, nil
+	e.mu.Unlock()
 }
 
 // streamExec copies the session to the end and records its exit.
@@ -265,9 +285,7 @@ func (s *Server) streamExec(ctx context.Context, e *execRec, sess exec.Session, 
 			code = 130
 		}
 	}
-	e.mu.Lock()
-	e.running, e.exit, e.sess = false, &code, nil
-	e.mu.Unlock()
+	e.ended(code)
 	s.log.Info("docker: exec ended", "exec", e.id[:12], "container", e.container[:12], "exit_code", code, "error", err, "duration", time.Since(start))
 }
 
@@ -284,9 +302,7 @@ func (s *Server) execResize(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	sess := e.sess
-	if sess == nil {
-		e.size = size
-	}
+	e.size = size
 	e.mu.Unlock()
 	if sess != nil {
 		if err := sess.Resize(size); err != nil {
@@ -315,7 +331,7 @@ func (s *Server) execInspect(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := container.ExecInspectResponse{ID: e.id, Running: e.running, ExitCode: e.exit, ContainerID: e.container,
+	out := container.ExecInspectResponse{ID: e.id, Running: e.running, ExitCode: e.exit, Pid: e.pid, ContainerID: e.container,
 		OpenStdin: e.req.AttachStdin, OpenStdout: e.req.AttachStdout, OpenStderr: e.req.AttachStderr, CanRemove: !e.running && e.started,
 		ProcessConfig: &container.ExecProcessConfig{Tty: e.req.Tty, Entrypoint: e.req.Cmd[0], Arguments: e.req.Cmd[1:]}}
 	writeJSON(w, http.StatusOK, out)

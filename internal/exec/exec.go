@@ -128,6 +128,10 @@ type Session interface {
 	// its processes are killed and Stream returns an error saying why.
 	// Stream does not wait for a Read of Stdin that blocks. Call it once.
 	Stream(ctx context.Context, s Streams) (Exit, error)
+	// Pid is the command's process ID where it runs (the Runtime
+	// Server's), 0 when it could not be started or a hop does not say
+	// (Kubernetes' exec protocol has no such field).
+	Pid() int
 	// Resize sets the terminal's size; without a TTY it does nothing.
 	Resize(TermSize) error
 	// Signal sends sig to the command's process group (with a TTY, the

@@ -51,7 +51,7 @@ func (g *grpcServer) Exec(stream pb.Exec_ExecServer) error {
 		defer sendMu.Unlock()
 		return stream.Send(r)
 	}
-	if err := send(&pb.ExecResponse{Frame: &pb.ExecResponse_Started{Started: &pb.ExecStarted{}}}); err != nil {
+	if err := send(&pb.ExecResponse{Frame: &pb.ExecResponse_Started{Started: &pb.ExecStarted{Pid: uint32(max(sess.Pid(), 0))}}}); err != nil {
 		return err
 	}
 	// stdin goes through a synchronous pipe: a frame is received only
@@ -167,11 +167,12 @@ func (c *grpcClient) Start(ctx context.Context, req Request) (Session, error) {
 		cancel()
 		return nil, errdefs.Errorf(errdefs.ErrInternal, "run %s: exec: the server's first frame was not started", req.RunUID)
 	}
-	return &grpcSession{req: req, stream: stream, cancel: cancel}, nil
+	return &grpcSession{req: req, stream: stream, cancel: cancel, pid: int(m.GetStarted().GetPid())}, nil
 }
 
 type grpcSession struct {
 	req    Request
+	pid    int
 	stream pb.Exec_ExecClient
 	cancel context.CancelFunc
 	sendMu sync.Mutex
@@ -287,6 +288,8 @@ func (s *grpcSession) copyStdin(r io.Reader) {
 		}
 	}
 }
+
+func (s *grpcSession) Pid() int { return s.pid }
 
 func (s *grpcSession) Resize(size TermSize) error {
 	return s.send(&pb.ExecRequest{Frame: &pb.ExecRequest_Resize{Resize: &pb.TerminalSize{Width: uint32(size.Width), Height: uint32(size.Height)}}})

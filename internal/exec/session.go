@@ -328,6 +328,13 @@ func (s *localSession) copyStdin(w *os.File, r io.Reader) {
 	}
 }
 
+func (s *localSession) Pid() int {
+	if s.p == nil {
+		return 0
+	}
+	return s.p.Pid()
+}
+
 func (s *localSession) Resize(size TermSize) error {
 	if s.ptmx == nil {
 		return nil

@@ -1794,7 +1794,11 @@ func (*ExecResponse_Stderr) isExecResponse_Frame() {}
 func (*ExecResponse_Exit) isExecResponse_Frame() {}
 
 type ExecStarted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The command's process ID where it runs (the Runtime Server's PID
+	// namespace), 0 when it could not be started or the server does not
+	// say. An additive extension (docker exec inspect's Pid).
+	Pid           uint32 `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1827,6 +1831,13 @@ func (x *ExecStarted) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ExecStarted.ProtoReflect.Descriptor instead.
 func (*ExecStarted) Descriptor() ([]byte, []int) {
 	return file_executor_v1_runtime_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ExecStarted) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
 }
 
 type ExecExit struct {
@@ -2012,8 +2023,9 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12+\n" +
 	"\x04exit\x18\x04 \x01(\v2\x15.executor.v1.ExecExitH\x00R\x04exitB\a\n" +
-	"\x05frame\"\r\n" +
-	"\vExecStarted\"?\n" +
+	"\x05frame\"\x1f\n" +
+	"\vExecStarted\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\rR\x03pid\"?\n" +
 	"\bExecExit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\x05R\x06signal*\xe4\x01\n" +

@@ -384,6 +384,9 @@ func (s *clientSession) copyStdin(r io.Reader) {
 	}
 }
 
+// Pid is 0: the protocol does not carry the command's process ID.
+func (s *clientSession) Pid() int { return 0 }
+
 func (s *clientSession) Resize(size exec.TermSize) error {
 	b, err := json.Marshal(struct{ Width, Height uint16 }{size.Width, size.Height})
 	if err != nil {
