@@ -91,6 +91,9 @@ var forbidden = map[string][]string{
 	// the store interface and the informers, no gateway or dispatcher
 	// (a hook tells it what the dispatcher knows), no process.
 	"stoke.dev/stoke/internal/functionset": {"stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/dispatch", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/proc", "os/exec"},
+	// The workflow expression language evaluates; it knows the API types
+	// and bounds, nothing that stores, schedules or runs.
+	"stoke.dev/stoke/internal/wfexpr": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/workflow", "stoke.dev/stoke/internal/validation", "os/exec"},
 	// The exec core is below the Runtime Server, runtimed and the gateway,
 	// which all reuse it.
 	"stoke.dev/stoke/internal/exec": {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store"},

@@ -185,6 +185,9 @@ const (
 	// WorkflowExpression bounds one expression: an if:, or a value with
 	// ${{ }} in it, as written.
 	WorkflowExpression = 4 << 10
+	// WorkflowValue bounds what one template evaluates to (a format() or
+	// join() can make more than it was given).
+	WorkflowValue = 64 << 10
 	// WorkflowCallDepth bounds nested Workflow calls: a WorkflowRun's job
 	// calling a Workflow is depth 1.
 	WorkflowCallDepth = 4
