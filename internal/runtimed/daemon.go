@@ -24,6 +24,7 @@ import (
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/runtime"
 	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/validation"
 )
 
 // Finalizer is set on function Runs while runtimed holds a registration for
@@ -204,7 +205,21 @@ func (d *Daemon) OnDelete(run *v1alpha1.Run) {
 	}
 }
 
-// workDir is the Run's working directory inside the pod's workspace.
-func (d *Daemon) workDir(uid string) string {
-	return filepath.Join(d.cfg.Pod.WorkspaceRoot, uid)
+// workDir is the Run's working directory inside the pod's workspace: its
+// own, named by its UID, or, with spec.placement.workspace, the shared
+// workspace of that name (shared true), "ws-NAME", which no UID can be
+// (UIDs are UUIDs: no 'w'). The name was validated at create and is
+// checked again here, so it can name nothing outside the root.
+func (d *Daemon) workDir(run *v1alpha1.Run) (dir string, shared bool, err error) {
+	pl := run.Spec.Placement
+	if pl == nil || pl.Workspace == "" {
+		return filepath.Join(d.cfg.Pod.WorkspaceRoot, string(run.UID)), false, nil
+	}
+	if err := validation.WorkspaceName("spec.placement.workspace", pl.Workspace); err != nil {
+		return "", true, err
+	}
+	return filepath.Join(d.cfg.Pod.WorkspaceRoot, workspacePrefix+pl.Workspace), true, nil
 }
+
+// workspacePrefix starts a shared workspace's directory name.
+const workspacePrefix = "ws-"

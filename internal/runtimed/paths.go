@@ -17,8 +17,7 @@ import (
 func (w *worker) hidePaths(st *v1alpha1.RunStatus) {
 	pod := w.d.cfg.Pod
 	var pairs []string
-	if pod.WorkspaceRoot != "" {
-		dir := w.d.workDir(w.uid)
+	if dir := w.dir; pod.WorkspaceRoot != "" && dir != "" {
 		pairs = append(pairs, dir+"/", "", dir, ".", pod.WorkspaceRoot, "<workspace>")
 	}
 	if sock, ok := strings.CutPrefix(pod.Addr, "unix://"); ok && filepath.IsAbs(sock) {

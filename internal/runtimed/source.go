@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
@@ -27,57 +28,149 @@ import (
 // compressed bomb cannot fill the disk.
 const maxExtracted = 64 * bounds.Source
 
-// materialise writes the Run's source into dir, which it creates empty
-// (from dirs): a retried attempt that finds the last one's directory
-// starts clean.
-func materialise(dirs *runtime.DirPool, dir string, src *v1alpha1.Source) error {
-	err := dirs.Make(dir)
-	if errors.Is(err, fs.ErrExist) {
-		if err = os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("clean working directory: %w", err)
-		}
-		err = dirs.Make(dir)
+// materialise writes the Run's source into dir. A Run's own directory is
+// made empty (from dirs): a retried attempt that finds the last one's
+// directory starts clean. A shared workspace (spec.placement.workspace) is
+// made when missing and otherwise kept as the Runs before left it: then
+// it, and what is in it, may be the Runs' user's, who could have left
+// symbolic links anywhere in it, so every write goes through an os.Root
+// (no path, link or '..' leads out of dir) and what is written is handed
+// to the workspace's owner.
+func materialise(dirs *runtime.DirPool, dir string, shared bool, src *v1alpha1.Source) error {
+	if err := prepareDir(dirs, dir, shared); err != nil {
+		return fmt.Errorf("working directory: %w", err)
 	}
+	if src == nil || (src.Inline == nil && src.Archive == nil) {
+		return nil
+	}
+	w, err := openTree(dir)
 	if err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
+	defer w.close()
 	switch {
-	case src == nil:
-		return nil
 	case src.Inline != nil:
-		return writeFile(dir, src.Inline.Path, strings.NewReader(src.Inline.Text), 0o755)
+		return w.writeFile(src.Inline.Path, strings.NewReader(src.Inline.Text), 0o755)
 	case src.Archive != nil:
-		return extract(dir, src.Archive.TarGz)
+		return w.extract(src.Archive.TarGz)
 	}
 	return nil
 }
 
-// writeFile writes rel inside dir, refusing paths that leave it.
-func writeFile(dir, rel string, r io.Reader, mode os.FileMode) error {
+// prepareDir makes dir: empty for a Run's own, kept for a shared one.
+func prepareDir(dirs *runtime.DirPool, dir string, shared bool) error {
+	if shared {
+		err := os.Mkdir(dir, 0o700)
+		if errors.Is(err, fs.ErrExist) {
+			fi, lerr := os.Lstat(dir)
+			if lerr != nil {
+				return lerr
+			}
+			if !fi.IsDir() {
+				return fmt.Errorf("workspace is not a directory (%s)", fi.Mode().Type())
+			}
+			return nil
+		}
+		return err
+	}
+	err := dirs.Make(dir)
+	if errors.Is(err, fs.ErrExist) {
+		if err = os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("clean: %w", err)
+		}
+		err = dirs.Make(dir)
+	}
+	return err
+}
+
+// tree writes into one directory through an os.Root, handing what it
+// makes to the directory's owner when that is not this process.
+type tree struct {
+	root     *os.Root
+	uid, gid int
+	chown    bool
+}
+
+func openTree(dir string) (*tree, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := root.Stat(".")
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	t := &tree{root: root}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		t.uid, t.gid, t.chown = int(st.Uid), int(st.Gid), true
+	}
+	return t, nil
+}
+
+func (t *tree) close() { t.root.Close() }
+
+// own hands rel to the directory's owner.
+func (t *tree) own(rel string) error {
+	if !t.chown {
+		return nil
+	}
+	return t.root.Lchown(rel, t.uid, t.gid)
+}
+
+// mkdirs makes the directories of rel (a cleaned relative path) that are
+// missing, each handed to the owner.
+func (t *tree) mkdirs(rel string) error {
+	if rel == "." || rel == "" {
+		return nil
+	}
+	if err := t.mkdirs(filepath.Dir(rel)); err != nil {
+		return err
+	}
+	err := t.root.Mkdir(rel, 0o700)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return t.own(rel)
+}
+
+// writeFile writes rel inside the tree, refusing paths that leave it. An
+// existing file is replaced, never written through (it could be a second
+// name of another file).
+func (t *tree) writeFile(rel string, r io.Reader, mode os.FileMode) error {
 	if err := validation.RelativePath("source path", rel); err != nil {
 		return err
 	}
-	p := filepath.Join(dir, rel)
-	if !runtime.Within(dir, p) {
-		return errdefs.InvalidArgument("source path", "%q leaves the working directory", rel)
+	rel = filepath.Clean(rel)
+	if err := t.mkdirs(filepath.Dir(rel)); err != nil {
+		return fmt.Errorf("source %s: %w", rel, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("source: %w", err)
+	if err := t.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("source %s: %w", rel, err)
 	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscallNoFollow, mode.Perm())
+	f, err := t.root.OpenFile(rel, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscallNoFollow, mode.Perm())
 	if err != nil {
-		return fmt.Errorf("source: %w", err)
+		return fmt.Errorf("source %s: %w", rel, err)
 	}
 	if _, err := io.Copy(f, r); err != nil {
 		f.Close()
 		return fmt.Errorf("source %s: %w", rel, err)
 	}
+	if t.chown {
+		if err := f.Chown(t.uid, t.gid); err != nil {
+			f.Close()
+			return fmt.Errorf("source %s: %w", rel, err)
+		}
+	}
 	return f.Close()
 }
 
-// extract unpacks a gzipped tar of regular files and directories into dir.
-// Links, devices and paths that leave dir are refused.
-func extract(dir string, tgz []byte) error {
+// extract unpacks a gzipped tar of regular files and directories into the
+// tree. Links, devices and paths that leave it are refused.
+func (t *tree) extract(tgz []byte) error {
 	zr, err := gzip.NewReader(bytes.NewReader(tgz))
 	if err != nil {
 		return errdefs.InvalidArgument("spec.source.archive", "not a gzip stream: %v", err)
@@ -101,7 +194,7 @@ func extract(dir string, tgz []byte) error {
 			if err := validation.RelativePath("spec.source.archive", name); err != nil {
 				return err
 			}
-			if err := os.MkdirAll(filepath.Join(dir, name), 0o700); err != nil {
+			if err := t.mkdirs(name); err != nil {
 				return fmt.Errorf("source: %w", err)
 			}
 		case tar.TypeReg:
@@ -109,7 +202,7 @@ func extract(dir string, tgz []byte) error {
 			if total > maxExtracted {
 				return errdefs.Errorf(errdefs.ErrTooLarge, "spec.source.archive: expands to more than %d bytes", maxExtracted)
 			}
-			if err := writeFile(dir, name, io.LimitReader(tr, h.Size), os.FileMode(h.Mode)|0o600); err != nil {
+			if err := t.writeFile(name, io.LimitReader(tr, h.Size), os.FileMode(h.Mode)|0o600); err != nil {
 				return err
 			}
 		default:

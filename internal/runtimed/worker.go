@@ -11,6 +11,7 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/retry"
+	"stoke.dev/stoke/internal/runtime"
 )
 
 // worker drives one Run on this pod.
@@ -32,6 +33,8 @@ type worker struct {
 	// taken is when this runtimed took the Run (the dispatch latency's
 	// start).
 	taken time.Time
+	// dir is the Run's working directory, once known (hidePaths).
+	dir string
 }
 
 func (w *worker) update(run *v1alpha1.Run) {
@@ -89,8 +92,13 @@ func (w *worker) run(ctx context.Context) {
 		// Claimed and materialised by the previous runtimed; its
 		// execution or registration may still be on the Runtime Server.
 		run, _ := w.current()
-		dir := w.d.workDir(w.uid)
-		defer w.removeDir(ctx, dir)
+		dir, shared, err := w.d.workDir(run)
+		if err != nil {
+			w.fail(ctx, retry.InvalidSpec, err.Error())
+			return
+		}
+		w.dir = dir
+		defer w.removeDir(ctx, run, dir, shared)
 		w.log.Info("adopting a run claimed by the previous runtimed", "phase", run.Status.Phase)
 		if run.Spec.Mode.Function != nil {
 			w.runFunction(ctx, run, dir)
@@ -122,9 +130,14 @@ func (w *worker) run(ctx context.Context) {
 		return
 	}
 	run := claimed
-	dir := w.d.workDir(w.uid)
-	defer w.removeDir(ctx, dir)
-	if err := materialise(w.d.cfg.WorkDirs, dir, run.Spec.Source); err != nil {
+	dir, shared, err := w.d.workDir(run)
+	if err != nil {
+		w.fail(ctx, retry.InvalidSpec, err.Error())
+		return
+	}
+	w.dir = dir
+	defer w.removeDir(ctx, run, dir, shared)
+	if err := materialise(w.d.cfg.WorkDirs, dir, shared, run.Spec.Source); err != nil {
 		w.fail(ctx, retry.InvalidSpec, fmt.Sprintf("materialising source: %v", err))
 		return
 	}
@@ -138,12 +151,22 @@ func (w *worker) run(ctx context.Context) {
 // removeDir removes the Run's working directory once the worker is done
 // with the Run. When the daemon stops first, what the Run started stays on
 // the pod (see Run), and so does its directory: the pod's end removes it,
-// or a restarted runtimed adopts the Run.
-func (w *worker) removeDir(ctx context.Context, dir string) {
+// or a restarted runtimed adopts the Run. A shared workspace stays for the
+// next Run naming it, unless this Run releases it
+// (spec.placement.releaseWorkspace): the owner's word that none follows.
+func (w *worker) removeDir(ctx context.Context, run *v1alpha1.Run, dir string, shared bool) {
 	if ctx.Err() != nil {
 		return
 	}
-	if err := w.d.cfg.WorkDirs.Remove(dir); err != nil {
+	var err error
+	switch {
+	case !shared:
+		err = w.d.cfg.WorkDirs.Remove(dir)
+	case run.Spec.Placement.ReleaseWorkspace:
+		err = runtime.RemoveDir(dir)
+		w.log.Debug("released workspace", "workspace", run.Spec.Placement.Workspace)
+	}
+	if err != nil {
 		w.log.Warn("removing working directory", "error", err)
 	}
 }
