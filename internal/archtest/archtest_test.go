@@ -91,6 +91,11 @@ var forbidden = map[string][]string{
 	// the store interface and the informers, no gateway or dispatcher
 	// (a hook tells it what the dispatcher knows), no process.
 	"stoke.dev/stoke/internal/functionset": {"stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/dispatch", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/proc", "os/exec"},
+	// The workflow controller is a control loop like the Function
+	// controller: the store interface, the informers, the loop kit, the
+	// retry engine and the expression language; it starts no process
+	// and reaches pods only through Runs (and the Artifacts hook).
+	"stoke.dev/stoke/internal/workflow": {"stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/dispatch", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/proc", "stoke.dev/stoke/internal/podcopy", "os/exec"},
 	// The workflow expression language evaluates; it knows the API types
 	// and bounds, nothing that stores, schedules or runs.
 	"stoke.dev/stoke/internal/wfexpr": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/workflow", "stoke.dev/stoke/internal/validation", "os/exec"},

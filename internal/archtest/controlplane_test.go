@@ -20,6 +20,7 @@ var controlPlaneCore = []string{
 	"stoke.dev/stoke/internal/loop",
 	"stoke.dev/stoke/internal/functionset",
 	"stoke.dev/stoke/internal/autoscaler",
+	"stoke.dev/stoke/internal/workflow",
 }
 
 // coreBansAnywhere are what the core may not reach even indirectly: a

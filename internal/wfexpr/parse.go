@@ -145,3 +145,8 @@ func Check(s string) error {
 	_, err := ParseTemplate(s)
 	return err
 }
+
+// Literals returns the template's literal text around its expressions:
+// one more piece than Expressions (the workflow engine rewrites a step's
+// script from them, each expression made an environment variable).
+func (t *Template) Literals() []string { return t.lits }
