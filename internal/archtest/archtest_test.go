@@ -114,6 +114,10 @@ var forbidden = map[string][]string{
 	// Copying through exec knows the Exec service only: docker cp and
 	// workflow artifacts use it, it uses neither, nor a store or a pod.
 	"stoke.dev/stoke/internal/podcopy": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/docker", "stoke.dev/stoke/internal/artifact", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/runtime"},
+	// The artifact store knows its backends and the Exec service (through
+	// podcopy): the workflow engine and the front doors call it, never
+	// the reverse, and it reads no Run or WorkflowRun store.
+	"stoke.dev/stoke/internal/artifact": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/up", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/workflow", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/docker"},
 	// The Kubernetes gateway is the gateway's code behind Kubernetes
 	// authorization and informers: nothing of standalone mode.
 	"stoke.dev/stoke/internal/kubegateway": {"stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store/sqlite", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/up"},

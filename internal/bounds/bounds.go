@@ -214,6 +214,25 @@ const (
 	WorkflowInputs = 64
 	// WorkflowRunScript bounds a step's run: (also within WorkflowSpec).
 	WorkflowRunScript = 64 << 10
+
+	// Workflow artifacts (internal/artifact, docs/workflows.md):
+	// ArtifactBytes bounds one artifact's tar (its files' contents),
+	// ArtifactFiles its entries, Artifacts the artifacts of one
+	// WorkflowRun and ArtifactRunBytes their bytes together; ArtifactName
+	// bounds a name ([A-Za-z0-9._-], GitHub's characters less the ones a
+	// path or URL would need quoted) and ArtifactPaths the lines of an
+	// upload's path:.
+	ArtifactBytes    = 1 << 30
+	ArtifactFiles    = 10000
+	Artifacts        = 256
+	ArtifactRunBytes = 4 << 30
+	ArtifactName     = 128
+	ArtifactPaths    = 64
+	// ArtifactRetention is how long an artifact is kept at most (its
+	// WorkflowRun's delete takes it sooner); ArtifactRetentionDefault
+	// when `stoke up`/`stoke controller` are told nothing.
+	ArtifactRetention        = 90 * 24 * time.Hour
+	ArtifactRetentionDefault = 7 * 24 * time.Hour
 )
 
 // A Function's defaults for what its spec leaves out, or sets to 0 (the

@@ -69,11 +69,21 @@ func CheckPath(field, p string) error {
 }
 
 // Script runs script with args in the target Run (sh -c script podcopy
-// ARGS...). Exit 0 is nil; the exit codes of ResolveScript become NotFound
-// (4) and InvalidArgument (5, and 6 for scripts that refuse their
-// argument), carrying the script's stderr; any other exit is Internal.
+// ARGS...). Exit 0 is nil; any other exit is an *ExitError: the exit codes
+// of ResolveScript are NotFound (4) and InvalidArgument (5, and 6 for
+// scripts that refuse their argument), carrying the script's stderr; any
+// other is Internal.
 func Script(ctx context.Context, t Target, script string, args []string, stdin io.Reader, stdout io.Writer) error {
-	cmd := append([]string{"sh", "-c", script, "podcopy"}, args...)
+	return shell(ctx, t, "sh", script, args, stdin, stdout)
+}
+
+// BashScript is Script with bash, for scripts that need its globs.
+func BashScript(ctx context.Context, t Target, script string, args []string, stdin io.Reader, stdout io.Writer) error {
+	return shell(ctx, t, "bash", script, args, stdin, stdout)
+}
+
+func shell(ctx context.Context, t Target, sh, script string, args []string, stdin io.Reader, stdout io.Writer) error {
+	cmd := append([]string{sh, "-c", script, "podcopy"}, args...)
 	sess, err := t.Exec.Start(ctx, exec.Request{RunUID: t.RunUID, Command: cmd, Stdin: stdin != nil})
 	if err != nil {
 		return err
@@ -84,21 +94,33 @@ func Script(ctx context.Context, t Target, script string, args []string, stdin i
 	if err != nil {
 		return err
 	}
+	if exit.Code == 0 {
+		return nil
+	}
 	msg := strings.TrimSpace(bounds.Truncate(errOut.String(), bounds.Quoted*4))
 	switch exit.Code {
-	case 0:
-		return nil
 	case 4:
 		what := ""
 		if len(args) > 0 {
 			what = bounds.Truncate(args[0], bounds.Quoted)
 		}
-		return errdefs.Errorf(errdefs.ErrNotFound, "Could not find the file %s in %s", what, t.Name)
+		return &ExitError{Code: 4, msg: fmt.Sprintf("Could not find the file %s in %s", what, t.Name), category: errdefs.ErrNotFound}
 	case 5, 6:
-		return errdefs.Errorf(errdefs.ErrInvalidArgument, "%s", msg)
+		return &ExitError{Code: exit.Code, msg: msg, category: errdefs.ErrInvalidArgument}
 	}
-	return errdefs.Errorf(errdefs.ErrInternal, "copy in %s: exit %d: %s", t.Name, exit.Code, msg)
+	return &ExitError{Code: exit.Code, msg: fmt.Sprintf("copy in %s: exit %d: %s", t.Name, exit.Code, msg), category: errdefs.ErrInternal}
 }
+
+// ExitError is a script's exit other than 0: its code, its stderr in the
+// message, and an errdefs category (Script says which).
+type ExitError struct {
+	Code     int
+	msg      string
+	category error
+}
+
+func (e *ExitError) Error() string { return e.msg }
+func (e *ExitError) Unwrap() error { return e.category }
 
 // Stat is what stat says of a path in the Run: its size, raw st_mode (hex)
 // and modification time (Unix seconds).

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"errors"
 	"io"
+	"math"
 	"path"
 	"strings"
 
@@ -17,6 +18,13 @@ import (
 // only names, types, links, sizes, permission bits and times: no owners,
 // no set-id bits, no extended attributes.
 func CopyChecked(dst io.Writer, src io.Reader, limit int64) error {
+	_, err := CopyCheckedEntries(dst, src, limit, math.MaxInt)
+	return err
+}
+
+// CopyCheckedEntries is CopyChecked that also counts the entries and
+// stops with TooLarge past maxEntries of them.
+func CopyCheckedEntries(dst io.Writer, src io.Reader, limit int64, maxEntries int) (n int, _ error) {
 	tr := tar.NewReader(src)
 	tw := tar.NewWriter(dst)
 	links := map[string]bool{}
@@ -24,35 +32,38 @@ func CopyChecked(dst io.Writer, src io.Reader, limit int64) error {
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return tw.Close()
+			return n, tw.Close()
 		}
 		if err != nil {
-			return errdefs.Errorf(errdefs.ErrInvalidArgument, "the archive is not a tar: %v", err)
+			return n, errdefs.Errorf(errdefs.ErrInvalidArgument, "the archive is not a tar: %v", err)
+		}
+		if n++; n > maxEntries {
+			return n, errdefs.Errorf(errdefs.ErrTooLarge, "the archive has over %d entries", maxEntries)
 		}
 		if err := CheckEntry(hdr); err != nil {
-			return err
+			return n, err
 		}
 		if err := throughLink(links, hdr.Name); err != nil {
-			return err
+			return n, err
 		}
 		if hdr.Typeflag == tar.TypeLink {
 			if err := throughLink(links, hdr.Linkname); err != nil {
-				return err
+				return n, err
 			}
 		}
 		if hdr.Typeflag == tar.TypeSymlink {
 			links[path.Clean(hdr.Name)] = true
 		}
 		if total += hdr.Size; total > limit {
-			return errdefs.Errorf(errdefs.ErrTooLarge, "the archive is over %d bytes", limit)
+			return n, errdefs.Errorf(errdefs.ErrTooLarge, "the archive is over %d bytes", limit)
 		}
 		clean := &tar.Header{Typeflag: hdr.Typeflag, Name: hdr.Name, Linkname: hdr.Linkname, Size: hdr.Size,
 			Mode: hdr.Mode & 0o777, ModTime: hdr.ModTime, Format: tar.FormatPAX}
 		if err := tw.WriteHeader(clean); err != nil {
-			return err
+			return n, err
 		}
 		if _, err := io.Copy(tw, tr); err != nil {
-			return err
+			return n, err
 		}
 	}
 }
