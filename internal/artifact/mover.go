@@ -350,3 +350,32 @@ func (m *Mover) Download(ctx context.Context, run Run, t Target, d Download) (Ar
 	}
 	return a, nil
 }
+
+// Step carries out one artifact step through t, the step's Run running
+// HoldCommand: it reads with: (ParseUpload or ParseDownload), copies, and
+// releases t with the outcome, so the Run ends Succeeded or Failed as the
+// copy did. message says what was copied, or the upload's warning.
+func (m *Mover) Step(ctx context.Context, upload bool, with map[string]string, run Run, t Target) (message string, err error) {
+	if upload {
+		var u Upload
+		if u, err = ParseUpload(with); err == nil {
+			var a Artifact
+			a, message, err = m.Upload(ctx, run, t, u)
+			if err == nil && message == "" && a.Digest != "" {
+				message = fmt.Sprintf("uploaded %s: %d files, %d bytes, %s", a.Name, a.Files, a.Size, a.Digest)
+			}
+		}
+	} else {
+		var d Download
+		if d, err = ParseDownload(with); err == nil {
+			var a Artifact
+			if a, err = m.Download(ctx, run, t, d); err == nil {
+				message = fmt.Sprintf("downloaded %s: %d files, %d bytes", a.Name, a.Files, a.Size)
+			}
+		}
+	}
+	if rerr := m.Release(ctx, t, err == nil); rerr != nil && err == nil {
+		err = fmt.Errorf("releasing the step's run %s/%s: %w", t.Namespace, t.Name, rerr)
+	}
+	return message, err
+}
