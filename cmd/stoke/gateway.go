@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 
 	"stoke.dev/stoke/internal/kubeconfig"
 	"stoke.dev/stoke/internal/kubegateway"
@@ -51,6 +52,9 @@ with the certificate in --hop-tls-dir. /healthz and /readyz need no token;
 				}
 				cfg.Listen = net.JoinHostPort(ip, strconv.Itoa(defaultGatewayPort))
 			}
+			// The downward API's (the chart sets them): where the gateway's
+			// Function load record goes.
+			cfg.Pod = kubegateway.PodIdentity{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME"), UID: types.UID(os.Getenv("POD_UID"))}
 			stop, err := serveDebug(debugSocket)
 			if err != nil {
 				return err

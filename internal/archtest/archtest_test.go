@@ -121,6 +121,9 @@ var forbidden = map[string][]string{
 	// The Kubernetes gateway is the gateway's code behind Kubernetes
 	// authorization and informers: nothing of standalone mode.
 	"stoke.dev/stoke/internal/kubegateway": {"stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store/sqlite", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/up"},
+	// The gateways' load records are Kubernetes plumbing between the
+	// gateway and the autoscaler: they know Leases and loads, neither end.
+	"stoke.dev/stoke/internal/loadreport": {"stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/kubegateway", "stoke.dev/stoke/internal/dispatch", "stoke.dev/stoke/internal/autoscaler", "stoke.dev/stoke/internal/controlplane", "stoke.dev/stoke/internal/store"},
 	// runtimed's mutual TLS is a leaf both of its ends (runtimed, the
 	// gateway) use; the sidecar is Kubernetes wiring of runtimed and knows
 	// neither the local pod supervisor, SQLite nor the standalone wiring.

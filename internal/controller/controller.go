@@ -51,6 +51,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/kubepods"
+	"stoke.dev/stoke/internal/loadreport"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/probe"
 	"stoke.dev/stoke/internal/runtimeset"
@@ -278,13 +279,23 @@ func (c *Controller) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	core, err := controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: pods, PodsSynced: pods.Synced(),
-		Logger: c.log, OnScheduled: c.cfg.OnScheduled, Metrics: c.sched, FinishedRunTTL: c.cfg.FinishedRunTTL})
+	// The Functions' load is what the gateways' records say, summed
+	// (internal/loadreport); a change pokes the autoscaler.
+	var core *controlplane.Core
+	loads, err := loadreport.NewReader(loadreport.ReaderConfig{Client: kc, Namespace: c.cfg.Namespace, Logger: c.log,
+		OnChange: func(namespace, name string) { core.Autoscaler.Poke(namespace, name) }})
+	if err != nil {
+		return err
+	}
+	core, err = controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: pods, PodsSynced: pods.Synced(),
+		Logger: c.log, OnScheduled: c.cfg.OnScheduled, Metrics: c.sched, FinishedRunTTL: c.cfg.FinishedRunTTL,
+		FunctionLoad: loads.Load})
 	if err != nil {
 		return err
 	}
 	return controlplane.Run(ctx, c.log, append(core.Components(),
-		controlplane.Component{Name: "pods", Run: pods.Run})...)
+		controlplane.Component{Name: "pods", Run: pods.Run},
+		controlplane.Component{Name: "gateway loads", Run: loads.Run})...)
 }
 
 // schedulerMetrics are the scheduler's metrics on controller-runtime's

@@ -4,9 +4,13 @@
 // what differs is behind that package's small interfaces: callers are
 // authenticated and authorized by the API server (TokenReview and
 // SubjectAccessReview, cached briefly), Runs and runtime Pods are routed
-// from informers in memory, and each call goes once to the owner Pod's
-// runtimed over the mutual-TLS hop (internal/mtls), never retried after
-// dispatch.
+// from informers in memory, Functions' invocations are queued and
+// dispatched over their replicas as in standalone (internal/dispatch,
+// with each Function's queue bounds from its object), and each call goes
+// once to the owner Pod's runtimed over the mutual-TLS hop
+// (internal/mtls), never retried after dispatch. Its Functions' loads go
+// to the controller's autoscaler in a record of its own
+// (internal/loadreport).
 package kubegateway
 
 import (
@@ -24,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -31,8 +36,10 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	certutil "k8s.io/client-go/util/cert"
 
+	"stoke.dev/stoke/internal/dispatch"
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/loadreport"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/metricsrpc"
 	"stoke.dev/stoke/internal/mtls"
@@ -77,6 +84,17 @@ type Config struct {
 	Logger        *slog.Logger
 	// OnListen, when set, is told the bound address.
 	OnListen func(net.Addr)
+	// Pod is the gateway's own Pod (the downward API's POD_NAMESPACE,
+	// POD_NAME and POD_UID): its Function load record is written there
+	// (internal/loadreport) for the autoscaler. Without a name, no record
+	// is written and the autoscaler sees none of this gateway's load.
+	Pod PodIdentity
+}
+
+// PodIdentity names a Pod.
+type PodIdentity struct {
+	Namespace, Name string
+	UID             types.UID
 }
 
 // Run serves until ctx ends.
@@ -149,14 +167,38 @@ func Run(ctx context.Context, cfg Config) error {
 	// its replicas; between gateways a replica's one invocation in flight
 	// (seed 000) is the arbiter: a replica busy with the other gateway's
 	// call refuses before running it, and the invocation goes back to the
-	// front of this gateway's queue (docs/http-api.md).
-	fns := gateway.NewFunctions(gateway.FunctionsConfig{Hop: rt.hop, Synced: runs.HasSynced})
+	// front of this gateway's queue (docs/http-api.md). The Function
+	// objects give the queue's bounds, and a Function at zero replicas
+	// exists (its invocations wait while it scales from zero).
+	fnObjs := informer.New(st.Functions(), informer.Options{Logger: log})
+	var loads *loadreport.Writer
+	var disp *dispatch.Dispatcher
+	disp = dispatch.New(dispatch.Config{OnQueue: func(k dispatch.Key) {
+		// Scale from zero, or every replica gone: the autoscaler hears of
+		// it at once, not at the next period.
+		if loads != nil && disp.Load(k).Taking == 0 {
+			loads.Poke()
+		}
+	}})
+	fns := gateway.NewFunctions(gateway.FunctionsConfig{Hop: rt.hop, Dispatcher: disp,
+		Synced:   func() bool { return runs.HasSynced() && fnObjs.HasSynced() },
+		Function: gateway.FunctionSettings(fnObjs)})
 	runs.AddEventHandler(fns.Handler())
+	fnObjs.AddEventHandler(fns.FunctionHandler())
+	if cfg.Pod.Name != "" && cfg.Pod.Namespace != "" {
+		loads, err = loadreport.NewWriter(loadreport.WriterConfig{Leases: client.CoordinationV1().Leases(cfg.Pod.Namespace),
+			Pod: cfg.Pod.Name, PodUID: cfg.Pod.UID, Loads: functionLoads(disp), Logger: log})
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+	} else {
+		log.Warn("gateway: its Pod is not known (POD_NAMESPACE, POD_NAME); the autoscaler does not see this gateway's Function load")
+	}
 	g := gateway.New(gateway.Config{
 		Router: rt, Exec: rt, Functions: fns, Logs: rt, Auth: auth, Metrics: metrics, Logger: log, Timeouts: cfg.Timeouts, Aggregated: true,
 		Ready: func(context.Context) error {
-			if !runs.HasSynced() || !pods.HasSynced() {
-				return errors.New("the Run and Pod informers have not synced yet")
+			if !runs.HasSynced() || !pods.HasSynced() || !fnObjs.HasSynced() {
+				return errors.New("the Run, Function and Pod informers have not synced yet")
 			}
 			return nil
 		},
@@ -173,13 +215,18 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	srv.BaseContext = func(net.Listener) context.Context { return ctx } // streams end when the server stops
 
-	errc := make(chan error, 4)
-	waits := 2
+	errc := make(chan error, 6)
+	waits := 3
 	if proxy != nil {
 		waits++
 		go func() { errc <- proxy.Run(ctx) }()
 	}
 	go func() { errc <- runs.Run(ctx) }()
+	go func() { errc <- fnObjs.Run(ctx) }()
+	if loads != nil {
+		waits++
+		go func() { errc <- loads.Run(ctx) }()
+	}
 	go func() { pods.RunWithContext(ctx); errc <- nil }()
 	go func() { errc <- srv.Serve(lis) }()
 	reloaded := make(chan struct{})
@@ -215,6 +262,20 @@ func Run(ctx context.Context, cfg Config) error {
 		first = nil
 	}
 	return first
+}
+
+// functionLoads is the dispatcher's loads as a load record shows them:
+// the Functions with load.
+func functionLoads(d *dispatch.Dispatcher) func() loadreport.Report {
+	return func() loadreport.Report {
+		rep := loadreport.Report{}
+		for k, l := range d.Loads() {
+			if l.InFlight+l.Queued > 0 {
+				rep[loadreport.Key(k.Namespace, k.Name)] = loadreport.Load{InFlight: l.InFlight, Queued: l.Queued}
+			}
+		}
+		return rep
+	}
 }
 
 // podScrapeTimeout bounds the scrape of one runtime Pod's metrics.

@@ -203,10 +203,10 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	}))
 	s.fns = gateway.NewFunctions(gateway.FunctionsConfig{Hop: s.FunctionProxy,
 		Synced:     func() bool { return s.runInf.HasSynced() && inf.Functions.HasSynced() },
-		Function:   func(k dispatch.Key) (dispatch.Settings, bool) { return functionSettings(inf.Functions, k) },
+		Function:   gateway.FunctionSettings(inf.Functions),
 		Dispatcher: dispatch.New(dispatch.Config{OnQueue: func(k dispatch.Key) { s.core.Autoscaler.Poke(k.Namespace, k.Name) }})})
 	s.runInf.AddEventHandler(s.fns.Handler())
-	inf.Functions.AddEventHandler(resyncFunctions(s.fns))
+	inf.Functions.AddEventHandler(s.fns.FunctionHandler())
 	// Before New returns, so that the API can take Runs for the default
 	// Runtimes as soon as it serves.
 	if err := s.ensureRuntimes(ctx); err != nil {
