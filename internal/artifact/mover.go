@@ -63,7 +63,9 @@ func HoldCommand() []string { return []string{"sh", "-c", holdScript, "stoke-art
 // gives every session into a running task).
 const releaseScript = `exec kill -s "$1" -- "$` + exec.TaskPIDEnv + `"`
 
-// Release ends the hold of t: exit 0 when ok, 1 when not.
+// Release ends the hold of t: exit 0 when ok, 1 when not. A Run that has
+// ended already (its timeout, a cancel) is no error: the engine reads its
+// phase.
 func (m *Mover) Release(ctx context.Context, t Target, ok bool) error {
 	pt, err := m.target(t)
 	if err != nil {
@@ -73,7 +75,13 @@ func (m *Mover) Release(ctx context.Context, t Target, ok bool) error {
 	if ok {
 		sig = "USR1"
 	}
-	return podcopy.Script(ctx, pt, releaseScript, []string{sig}, nil, io.Discard)
+	err = podcopy.Script(ctx, pt, releaseScript, []string{sig}, nil, io.Discard)
+	if errors.Is(err, errdefs.ErrNotRunning) || errors.Is(err, errdefs.ErrFailedPrecondition) {
+		// The hold ended at the signal and took the session with it:
+		// what was asked.
+		return nil
+	}
+	return err
 }
 
 func (m *Mover) target(t Target) (podcopy.Target, error) {
@@ -243,28 +251,31 @@ func commonDir(a, b string) string {
 // uploadScript runs in the Run, in the workspace ($PWD), with the root as
 // $1 and the patterns after it: it expands the patterns (bash globs with
 // ** as any depth; no word splitting), refuses a match that resolves
-// outside the workspace, and writes a tar of the matches, named relative
-// to the root, links followed as GitHub's upload does. No match: exit 7.
+// outside the workspace, and writes a tar of the matches (each once),
+// named relative to the root, links followed as GitHub's upload does (no
+// links in the tar, hard or symbolic). No match: exit 7.
 const uploadScript = podcopy.ResolveScript + `ws=$PWD root=$1; shift
 [ -d "$p" ] || root=$(dirname -- "$root")
 shopt -s globstar nullglob; IFS=
-names=()
+names=(); declare -A seen
 for pat in "$@"; do
   for m in $pat; do
     [ -e "$m" ] || continue
     r=$(realpath -e -- "$m") || continue
-    case "$r/" in "$ws"/*) ;; *) echo "$m resolves outside the workspace" >&2; exit 5;; esac
+    case "$r/" in "$ws"/*) ;; *) echo "$m resolves outside the working directory" >&2; exit 5;; esac
     m=${m%/}
-    if [ "$m" = "$root" ]; then names+=(.); elif [ "$root" = . ]; then names+=("$m"); else names+=("${m#"$root"/}"); fi
+    if [ "$m" = "$root" ]; then n=.; elif [ "$root" = . ]; then n=$m; else n=${m#"$root"/}; fi
+    [ -z "${seen[$n]}" ] || continue
+    seen[$n]=1; names+=("$n")
   done
 done
 [ ${#names[@]} -gt 0 ] || exit 7
-cd -- "$root" && printf '%s\0' "${names[@]}" | exec tar -c -h --null -T - -f -`
+cd -- "$root" && printf '%s\0' "${names[@]}" | exec tar -c --dereference --hard-dereference --null -T - -f -`
 
 // downloadScript makes the directory $1 (resolved inside the workspace,
 // links followed) and extracts the tar on stdin into it.
 const downloadScript = `p=$(realpath -m -- "$1") || exit 4
-case "$p/" in "$PWD"/*) ;; *) echo "$1 resolves outside the workspace" >&2; exit 5;; esac
+case "$p/" in "$PWD"/*) ;; *) echo "$1 resolves outside the working directory" >&2; exit 5;; esac
 mkdir -p -- "$p" && cd -- "$p" && exec tar -x --no-same-owner --no-same-permissions -f -`
 
 // Upload stores the files of t's workspace that u names as the artifact
@@ -282,7 +293,7 @@ func (m *Mover) Upload(ctx context.Context, run Run, t Target, u Upload) (_ Arti
 		return Artifact{}, "", err
 	}
 	root := uploadRoot(u.Paths)
-	args := append([]string{root, root}, u.Paths...)
+	args := append([]string{root}, u.Paths...)
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {

@@ -32,6 +32,9 @@ func CopyCheckedEntries(dst io.Writer, src io.Reader, limit int64, maxEntries in
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
+			// tar pads its output to a record (10 KiB by default) past
+			// the end marker: read it, so the writer is not cut off.
+			_, _ = io.CopyN(io.Discard, src, 64<<10)
 			return n, tw.Close()
 		}
 		if err != nil {
