@@ -6,7 +6,6 @@ package outputs
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,12 +35,22 @@ func ReadFile(path string) (map[string]string, error) {
 // refused. Opening a name in an open directory also spares the
 // walk of a full path, which the Bash runtime does on every invocation.
 func ReadFileAt(dirfd int, name string) (map[string]string, error) {
+	data, err := readAt(dirfd, name, "$STOKE_OUTPUTS", maxFile)
+	if err != nil || data == nil {
+		return nil, err
+	}
+	return Parse(data)
+}
+
+// readAt reads the file name in dirfd, which a Run wrote as the file of
+// variable v, up to max bytes; a missing file is nil data.
+func readAt(dirfd int, name, v string, max int) ([]byte, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
 	switch {
 	case err == unix.ENOENT:
 		return nil, nil
 	case err == unix.ELOOP:
-		return nil, errors.New("outputs: $STOKE_OUTPUTS is a symbolic link")
+		return nil, fmt.Errorf("outputs: %s is a symbolic link", v)
 	case err != nil:
 		return nil, fmt.Errorf("outputs: %w", err)
 	}
@@ -52,21 +61,27 @@ func ReadFileAt(dirfd int, name string) (map[string]string, error) {
 		return nil, fmt.Errorf("outputs: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("outputs: $STOKE_OUTPUTS is not a regular file (%s)", fi.Mode().Type())
+		return nil, fmt.Errorf("outputs: %s is not a regular file (%s)", v, fi.Mode().Type())
 	}
 	// A second name for the file could be a link to a file the Run cannot
 	// read itself, which a server running as root would read for it.
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-		return nil, errors.New("outputs: $STOKE_OUTPUTS has more than one link")
+		return nil, fmt.Errorf("outputs: %s has more than one link", v)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
 	if err != nil {
 		return nil, fmt.Errorf("outputs: %w", err)
 	}
-	if len(data) > maxFile {
-		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "outputs: more than %d bytes in all", bounds.OutputsTotal)
+	if len(data) > max {
+		if v == "$STOKE_OUTPUTS" {
+			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "outputs: more than %d bytes in all", bounds.OutputsTotal)
+		}
+		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "outputs: %s holds more than %d bytes", v, max)
 	}
-	return Parse(data)
+	if data == nil {
+		data = []byte{}
+	}
+	return data, nil
 }
 
 // Parse reads KEY=VALUE lines. Blank lines are skipped; a later line for the

@@ -177,6 +177,8 @@ type execution struct {
 	// never ran (backend_setup_failed).
 	setupFailed bool
 	outputs     map[string]string
+	// exportedEnv is what the task wrote to $GITHUB_ENV.
+	exportedEnv map[string]string
 	// The captured streams once terminal; the buffers are released then.
 	finalStdout, finalStderr string
 	// scratchRemoved is set by finish, before done is closed, when the
@@ -189,7 +191,7 @@ type execution struct {
 // finish records e's terminal state, removes its scratch directory and
 // files it among the finished executions, forgetting the oldest past the
 // bound.
-func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg string, outs map[string]string) {
+func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg string, res results) {
 	// The log says how the attempt ended before anyone can learn it
 	// ended, so that a reader that saw the end has every record.
 	e.out.Exit(code)
@@ -213,7 +215,7 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 	e.state = state
 	e.exitCode = code
 	e.errMsg = bounds.Truncate(msg, bounds.Message)
-	e.outputs = outs
+	e.outputs, e.exportedEnv = res.outputs, res.env
 	e.finalStdout, e.finalStderr = e.stdout.String(), e.stderr.String()
 	e.stdout.release()
 	e.stderr.release()
@@ -239,6 +241,10 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 const (
 	scratchTmp     = "tmp"     // its TMPDIR
 	scratchOutputs = "outputs" // its $STOKE_OUTPUTS file
+	// scratchGitHubOutput and scratchGitHubEnv are its $GITHUB_OUTPUT
+	// and $GITHUB_ENV files.
+	scratchGitHubOutput = "github_output"
+	scratchGitHubEnv    = "github_env"
 	// scratchSetupFailure is a Relayer's $STOKE_SETUP_FAILURE file.
 	scratchSetupFailure = "setup-failure"
 )
@@ -252,7 +258,9 @@ const scratchPool = ".pool"
 // and the directory with its empty tmp back to the pool for the next
 // execution; anything else falls back to the walk.
 func (t *Tasks) removeScratch(scratch string) error {
-	_ = syscall.Unlink(filepath.Join(scratch, scratchOutputs))
+	for _, name := range []string{scratchOutputs, scratchGitHubOutput, scratchGitHubEnv} {
+		_ = syscall.Unlink(filepath.Join(scratch, name))
+	}
 	return t.scratch.Remove(scratch)
 }
 
@@ -277,6 +285,7 @@ func (e *execution) status(full bool) *pb.StatusResponse {
 	}
 	r.ErrorMessage = e.errMsg
 	r.Outputs = maps.Clone(e.outputs)
+	r.Env = maps.Clone(e.exportedEnv)
 	if isTerminalState(e.state) {
 		r.Stdout, r.Stderr = e.finalStdout, e.finalStderr
 	} else {

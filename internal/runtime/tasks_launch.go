@@ -18,19 +18,26 @@ type launch struct {
 	envPath string // the child's PATH, to resolve argv[0] in
 	env     []string
 	outputs string // the $STOKE_OUTPUTS file
+	// githubOutput and githubEnv are the $GITHUB_OUTPUT and $GITHUB_ENV
+	// files (GitHub Actions' file commands, for steps copied from a
+	// GitHub workflow).
+	githubOutput, githubEnv string
 	// setupFailure is a Relayer's $STOKE_SETUP_FAILURE file, "" otherwise.
 	setupFailure string
 }
 
 // taskEnv builds the child's environment: the minimal base, the request's
-// env on top, and $STOKE_OUTPUTS last, because the server decides where it
-// reads outputs from. It also returns the child's PATH.
-func taskEnv(base, env map[string]string, outputsFile string) ([]string, string) {
+// env on top, and $STOKE_OUTPUTS, $GITHUB_OUTPUT and $GITHUB_ENV last,
+// because the server decides where it reads them from. It also returns the child's PATH.
+func taskEnv(base, env map[string]string, l *launch) ([]string, string) {
 	extra := maps.Clone(env)
 	if extra == nil {
 		extra = map[string]string{}
 	}
-	extra["STOKE_OUTPUTS"] = outputsFile
+	extra["STOKE_OUTPUTS"] = l.outputs
+	if l.githubOutput != "" {
+		extra["GITHUB_OUTPUT"], extra["GITHUB_ENV"] = l.githubOutput, l.githubEnv
+	}
 	path := base["PATH"]
 	if p, ok := extra["PATH"]; ok {
 		path = p
@@ -58,7 +65,7 @@ func (t *Tasks) prepareAndStart(e *execution, l launch, tp TaskPreparer) {
 		case <-e.cancelled:
 		case <-t.closing:
 		default:
-			t.finish(e, pb.ExecutionState_EXECUTION_STATE_FAILED, noExitCode, "prepare: "+err.Error(), nil)
+			t.finish(e, pb.ExecutionState_EXECUTION_STATE_FAILED, noExitCode, "prepare: "+err.Error(), results{})
 			t.wg.Done()
 			return
 		}
@@ -73,7 +80,7 @@ func (t *Tasks) prepareAndStart(e *execution, l launch, tp TaskPreparer) {
 // for e, and is released here when nothing starts.
 func (t *Tasks) start(e *execution, l launch) {
 	fail := func(state pb.ExecutionState, msg string) {
-		t.finish(e, state, noExitCode, msg, nil)
+		t.finish(e, state, noExitCode, msg, results{})
 		t.wg.Done()
 	}
 	select {

@@ -85,7 +85,7 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, l 
 	closeAll(outR, errR)
 
 	code := p.ExitCode()
-	var outs map[string]string
+	var outs results
 	state, msg := stopState, stopMsg
 	setupFailure, setupFailed := readSetupFailure(l.setupFailure)
 	switch {
@@ -98,7 +98,7 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, l 
 		e.mu.Unlock()
 	case code == 0 && p.Err() == nil:
 		var err error
-		if outs, err = outputs.ReadFile(l.outputs); err != nil {
+		if outs, err = readResults(l); err != nil {
 			state, msg = pb.ExecutionState_EXECUTION_STATE_FAILED, "invalid outputs: "+err.Error()
 		} else {
 			state = pb.ExecutionState_EXECUTION_STATE_SUCCEEDED
@@ -110,6 +110,41 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, l 
 	}
 	t.finish(e, state, int32(code), msg, outs)
 	e.log.Info("execution finished", "state", stateLabel(state), "exit_code", code, "duration", time.Since(started))
+}
+
+// results are what a task that succeeded reports beside its exit code.
+type results struct {
+	outputs map[string]string // $STOKE_OUTPUTS's and $GITHUB_OUTPUT's
+	env     map[string]string // $GITHUB_ENV's
+}
+
+// readResults reads the task's $STOKE_OUTPUTS, $GITHUB_OUTPUT and
+// $GITHUB_ENV files, each bounded, and checks them against the outputs
+// bounds.
+func readResults(l launch) (results, error) {
+	var r results
+	stoke, err := outputs.ReadFile(l.outputs)
+	if err != nil {
+		return r, err
+	}
+	r.outputs = stoke
+	if l.githubOutput == "" {
+		return r, nil
+	}
+	gh, err := outputs.ReadGitHubFile(l.githubOutput, "$GITHUB_OUTPUT")
+	if err != nil {
+		return r, err
+	}
+	if r.outputs, err = outputs.Merge(stoke, gh); err != nil {
+		return r, err
+	}
+	if r.env, err = outputs.ReadGitHubFile(l.githubEnv, "$GITHUB_ENV"); err != nil {
+		return r, err
+	}
+	if err := outputs.ValidateEnv(r.env); err != nil {
+		return r, err
+	}
+	return r, nil
 }
 
 // readSetupFailure reads a Relayer's $STOKE_SETUP_FAILURE file (path ""

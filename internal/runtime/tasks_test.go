@@ -341,7 +341,7 @@ func TestExecuteOutcomes(t *testing.T) {
 			state:  succeeded,
 			check: func(t *testing.T, _ *fixture, st *pb.StatusResponse) {
 				// bash itself adds PWD, SHLVL and _.
-				want := "unset hi\nGREETING HOME LANG PATH PWD SHLVL STOKE_OUTPUTS TMPDIR _ "
+				want := "unset hi\nGITHUB_ENV GITHUB_OUTPUT GREETING HOME LANG PATH PWD SHLVL STOKE_OUTPUTS TMPDIR _ "
 				if st.Stdout != want {
 					t.Errorf("stdout = %q, want %q", st.Stdout, want)
 				}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -87,11 +89,15 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	}
 	exit := st.GetExitCode()
 	outputs := st.GetOutputs()
+	exported := exportedEnv(st.GetEnv())
 	setResult := func(r *v1alpha1.Run) {
 		agentEnd(r, w.d.cfg.Now())
 		r.Status.ExitCode = &exit
 		if len(outputs) > 0 {
 			r.Status.Outputs = outputs
+		}
+		if len(exported) > 0 {
+			r.Status.Env = exported
 		}
 	}
 	switch st.GetState() {
@@ -215,4 +221,18 @@ func terminal(s pb.ExecutionState) bool {
 		return true
 	}
 	return false
+}
+
+// exportedEnv is what the task wrote to $GITHUB_ENV, as status.env: sorted
+// by name (a later step's env takes the last value of each name, which
+// the Runtime Server already chose).
+func exportedEnv(m map[string]string) []v1alpha1.EnvVar {
+	if len(m) == 0 {
+		return nil
+	}
+	env := make([]v1alpha1.EnvVar, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		env = append(env, v1alpha1.EnvVar{Name: k, Value: m[k]})
+	}
+	return env
 }

@@ -3,6 +3,7 @@ package runtimed_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +63,34 @@ func TestSharedWorkspace(t *testing.T) {
 	}
 	if _, err := os.Stat(outside); err != nil {
 		t.Errorf("releasing the workspace removed what its link pointed to: %v", err)
+	}
+}
+
+// A task's $GITHUB_OUTPUT lands in status.outputs beside $STOKE_OUTPUTS',
+// its $GITHUB_ENV in status.env; a heredoc without its delimiter fails the
+// task, naming the file.
+func TestGitHubFileCommands(t *testing.T) {
+	e := newEnv(t, "bash")
+	e.submit(taskRun("gh", `echo "S=stoke" >> "$STOKE_OUTPUTS"
+echo "g=github" >> "$GITHUB_OUTPUT"
+{ echo "multi<<EOF"; echo "line 1"; echo "line 2"; echo "EOF"; } >> "$GITHUB_OUTPUT"
+echo "B_VAR=b" >> "$GITHUB_ENV"
+printf 'A_VAR<<X\r\nx y\r\nX\r\n' >> "$GITHUB_ENV"`))
+	got := e.waitPhase("gh", v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	if got.Status.Phase != v1alpha1.PhaseSucceeded {
+		t.Fatalf("status %+v", got.Status)
+	}
+	if o := got.Status.Outputs; o["S"] != "stoke" || o["g"] != "github" || o["multi"] != "line 1\nline 2" || len(o) != 3 {
+		t.Errorf("outputs %q", o)
+	}
+	want := []v1alpha1.EnvVar{{Name: "A_VAR", Value: "x y"}, {Name: "B_VAR", Value: "b"}}
+	if !slices.Equal(got.Status.Env, want) {
+		t.Errorf("env %+v, want %+v", got.Status.Env, want)
+	}
+
+	e.submit(taskRun("bad", `{ echo "h<<EOF"; echo never closed; } >> "$GITHUB_OUTPUT"`))
+	got = e.waitPhase("bad", v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	if got.Status.Phase != v1alpha1.PhaseFailed || !strings.Contains(got.Status.Message, `$GITHUB_OUTPUT line 1: the delimiter "EOF" of "h" never comes`) {
+		t.Errorf("bad: %+v", got.Status)
 	}
 }

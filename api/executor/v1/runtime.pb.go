@@ -359,8 +359,13 @@ type StatusResponse struct {
 	// exec needs no agent. See StatusRequest.agent_connected_seen. An
 	// additive extension.
 	AgentConnected *bool `protobuf:"varint,9,opt,name=agent_connected,json=agentConnected,proto3,oneof" json:"agent_connected,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// NAME=VALUE pairs a task wrote to $GITHUB_ENV (GitHub Actions' format:
+	// NAME=VALUE lines and NAME<<DELIMITER heredocs), validated and bounded
+	// as outputs are; what $GITHUB_OUTPUT got is in outputs. An additive
+	// extension: a server without it sets none.
+	Env           map[string]string `protobuf:"bytes,10,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -454,6 +459,13 @@ func (x *StatusResponse) GetAgentConnected() bool {
 		return *x.AgentConnected
 	}
 	return false
+}
+
+func (x *StatusResponse) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
 }
 
 type ListRequest struct {
@@ -1919,7 +1931,7 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\rStatusRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
 	"\x14agent_connected_seen\x18\x02 \x01(\bH\x00R\x12agentConnectedSeen\x88\x01\x01B\x17\n" +
-	"\x15_agent_connected_seen\"\xb9\x03\n" +
+	"\x15_agent_connected_seen\"\xa9\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x121\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1b.executor.v1.ExecutionStateR\x05state\x12\x1b\n" +
@@ -1929,8 +1941,13 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\rerror_message\x18\x06 \x01(\tR\ferrorMessage\x12B\n" +
 	"\aoutputs\x18\a \x03(\v2(.executor.v1.StatusResponse.OutputsEntryR\aoutputs\x120\n" +
 	"\x14backend_setup_failed\x18\b \x01(\bR\x12backendSetupFailed\x12,\n" +
-	"\x0fagent_connected\x18\t \x01(\bH\x00R\x0eagentConnected\x88\x01\x01\x1a:\n" +
+	"\x0fagent_connected\x18\t \x01(\bH\x00R\x0eagentConnected\x88\x01\x01\x126\n" +
+	"\x03env\x18\n" +
+	" \x03(\v2$.executor.v1.StatusResponse.EnvEntryR\x03env\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x12\n" +
 	"\x10_agent_connected\"\r\n" +
@@ -2072,7 +2089,7 @@ func file_executor_v1_runtime_proto_rawDescGZIP() []byte {
 }
 
 var file_executor_v1_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_executor_v1_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_executor_v1_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_executor_v1_runtime_proto_goTypes = []any{
 	(ExecutionState)(0),                // 0: executor.v1.ExecutionState
 	(FunctionRegistrationState)(0),     // 1: executor.v1.FunctionRegistrationState
@@ -2106,62 +2123,64 @@ var file_executor_v1_runtime_proto_goTypes = []any{
 	(*ExecExit)(nil),                   // 29: executor.v1.ExecExit
 	nil,                                // 30: executor.v1.ExecuteRequest.EnvEntry
 	nil,                                // 31: executor.v1.StatusResponse.OutputsEntry
-	nil,                                // 32: executor.v1.RegisterFunctionRequest.EnvEntry
-	nil,                                // 33: executor.v1.InvokeFunctionResponse.OutputsEntry
-	nil,                                // 34: executor.v1.ExecStart.EnvEntry
+	nil,                                // 32: executor.v1.StatusResponse.EnvEntry
+	nil,                                // 33: executor.v1.RegisterFunctionRequest.EnvEntry
+	nil,                                // 34: executor.v1.InvokeFunctionResponse.OutputsEntry
+	nil,                                // 35: executor.v1.ExecStart.EnvEntry
 }
 var file_executor_v1_runtime_proto_depIdxs = []int32{
 	30, // 0: executor.v1.ExecuteRequest.env:type_name -> executor.v1.ExecuteRequest.EnvEntry
 	0,  // 1: executor.v1.StatusResponse.state:type_name -> executor.v1.ExecutionState
 	31, // 2: executor.v1.StatusResponse.outputs:type_name -> executor.v1.StatusResponse.OutputsEntry
-	5,  // 3: executor.v1.ListResponse.entries:type_name -> executor.v1.StatusResponse
-	32, // 4: executor.v1.RegisterFunctionRequest.env:type_name -> executor.v1.RegisterFunctionRequest.EnvEntry
-	14, // 5: executor.v1.RegisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
-	1,  // 6: executor.v1.RegisterFunctionResponse.state:type_name -> executor.v1.FunctionRegistrationState
-	14, // 7: executor.v1.FunctionStatusRequest.registration:type_name -> executor.v1.FunctionRegistration
-	14, // 8: executor.v1.FunctionStatusResponse.registration:type_name -> executor.v1.FunctionRegistration
-	1,  // 9: executor.v1.FunctionStatusResponse.state:type_name -> executor.v1.FunctionRegistrationState
-	14, // 10: executor.v1.InvokeFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
-	14, // 11: executor.v1.InvokeFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
-	33, // 12: executor.v1.InvokeFunctionResponse.outputs:type_name -> executor.v1.InvokeFunctionResponse.OutputsEntry
-	14, // 13: executor.v1.UnregisterFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
-	14, // 14: executor.v1.UnregisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
-	24, // 15: executor.v1.ExecRequest.start:type_name -> executor.v1.ExecStart
-	25, // 16: executor.v1.ExecRequest.stdin_close:type_name -> executor.v1.ExecStdinClose
-	26, // 17: executor.v1.ExecRequest.resize:type_name -> executor.v1.TerminalSize
-	26, // 18: executor.v1.ExecStart.size:type_name -> executor.v1.TerminalSize
-	34, // 19: executor.v1.ExecStart.env:type_name -> executor.v1.ExecStart.EnvEntry
-	28, // 20: executor.v1.ExecResponse.started:type_name -> executor.v1.ExecStarted
-	29, // 21: executor.v1.ExecResponse.exit:type_name -> executor.v1.ExecExit
-	2,  // 22: executor.v1.Runtime.Execute:input_type -> executor.v1.ExecuteRequest
-	4,  // 23: executor.v1.Runtime.Status:input_type -> executor.v1.StatusRequest
-	6,  // 24: executor.v1.Runtime.List:input_type -> executor.v1.ListRequest
-	8,  // 25: executor.v1.Runtime.Cancel:input_type -> executor.v1.CancelRequest
-	10, // 26: executor.v1.Runtime.Forget:input_type -> executor.v1.ForgetRequest
-	12, // 27: executor.v1.Runtime.Health:input_type -> executor.v1.HealthRequest
-	4,  // 28: executor.v1.Runtime.Wait:input_type -> executor.v1.StatusRequest
-	15, // 29: executor.v1.FunctionRuntime.RegisterFunction:input_type -> executor.v1.RegisterFunctionRequest
-	17, // 30: executor.v1.FunctionRuntime.FunctionStatus:input_type -> executor.v1.FunctionStatusRequest
-	19, // 31: executor.v1.FunctionRuntime.InvokeFunction:input_type -> executor.v1.InvokeFunctionRequest
-	21, // 32: executor.v1.FunctionRuntime.UnregisterFunction:input_type -> executor.v1.UnregisterFunctionRequest
-	23, // 33: executor.v1.Exec.Exec:input_type -> executor.v1.ExecRequest
-	3,  // 34: executor.v1.Runtime.Execute:output_type -> executor.v1.ExecuteResponse
-	5,  // 35: executor.v1.Runtime.Status:output_type -> executor.v1.StatusResponse
-	7,  // 36: executor.v1.Runtime.List:output_type -> executor.v1.ListResponse
-	9,  // 37: executor.v1.Runtime.Cancel:output_type -> executor.v1.CancelResponse
-	11, // 38: executor.v1.Runtime.Forget:output_type -> executor.v1.ForgetResponse
-	13, // 39: executor.v1.Runtime.Health:output_type -> executor.v1.HealthResponse
-	5,  // 40: executor.v1.Runtime.Wait:output_type -> executor.v1.StatusResponse
-	16, // 41: executor.v1.FunctionRuntime.RegisterFunction:output_type -> executor.v1.RegisterFunctionResponse
-	18, // 42: executor.v1.FunctionRuntime.FunctionStatus:output_type -> executor.v1.FunctionStatusResponse
-	20, // 43: executor.v1.FunctionRuntime.InvokeFunction:output_type -> executor.v1.InvokeFunctionResponse
-	22, // 44: executor.v1.FunctionRuntime.UnregisterFunction:output_type -> executor.v1.UnregisterFunctionResponse
-	27, // 45: executor.v1.Exec.Exec:output_type -> executor.v1.ExecResponse
-	34, // [34:46] is the sub-list for method output_type
-	22, // [22:34] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	32, // 3: executor.v1.StatusResponse.env:type_name -> executor.v1.StatusResponse.EnvEntry
+	5,  // 4: executor.v1.ListResponse.entries:type_name -> executor.v1.StatusResponse
+	33, // 5: executor.v1.RegisterFunctionRequest.env:type_name -> executor.v1.RegisterFunctionRequest.EnvEntry
+	14, // 6: executor.v1.RegisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
+	1,  // 7: executor.v1.RegisterFunctionResponse.state:type_name -> executor.v1.FunctionRegistrationState
+	14, // 8: executor.v1.FunctionStatusRequest.registration:type_name -> executor.v1.FunctionRegistration
+	14, // 9: executor.v1.FunctionStatusResponse.registration:type_name -> executor.v1.FunctionRegistration
+	1,  // 10: executor.v1.FunctionStatusResponse.state:type_name -> executor.v1.FunctionRegistrationState
+	14, // 11: executor.v1.InvokeFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
+	14, // 12: executor.v1.InvokeFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
+	34, // 13: executor.v1.InvokeFunctionResponse.outputs:type_name -> executor.v1.InvokeFunctionResponse.OutputsEntry
+	14, // 14: executor.v1.UnregisterFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
+	14, // 15: executor.v1.UnregisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
+	24, // 16: executor.v1.ExecRequest.start:type_name -> executor.v1.ExecStart
+	25, // 17: executor.v1.ExecRequest.stdin_close:type_name -> executor.v1.ExecStdinClose
+	26, // 18: executor.v1.ExecRequest.resize:type_name -> executor.v1.TerminalSize
+	26, // 19: executor.v1.ExecStart.size:type_name -> executor.v1.TerminalSize
+	35, // 20: executor.v1.ExecStart.env:type_name -> executor.v1.ExecStart.EnvEntry
+	28, // 21: executor.v1.ExecResponse.started:type_name -> executor.v1.ExecStarted
+	29, // 22: executor.v1.ExecResponse.exit:type_name -> executor.v1.ExecExit
+	2,  // 23: executor.v1.Runtime.Execute:input_type -> executor.v1.ExecuteRequest
+	4,  // 24: executor.v1.Runtime.Status:input_type -> executor.v1.StatusRequest
+	6,  // 25: executor.v1.Runtime.List:input_type -> executor.v1.ListRequest
+	8,  // 26: executor.v1.Runtime.Cancel:input_type -> executor.v1.CancelRequest
+	10, // 27: executor.v1.Runtime.Forget:input_type -> executor.v1.ForgetRequest
+	12, // 28: executor.v1.Runtime.Health:input_type -> executor.v1.HealthRequest
+	4,  // 29: executor.v1.Runtime.Wait:input_type -> executor.v1.StatusRequest
+	15, // 30: executor.v1.FunctionRuntime.RegisterFunction:input_type -> executor.v1.RegisterFunctionRequest
+	17, // 31: executor.v1.FunctionRuntime.FunctionStatus:input_type -> executor.v1.FunctionStatusRequest
+	19, // 32: executor.v1.FunctionRuntime.InvokeFunction:input_type -> executor.v1.InvokeFunctionRequest
+	21, // 33: executor.v1.FunctionRuntime.UnregisterFunction:input_type -> executor.v1.UnregisterFunctionRequest
+	23, // 34: executor.v1.Exec.Exec:input_type -> executor.v1.ExecRequest
+	3,  // 35: executor.v1.Runtime.Execute:output_type -> executor.v1.ExecuteResponse
+	5,  // 36: executor.v1.Runtime.Status:output_type -> executor.v1.StatusResponse
+	7,  // 37: executor.v1.Runtime.List:output_type -> executor.v1.ListResponse
+	9,  // 38: executor.v1.Runtime.Cancel:output_type -> executor.v1.CancelResponse
+	11, // 39: executor.v1.Runtime.Forget:output_type -> executor.v1.ForgetResponse
+	13, // 40: executor.v1.Runtime.Health:output_type -> executor.v1.HealthResponse
+	5,  // 41: executor.v1.Runtime.Wait:output_type -> executor.v1.StatusResponse
+	16, // 42: executor.v1.FunctionRuntime.RegisterFunction:output_type -> executor.v1.RegisterFunctionResponse
+	18, // 43: executor.v1.FunctionRuntime.FunctionStatus:output_type -> executor.v1.FunctionStatusResponse
+	20, // 44: executor.v1.FunctionRuntime.InvokeFunction:output_type -> executor.v1.InvokeFunctionResponse
+	22, // 45: executor.v1.FunctionRuntime.UnregisterFunction:output_type -> executor.v1.UnregisterFunctionResponse
+	27, // 46: executor.v1.Exec.Exec:output_type -> executor.v1.ExecResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_executor_v1_runtime_proto_init() }
@@ -2190,7 +2209,7 @@ func file_executor_v1_runtime_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_executor_v1_runtime_proto_rawDesc), len(file_executor_v1_runtime_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

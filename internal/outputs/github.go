@@ -1,0 +1,160 @@
+package outputs
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+)
+
+// maxGitHubFile is the largest $GITHUB_OUTPUT or $GITHUB_ENV file worth
+// reading: the total bound, plus a name and a heredoc's two delimiter
+// lines (GitHub's own are about 50 bytes) per key.
+const maxGitHubFile = bounds.OutputsTotal + bounds.OutputKeys*(bounds.OutputKey+2*256+8)
+
+// ReadGitHubFile reads the file at path that a task wrote as the GitHub
+// Actions file command v ("$GITHUB_OUTPUT" or "$GITHUB_ENV"), in GitHub's
+// format (ParseGitHub); a missing file means nothing was written. Only a
+// regular file with one link is read, as ReadFileAt does.
+func ReadGitHubFile(path, v string) (map[string]string, error) {
+	data, err := readAt(unix.AT_FDCWD, filepath.Clean(path), v, maxGitHubFile)
+	if err != nil || data == nil {
+		return nil, err
+	}
+	return ParseGitHub(data, v)
+}
+
+// ParseGitHub reads a GitHub Actions file command ($GITHUB_OUTPUT,
+// $GITHUB_ENV) as GitHub's runner does: each line is NAME=VALUE, or
+// NAME<<DELIMITER followed by the value's lines up to a line that is
+// exactly DELIMITER (a line with both '=' and '<<' is whichever comes
+// first). Lines end with "\n" or "\r\n"; empty lines between entries are
+// skipped; a later value of a name replaces the earlier. A heredoc whose
+// delimiter never comes, a name that is empty, and a line that is neither
+// form are errors naming the line. v names the file in errors.
+func ParseGitHub(data []byte, v string) (map[string]string, error) {
+	out := map[string]string{}
+	lineNo := 0
+	next := func() (string, bool) {
+		if len(data) == 0 {
+			return "", false
+		}
+		lineNo++
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		return string(bytes.TrimSuffix(line, []byte("\r"))), true
+	}
+	for {
+		line, ok := next()
+		if !ok {
+			break
+		}
+		if line == "" {
+			continue
+		}
+		eq, hd := strings.Index(line, "="), strings.Index(line, "<<")
+		switch {
+		case eq >= 0 && (hd < 0 || eq < hd):
+			name := line[:eq]
+			if name == "" {
+				return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s line %d: empty name", v, lineNo)
+			}
+			out[name] = line[eq+1:]
+		case hd >= 0:
+			name, delim, start := line[:hd], line[hd+2:], lineNo
+			if name == "" || delim == "" {
+				return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s line %d: want NAME<<DELIMITER", v, lineNo)
+			}
+			var value []string
+			for {
+				l, ok := next()
+				if !ok {
+					return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s line %d: the delimiter %s of %s never comes",
+						v, start, bounds.Quote(delim), bounds.Quote(name))
+				}
+				if l == delim {
+					break
+				}
+				value = append(value, l)
+			}
+			out[name] = strings.Join(value, "\n")
+		default:
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "%s line %d: want NAME=VALUE or NAME<<DELIMITER", v, lineNo)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// ValidateEnv checks what a task wrote to $GITHUB_ENV: variable names
+// ([A-Za-z_][A-Za-z0-9_]*, as a later step's environment takes them),
+// values without NUL, valid UTF-8, and the outputs bounds.
+func ValidateEnv(m map[string]string) error {
+	if len(m) > bounds.OutputKeys {
+		return errdefs.Errorf(errdefs.ErrTooLarge, "$GITHUB_ENV: %d variables, at most %d allowed", len(m), bounds.OutputKeys)
+	}
+	total := 0
+	for k, val := range m {
+		if !envName(k) {
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "$GITHUB_ENV: %s is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", bounds.Quote(k))
+		}
+		switch {
+		case len(k) > bounds.OutputKey:
+			return errdefs.Errorf(errdefs.ErrTooLarge, "$GITHUB_ENV: name %.32q… is %d bytes, at most %d allowed", k, len(k), bounds.OutputKey)
+		case len(val) > bounds.OutputValue:
+			return errdefs.Errorf(errdefs.ErrTooLarge, "$GITHUB_ENV: value of %s is %d bytes, at most %d allowed", k, len(val), bounds.OutputValue)
+		case strings.IndexByte(val, 0) >= 0 || !utf8.ValidString(val):
+			return errdefs.Errorf(errdefs.ErrInvalidArgument, "$GITHUB_ENV: value of %s holds a NUL byte or is not valid UTF-8", k)
+		}
+		total += len(k) + len(val)
+	}
+	if total > bounds.OutputsTotal {
+		return errdefs.Errorf(errdefs.ErrTooLarge, "$GITHUB_ENV: %d bytes in all, at most %d allowed", total, bounds.OutputsTotal)
+	}
+	return nil
+}
+
+func envName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (i > 0 && c >= '0' && c <= '9')) {
+			return false
+		}
+	}
+	return true
+}
+
+// Merge returns the task's outputs: $STOKE_OUTPUTS's, then
+// $GITHUB_OUTPUT's over them (a name in both takes $GITHUB_OUTPUT's
+// value), checked together against the bounds.
+func Merge(stoke, github map[string]string) (map[string]string, error) {
+	if len(github) == 0 {
+		return stoke, nil
+	}
+	out := make(map[string]string, len(stoke)+len(github))
+	for k, val := range stoke {
+		out[k] = val
+	}
+	for k, val := range github {
+		out[k] = val
+	}
+	if err := Validate(out); err != nil {
+		return nil, fmt.Errorf("with $GITHUB_OUTPUT: %w", err)
+	}
+	return out, nil
+}
