@@ -130,6 +130,76 @@ func TestDockerSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("StatsEvents", func(t *testing.T) {
+		since := strconv.FormatInt(time.Now().Unix()-1, 10)
+		created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "sdk-busy", Config: &container.Config{
+			Image: "bash", Cmd: []string{"sh", "-c", "while :; do :; done"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := created.ID
+		if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Streaming: each sample carries the one before it.
+		st, err := cli.ContainerStats(ctx, id, client.ContainerStatsOptions{Stream: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(st.Body)
+		var first, second container.StatsResponse
+		if err := dec.Decode(&first); err != nil {
+			t.Fatal(err)
+		}
+		if err := dec.Decode(&second); err != nil {
+			t.Fatal(err)
+		}
+		st.Body.Close()
+		if second.PreCPUStats.CPUUsage.TotalUsage != first.CPUStats.CPUUsage.TotalUsage || !second.PreRead.Equal(first.Read) ||
+			second.CPUStats.CPUUsage.TotalUsage <= first.CPUStats.CPUUsage.TotalUsage || second.CPUStats.SystemUsage <= first.CPUStats.SystemUsage {
+			t.Errorf("stats stream: first cpu %+v, second cpu %+v pre %+v: want the second after the first, a busy loop's CPU grown", first.CPUStats, second.CPUStats, second.PreCPUStats)
+		}
+		if second.MemoryStats.Usage == 0 || second.MemoryStats.Limit < second.MemoryStats.Usage || second.PidsStats.Current != 1 || second.Name != "/sdk-busy" {
+			t.Errorf("stats: memory %+v pids %+v name %q", second.MemoryStats, second.PidsStats, second.Name)
+		}
+		// The kill's die, followed from --since.
+		evctx, stop := context.WithCancel(ctx)
+		defer stop()
+		evs := cli.Events(evctx, client.EventsListOptions{Since: since, Filters: make(client.Filters).Add("container", "sdk-busy").Add("type", "container")})
+		if _, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+			t.Fatal(err)
+		}
+		var actions []string
+	read:
+		for {
+			select {
+			case m := <-evs.Messages:
+				actions = append(actions, string(m.Action)+m.Actor.Attributes["exitCode"])
+				if m.Action == "die" {
+					break read
+				}
+			case err := <-evs.Err:
+				t.Fatalf("events: %v (after %v)", err, actions)
+			}
+		}
+		if got := strings.Join(actions, ","); got != "create,start,kill,die137" {
+			t.Errorf("events: %s, want create,start,kill,die137", got)
+		}
+		// Not running: one sample of zeros.
+		st, err = cli.ContainerStats(ctx, id, client.ContainerStatsOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stopped container.StatsResponse
+		if err := json.NewDecoder(st.Body).Decode(&stopped); err != nil || stopped.CPUStats.CPUUsage.TotalUsage != 0 {
+			t.Errorf("stats of a stopped container: %+v %v", stopped.CPUStats, err)
+		}
+		st.Body.Close()
+		if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("ConcurrentRunRm", func(t *testing.T) {
 		const n = 64
 		var wg sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -216,6 +217,10 @@ func testDockerCLI(t *testing.T, up *stokeUp, d dockerCLI, tag string) {
 		testExecTTY(t, d, id)
 		testCopy(t, d, id)
 	})
+	t.Run("EventsStats", func(t *testing.T) {
+		d.t = t
+		testEventsStats(t, d, tag)
+	})
 	t.Run("KillStopRm", func(t *testing.T) {
 		d.t = t
 		id := strings.TrimSpace(d.ok("run", "-d", "bash", "sh", "-c",
@@ -238,6 +243,58 @@ func testDockerCLI(t *testing.T, up *stokeUp, d dockerCLI, tag string) {
 			t.Errorf("after rm -f: %q", out)
 		}
 	})
+}
+
+// testEventsStats reads a container's life from `docker events` (--since
+// replays, then it follows; --until ends it) and a busy container's CPU,
+// memory and processes from `docker stats --no-stream`.
+func testEventsStats(t *testing.T, d dockerCLI, tag string) {
+	since := strconv.FormatInt(time.Now().Unix()-1, 10)
+	name := "events-" + tag
+	if _, errOut, code := d.run("", "run", "--rm", "--name", name, "-l", "suite=events", "bash", "sh", "-c", "exit 3"); code != 3 {
+		t.Fatalf("docker run: exit %d, want 3 (%s)", code, errOut)
+	}
+	follow := d.cmd("events", "--since", since, "--filter", "container="+name, "--filter", "label=suite=events", "--format", "{{.Action}} {{.Actor.Attributes.exitCode}}")
+	out, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		actions = append(actions, strings.TrimSpace(strings.TrimSuffix(sc.Text(), "<no value>")))
+		if strings.HasPrefix(sc.Text(), "destroy") {
+			break
+		}
+	}
+	_ = follow.Process.Kill()
+	_ = follow.Wait()
+	if got := strings.Join(actions, ","); got != "create,start,die 3,destroy" {
+		t.Errorf("docker events: %q, want create,start,die 3,destroy", got)
+	}
+	// --until ends the stream with what came before it.
+	until := strconv.FormatInt(time.Now().Unix()+1, 10)
+	if out := d.ok("events", "--since", since, "--until", until, "--filter", "container="+name, "--filter", "event=create", "--format", "{{.Action}} {{.Actor.Attributes.name}}"); out != "create "+name+"\n" {
+		t.Errorf("docker events --until: %q", out)
+	}
+
+	busy := "busy-" + tag
+	d.ok("run", "-d", "--name", busy, "bash", "sh", "-c", "while :; do :; done")
+	defer d.ok("rm", "-f", busy)
+	line := strings.Fields(d.ok("stats", "--no-stream", "--format", "{{.Name}} {{.CPUPerc}} {{.MemUsage}} {{.PIDs}}", busy))
+	if len(line) < 4 || line[0] != busy {
+		t.Fatalf("docker stats: %q", line)
+	}
+	cpu, err := strconv.ParseFloat(strings.TrimSuffix(line[1], "%"), 64)
+	if err != nil || cpu <= 0 {
+		t.Errorf("docker stats: CPU %q of a busy loop, want more than 0 %%", line[1])
+	}
+	if strings.HasPrefix(line[2], "0B") || line[len(line)-1] != "1" {
+		t.Errorf("docker stats: memory %q, processes %q: want some memory and 1 process", line[2], line[len(line)-1])
+	}
 }
 
 // testExecTTY runs `docker exec -it` under a pseudo-terminal: the size

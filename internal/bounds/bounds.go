@@ -59,10 +59,13 @@ const (
 	// DockerRequest bounds a Docker API request body read whole (a
 	// container or exec create); DockerExecs the exec sessions the Docker
 	// API remembers (created, running, or ended and still inspectable);
-	// DockerArchive the bytes one `docker cp` moves either way.
+	// DockerArchive the bytes one `docker cp` moves either way;
+	// DockerEvents the container events kept for `docker events --since`
+	// (a follower that falls that far behind is disconnected).
 	DockerRequest = 1 << 20
 	DockerExecs   = 1024
 	DockerArchive = 1 << 30
+	DockerEvents  = 1024
 
 	// Handler is the longest handler string.
 	Handler = 512

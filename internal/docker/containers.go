@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -274,6 +275,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *http.Request) {
 	s.created[id] = c
 	s.mu.Unlock()
 	s.cfg.Images.remember(ref)
+	s.event(c, events.ActionCreate, nil)
 	writeJSON(w, http.StatusCreated, container.CreateResponse{ID: id, Warnings: []string{}})
 }
 
@@ -546,6 +548,11 @@ type filters map[string][]string
 // parseFilters reads the JSON of ?filters: {"key": ["v"]} or the older
 // {"key": {"v": true}}.
 func parseFilters(raw string) (filters, error) {
+	return parseFiltersOf(raw, "status", "label", "name", "id", "ancestor")
+}
+
+// parseFiltersOf reads filters whose keys are among keys.
+func parseFiltersOf(raw string, keys ...string) (filters, error) {
 	f := filters{}
 	if raw == "" {
 		return f, nil
@@ -565,9 +572,7 @@ func parseFilters(raw string) (filters, error) {
 				list = append(list, s)
 			}
 		}
-		switch k {
-		case "status", "label", "name", "id", "ancestor":
-		default:
+		if !slices.Contains(keys, k) {
 			return nil, errdefs.InvalidArgument("filters", "invalid filter '%s'", bounds.Truncate(k, bounds.Quoted))
 		}
 		f[k] = list

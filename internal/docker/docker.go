@@ -68,6 +68,7 @@ type Server struct {
 	// Run is deleted once it has ended and none reads it any more.
 	attached map[string]int
 	execs    *execTable
+	events   *eventLog
 	ctx      context.Context
 	bg       sync.WaitGroup
 }
@@ -82,7 +83,7 @@ func New(cfg Config) *Server {
 		cfg.Namespace = store.DefaultNamespace
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), created: map[string]*ctr{},
-		changed: make(chan struct{}), attached: map[string]int{}, execs: newExecTable(), ctx: context.Background()}
+		changed: make(chan struct{}), attached: map[string]int{}, execs: newExecTable(), events: newEventLog(), ctx: context.Background()}
 	s.routes()
 	return s
 }
@@ -140,6 +141,7 @@ func (s *Server) follow(ctx context.Context) error {
 		}
 		if ev.Object != nil {
 			s.forget(string(ev.Object.UID))
+			s.runEvent(ev)
 		}
 		s.wake()
 		if ev.Object != nil && ev.Type != store.Deleted {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/events"
 
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
@@ -113,5 +114,33 @@ func TestFilters(t *testing.T) {
 	}
 	if _, err := parseFilters(`{"nope":["x"]}`); errdefs.HTTPStatus(err) != http.StatusBadRequest {
 		t.Errorf("unknown filter: %v", err)
+	}
+}
+
+// TestEventLogKeepsTheLastEvents: the log holds the last
+// bounds.DockerEvents events in order; a reader whose next event was
+// overwritten is told so.
+func TestEventLogKeepsTheLastEvents(t *testing.T) {
+	l := newEventLog()
+	total := bounds.DockerEvents + 5
+	for i := range total {
+		l.publish(events.Message{TimeNano: int64(i)})
+	}
+	msgs, next, _, lost := l.read(0)
+	if !lost || next != uint64(total) || len(msgs) != bounds.DockerEvents || msgs[0].TimeNano != 5 || msgs[len(msgs)-1].TimeNano != int64(total-1) {
+		t.Fatalf("read(0): %d events from %d, next %d, lost %v", len(msgs), msgs[0].TimeNano, next, lost)
+	}
+	msgs, next2, changed, lost := l.read(next)
+	if lost || next2 != next || len(msgs) != 0 {
+		t.Fatalf("read(next): %d events, next %d, lost %v", len(msgs), next2, lost)
+	}
+	l.publish(events.Message{TimeNano: -1})
+	select {
+	case <-changed:
+	default:
+		t.Fatal("publish did not wake the reader")
+	}
+	if msgs, _, _, _ := l.read(next); len(msgs) != 1 || msgs[0].TimeNano != -1 {
+		t.Fatalf("after a publish: %+v", msgs)
 	}
 }

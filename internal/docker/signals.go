@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/moby/api/types/events"
 	"golang.org/x/sys/unix"
 
 	"stoke.dev/stoke/internal/bounds"
@@ -110,6 +111,8 @@ func (s *Server) containerKill(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Errorf(errdefs.ErrNotRunning, "Cannot kill container: %s: container %s is not running", c.name, c.id))
 		return
 	}
+	// Before the signal, whose die may come first otherwise.
+	s.event(c, events.ActionKill, map[string]string{"signal": strconv.Itoa(int(sig))})
 	if err := s.kill(r.Context(), c, sig); err != nil {
 		writeError(w, err)
 		return
@@ -145,6 +148,7 @@ func (s *Server) containerStop(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.event(c, events.ActionStop, nil)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -229,6 +233,7 @@ func (s *Server) containerRestart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.event(c, events.ActionRestart, nil)
 	w.WriteHeader(http.StatusNoContent)
 }
 
