@@ -59,7 +59,7 @@ const DefaultNamespace = "default"
 // kind needs its own status/spec split, and the Kubernetes implementation
 // needs a CRD per kind.
 type Object interface {
-	*v1alpha1.Run | *v1alpha1.Runtime | *v1alpha1.Function
+	*v1alpha1.Run | *v1alpha1.Runtime | *v1alpha1.Function | *v1alpha1.WorkflowRun | *v1alpha1.Workflow
 	metav1.Object
 	runtime.Object
 }
@@ -148,6 +148,8 @@ type Store interface {
 	Runs() Resource[*v1alpha1.Run]
 	Runtimes() Resource[*v1alpha1.Runtime]
 	Functions() Resource[*v1alpha1.Function]
+	WorkflowRuns() Resource[*v1alpha1.WorkflowRun]
+	Workflows() Resource[*v1alpha1.Workflow]
 	Close() error
 }
 

@@ -2,6 +2,7 @@ package wfexpr
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -25,7 +26,10 @@ type Combination struct {
 // axis's value, but may overwrite what an earlier include added); an
 // entry merged into none becomes a combination of its own, which later
 // entries do not extend. A nil or empty matrix is one combination with no
-// keys (a job that is not a matrix job). It refuses a matrix of more than
+// keys (a job that is not a matrix job). A combination's keys are named in
+// the axes' order, then what include added in alphabetical order (GitHub
+// keeps include's own order; the Kubernetes API server does not keep it).
+// It refuses a matrix of more than
 // bounds.WorkflowMatrix combinations (before building them), one that has
 // none, exclude keys that are no axis, and entries that are not objects.
 func ExpandMatrix(m *v1alpha1.Matrix) ([]Combination, error) {
@@ -51,7 +55,7 @@ func ExpandMatrix(m *v1alpha1.Matrix) ([]Combination, error) {
 			if err != nil {
 				return nil, fmt.Errorf("axes[%d].values[%d]: %w", i, j, err)
 			}
-			values[i] = append(values[i], v)
+			values[i] = append(values[i], sortKeys(v))
 		}
 		product *= len(a.Values)
 		if product > bounds.WorkflowMatrix {
@@ -125,6 +129,16 @@ func ExpandMatrix(m *v1alpha1.Matrix) ([]Combination, error) {
 	if len(combos) == 0 {
 		return nil, fmt.Errorf("exclude: every combination of the matrix is excluded")
 	}
+	for i := range combos {
+		c := &combos[i]
+		c.Keys = orderKeys(c.Keys, axes)
+		ordered := NewObject()
+		for _, k := range c.Keys {
+			v, _ := c.Values.Get(k)
+			ordered.Set(k, v)
+		}
+		c.Values = ordered
+	}
 	for i, c := range combos {
 		if n := c.valuesSize(); n > bounds.WorkflowMatrixValues {
 			return nil, fmt.Errorf("combination %d (%s): its values are %d bytes, over the bound of %d", i, bounds.Truncate(c.Name(""), bounds.Quoted), n, bounds.WorkflowMatrixValues)
@@ -140,13 +154,58 @@ func entries(field string, raw []apiextensionsv1.JSON) ([]*Object, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s[%d]: %w", field, i, err)
 		}
-		o, ok := v.(*Object)
+		o, ok := sortKeys(v).(*Object)
 		if !ok || o.Len() == 0 {
 			return nil, fmt.Errorf("%s[%d]: must be an object with at least one key", field, i)
 		}
 		out = append(out, o)
 	}
 	return out, nil
+}
+
+// sortKeys orders every object's keys in v: the Kubernetes API server
+// keeps no key order in a JSON object it stores (it sorts them), so a
+// matrix must not depend on it for the two stores to agree.
+func sortKeys(v any) any {
+	switch t := v.(type) {
+	case *Object:
+		o := NewObject()
+		keys := append([]string(nil), t.keys...)
+		sort.Strings(keys)
+		for _, k := range keys {
+			e, _ := t.Get(k)
+			o.Set(k, sortKeys(e))
+		}
+		return o
+	case []any:
+		out := make([]any, len(t), max(len(t), 1))
+		for i, e := range t {
+			out[i] = sortKeys(e)
+		}
+		return out
+	}
+	return v
+}
+
+// orderKeys puts a combination's keys in the order its name lists them:
+// the axes as declared, then what include added, alphabetically.
+func orderKeys(keys, axes []string) []string {
+	out := make([]string, 0, len(keys))
+	for _, a := range axes {
+		for _, k := range keys {
+			if strings.EqualFold(k, a) {
+				out = append(out, k)
+			}
+		}
+	}
+	var rest []string
+	for _, k := range keys {
+		if !containsFold(axes, k) {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	return append(out, rest...)
 }
 
 func containsFold(list []string, s string) bool {

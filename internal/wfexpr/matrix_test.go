@@ -52,11 +52,12 @@ func TestExpandMatrix(t *testing.T) {
 			`job (ubuntu-20.04, 12) {"os":"ubuntu-20.04","version":12}`,
 			`job (ubuntu-20.04, 14) {"os":"ubuntu-20.04","version":14}`,
 		}},
+		// An object's keys are sorted (the API server sorts them).
 		{"object values", &v1alpha1.Matrix{Axes: []v1alpha1.MatrixAxis{axis("os", `"ubuntu-latest"`, `"macos-latest"`), axis("node", `{"version":14}`, `{"version":20,"env":"NODE_OPTIONS=--openssl-legacy-provider"}`)}}, []string{
 			`job (ubuntu-latest, {"version":14}) {"os":"ubuntu-latest","node":{"version":14}}`,
-			`job (ubuntu-latest, {"version":20,"env":"NODE_OPTIONS=--openssl-legacy-provider"}) {"os":"ubuntu-latest","node":{"version":20,"env":"NODE_OPTIONS=--openssl-legacy-provider"}}`,
+			`job (ubuntu-latest, {"env":"NODE_OPTIONS=--openssl-legacy-provider","version":20}) {"os":"ubuntu-latest","node":{"env":"NODE_OPTIONS=--openssl-legacy-provider","version":20}}`,
 			`job (macos-latest, {"version":14}) {"os":"macos-latest","node":{"version":14}}`,
-			`job (macos-latest, {"version":20,"env":"NODE_OPTIONS=--openssl-legacy-provider"}) {"os":"macos-latest","node":{"version":20,"env":"NODE_OPTIONS=--openssl-legacy-provider"}}`,
+			`job (macos-latest, {"env":"NODE_OPTIONS=--openssl-legacy-provider","version":20}) {"os":"macos-latest","node":{"env":"NODE_OPTIONS=--openssl-legacy-provider","version":20}}`,
 		}},
 		// "Expanding or adding matrix configurations": include merges
 		// where it changes no original value, may overwrite what an
@@ -83,9 +84,11 @@ func TestExpandMatrix(t *testing.T) {
 			`job (ubuntu-latest, 14) {"os":"ubuntu-latest","node":14}`,
 			`job (ubuntu-latest, 16) {"os":"ubuntu-latest","node":16}`,
 		}},
+		// Keys no axis names come in alphabetical order (GitHub keeps
+		// include's; the API server does not).
 		{"include only", &v1alpha1.Matrix{Include: js(`{"site":"production","datacenter":"site-a"}`, `{"site":"staging","datacenter":"site-b"}`)}, []string{
-			`job (production, site-a) {"site":"production","datacenter":"site-a"}`,
-			`job (staging, site-b) {"site":"staging","datacenter":"site-b"}`,
+			`job (site-a, production) {"datacenter":"site-a","site":"production"}`,
+			`job (site-b, staging) {"datacenter":"site-b","site":"staging"}`,
 		}},
 		// "Excluding matrix configurations": a partial match excludes.
 		{"exclude", &v1alpha1.Matrix{

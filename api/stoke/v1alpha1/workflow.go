@@ -490,13 +490,28 @@ type WorkflowRunList struct {
 // a WorkflowRun's spec.workflow or called by a job's uses.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=wf
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Workflow struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec WorkflowSpec `json:"spec"`
+	Spec   WorkflowSpec   `json:"spec"`
+	Status WorkflowStatus `json:"status,omitempty"`
+}
+
+// WorkflowStatus is what the workflow controller last saw of a Workflow.
+// It is small on purpose; it exists so that a Workflow is stored as every
+// other kind is (spec and status written apart, store.StatusWriter).
+type WorkflowStatus struct {
+	// ObservedGeneration is the generation last looked at.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // WorkflowSpec is a reusable workflow's definition.

@@ -125,6 +125,8 @@ type Store struct {
 	runs         *resource[*v1alpha1.Run]
 	runtimes     *resource[*v1alpha1.Runtime]
 	functions    *resource[*v1alpha1.Function]
+	workflowRuns *resource[*v1alpha1.WorkflowRun]
+	workflows    *resource[*v1alpha1.Workflow]
 	httpc        *http.Client
 	log          *slog.Logger
 	clock        clock.Clock
@@ -205,6 +207,8 @@ func Open(cfg *rest.Config, opts Options) (*Store, error) {
 	s.runs = &resource[*v1alpha1.Run]{s: s, rc: rc, k: runKind}
 	s.runtimes = &resource[*v1alpha1.Runtime]{s: s, rc: rc, k: runtimeKind}
 	s.functions = &resource[*v1alpha1.Function]{s: s, rc: rc, k: functionKind}
+	s.workflowRuns = &resource[*v1alpha1.WorkflowRun]{s: s, rc: rc, k: workflowRunKind}
+	s.workflows = &resource[*v1alpha1.Workflow]{s: s, rc: rc, k: workflowKind}
 	return s, nil
 }
 
@@ -216,6 +220,12 @@ func (s *Store) Runtimes() store.Resource[*v1alpha1.Runtime] { return s.runtimes
 
 // Functions implements store.Store.
 func (s *Store) Functions() store.Resource[*v1alpha1.Function] { return s.functions }
+
+// WorkflowRuns implements store.Store.
+func (s *Store) WorkflowRuns() store.Resource[*v1alpha1.WorkflowRun] { return s.workflowRuns }
+
+// Workflows implements store.Store.
+func (s *Store) Workflows() store.Resource[*v1alpha1.Workflow] { return s.workflows }
 
 // Close implements store.Store: it ends every watch, waits for their
 // goroutines, and drops idle connections. Later calls fail with

@@ -99,7 +99,7 @@ func testNotServed(t *testing.T, c *kubetest.Cluster) {
 	}
 }
 
-// empty deletes every Run, Runtime and Function the suite left behind, finalizers
+// empty deletes every object of every kind the suite left behind, finalizers
 // first, so that each test starts with an empty store as the suite
 // expects of NewStore.
 func empty(t *testing.T, s store.Store) {
@@ -108,6 +108,8 @@ func empty(t *testing.T, s store.Store) {
 	emptyKind(ctx, t, s.Runs())
 	emptyKind(ctx, t, s.Runtimes())
 	emptyKind(ctx, t, s.Functions())
+	emptyKind(ctx, t, s.WorkflowRuns())
+	emptyKind(ctx, t, s.Workflows())
 }
 
 func emptyKind[T store.Object](ctx context.Context, t *testing.T, r store.Resource[T]) {

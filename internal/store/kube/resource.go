@@ -83,6 +83,38 @@ var functionKind = &kind[*v1alpha1.Function]{
 	},
 }
 
+var workflowRunKind = &kind[*v1alpha1.WorkflowRun]{
+	name:     v1alpha1.KindWorkflowRun,
+	noun:     "workflowrun",
+	resource: "workflowruns",
+	new:      func() *v1alpha1.WorkflowRun { return new(v1alpha1.WorkflowRun) },
+	newList:  func() runtime.Object { return new(v1alpha1.WorkflowRunList) },
+	items: func(list runtime.Object) []*v1alpha1.WorkflowRun {
+		l := list.(*v1alpha1.WorkflowRunList)
+		out := make([]*v1alpha1.WorkflowRun, len(l.Items))
+		for i := range l.Items {
+			out[i] = &l.Items[i]
+		}
+		return out
+	},
+}
+
+var workflowKind = &kind[*v1alpha1.Workflow]{
+	name:     v1alpha1.KindWorkflow,
+	noun:     "workflow",
+	resource: "workflows",
+	new:      func() *v1alpha1.Workflow { return new(v1alpha1.Workflow) },
+	newList:  func() runtime.Object { return new(v1alpha1.WorkflowList) },
+	items: func(list runtime.Object) []*v1alpha1.Workflow {
+		l := list.(*v1alpha1.WorkflowList)
+		out := make([]*v1alpha1.Workflow, len(l.Items))
+		for i := range l.Items {
+			out[i] = &l.Items[i]
+		}
+		return out
+	},
+}
+
 // Field selectors of the Run CRD's selectableFields.
 const (
 	fieldPhase          = "status.phase"

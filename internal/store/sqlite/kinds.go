@@ -112,3 +112,41 @@ var functionKind = &kind[*v1alpha1.Function]{
 	spec:        func(obj *v1alpha1.Function) ([]byte, error) { return json.Marshal(&obj.Spec) },
 	phase:       func(*v1alpha1.Function) string { return "" },
 }
+
+var workflowRunKind = &kind[*v1alpha1.WorkflowRun]{
+	name: v1alpha1.KindWorkflowRun,
+	noun: "workflowrun",
+	new:  func() *v1alpha1.WorkflowRun { return new(v1alpha1.WorkflowRun) },
+	setSpec: func(dst, src *v1alpha1.WorkflowRun) ([]byte, error) {
+		spec, b, err := roundTrip(&src.Spec)
+		dst.Spec = spec
+		return b, err
+	},
+	setStatus: func(dst, src *v1alpha1.WorkflowRun) error {
+		status, _, err := roundTrip(&src.Status)
+		dst.Status = status
+		return err
+	},
+	clearStatus: func(obj *v1alpha1.WorkflowRun) { obj.Status = v1alpha1.WorkflowRunStatus{} },
+	spec:        func(obj *v1alpha1.WorkflowRun) ([]byte, error) { return json.Marshal(&obj.Spec) },
+	phase:       func(*v1alpha1.WorkflowRun) string { return "" },
+}
+
+var workflowKind = &kind[*v1alpha1.Workflow]{
+	name: v1alpha1.KindWorkflow,
+	noun: "workflow",
+	new:  func() *v1alpha1.Workflow { return new(v1alpha1.Workflow) },
+	setSpec: func(dst, src *v1alpha1.Workflow) ([]byte, error) {
+		spec, b, err := roundTrip(&src.Spec)
+		dst.Spec = spec
+		return b, err
+	},
+	setStatus: func(dst, src *v1alpha1.Workflow) error {
+		status, _, err := roundTrip(&src.Status)
+		dst.Status = status
+		return err
+	},
+	clearStatus: func(obj *v1alpha1.Workflow) { obj.Status = v1alpha1.WorkflowStatus{} },
+	spec:        func(obj *v1alpha1.Workflow) ([]byte, error) { return json.Marshal(&obj.Spec) },
+	phase:       func(*v1alpha1.Workflow) string { return "" },
+}

@@ -135,6 +135,8 @@ type Store struct {
 	runs     *resource[*v1alpha1.Run]
 	runtimes *resource[*v1alpha1.Runtime]
 	fns      *resource[*v1alpha1.Function]
+	wfruns   *resource[*v1alpha1.WorkflowRun]
+	wfs      *resource[*v1alpha1.Workflow]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -204,6 +206,8 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		runs:     newResource(c, runKind),
 		runtimes: newResource(c, runtimeKind),
 		fns:      newResource(c, functionKind),
+		wfruns:   newResource(c, workflowRunKind),
+		wfs:      newResource(c, workflowKind),
 	}, nil
 }
 
@@ -318,6 +322,12 @@ func (s *Store) Runtimes() store.Resource[*v1alpha1.Runtime] { return s.runtimes
 
 // Functions returns the Function resource.
 func (s *Store) Functions() store.Resource[*v1alpha1.Function] { return s.fns }
+
+// WorkflowRuns returns the WorkflowRun resource.
+func (s *Store) WorkflowRuns() store.Resource[*v1alpha1.WorkflowRun] { return s.wfruns }
+
+// Workflows returns the Workflow resource.
+func (s *Store) Workflows() store.Resource[*v1alpha1.Workflow] { return s.wfs }
 
 // Close ends every watch, waits for the watch goroutines and closes the
 // database. It is safe to call more than once.

@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -90,6 +91,8 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 	t.Run("Run", func(t *testing.T) { runKind(t, newStore, cfg, runCase) })
 	t.Run("Runtime", func(t *testing.T) { runKind(t, newStore, cfg, runtimeCase) })
 	t.Run("Function", func(t *testing.T) { runKind(t, newStore, cfg, functionCase) })
+	t.Run("WorkflowRun", func(t *testing.T) { runKind(t, newStore, cfg, workflowRunCase) })
+	t.Run("Workflow", func(t *testing.T) { runKind(t, newStore, cfg, workflowCase) })
 	for _, tc := range []struct {
 		name string
 		fn   func(t *testing.T, s store.Store, cfg *config)
@@ -192,6 +195,76 @@ var functionCase = kindCase[*v1alpha1.Function]{
 	},
 	spec:   func(f *v1alpha1.Function) any { return f.Spec },
 	status: func(f *v1alpha1.Function) any { return f.Status },
+}
+
+// workflowJobs is a small DAG with a matrix and a call, so that the
+// stores carry every shape of a WorkflowRun's spec (include's JSON too,
+// its keys in order: the API server sorts a free-form object's keys).
+func workflowJobs() []v1alpha1.Job {
+	ff := false
+	return []v1alpha1.Job{
+		{ID: "build", RunsOn: "bash", Steps: []v1alpha1.Step{
+			{Uses: v1alpha1.UsesCheckout},
+			{ID: "b", Run: "echo v=1 >> \"$GITHUB_OUTPUT\"", Env: []v1alpha1.EnvVar{{Name: "A", Value: "${{ matrix.os }}"}}},
+		}, Outputs: []v1alpha1.NameValue{{Name: "v", Value: "${{ steps.b.outputs.v }}"}}},
+		{ID: "test", Needs: []string{"build"}, RunsOn: "bash", Strategy: &v1alpha1.Strategy{
+			FailFast: &ff, MaxParallel: 2,
+			Matrix: &v1alpha1.Matrix{
+				Axes:    []v1alpha1.MatrixAxis{{Name: "os", Values: []apiextensionsv1.JSON{{Raw: []byte(`"linux"`)}, {Raw: []byte(`{"v":1}`)}}}},
+				Include: []apiextensionsv1.JSON{{Raw: []byte(`{"extra":true,"os":"linux"}`)}},
+			},
+		}, Steps: []v1alpha1.Step{{Run: "true", Shell: "sh"}}},
+		{ID: "call", Needs: []string{"test"}, If: "always()", Uses: "lib", With: []v1alpha1.NameValue{{Name: "x", Value: "1"}}},
+	}
+}
+
+var workflowRunCase = kindCase[*v1alpha1.WorkflowRun]{
+	name:     "workflowrun",
+	resource: func(s store.Store) store.Resource[*v1alpha1.WorkflowRun] { return s.WorkflowRuns() },
+	object: func(namespace, name string) *v1alpha1.WorkflowRun {
+		w := &v1alpha1.WorkflowRun{}
+		w.Namespace, w.Name = namespace, name
+		w.Spec = v1alpha1.WorkflowRunSpec{Jobs: workflowJobs(), Env: []v1alpha1.EnvVar{{Name: "A", Value: "1"}}}
+		return w
+	},
+	setSpec: func(w *v1alpha1.WorkflowRun, i int) {
+		ttl := int32(i)
+		w.Spec.TTLSecondsAfterFinished = &ttl
+	},
+	setStatus: func(w *v1alpha1.WorkflowRun, i int) {
+		code := int32(i)
+		w.Status.Phase = v1alpha1.WorkflowRunning
+		w.Status.Message = "attempt " + strconv.Itoa(i)
+		w.Status.Jobs = []v1alpha1.JobStatus{{
+			Name: "test (linux)", Job: "test", Matrix: map[string]string{"os": `"linux"`}, Phase: v1alpha1.JobRunning, Attempt: int32(i),
+			Steps: []v1alpha1.StepStatus{{Name: "true", Phase: v1alpha1.JobFailed, Outcome: "failure", Conclusion: "failure", ExitCode: &code}},
+		}}
+	},
+	spec:   func(w *v1alpha1.WorkflowRun) any { return w.Spec },
+	status: func(w *v1alpha1.WorkflowRun) any { return w.Status },
+}
+
+var workflowCase = kindCase[*v1alpha1.Workflow]{
+	name:     "workflow",
+	resource: func(s store.Store) store.Resource[*v1alpha1.Workflow] { return s.Workflows() },
+	object: func(namespace, name string) *v1alpha1.Workflow {
+		w := &v1alpha1.Workflow{}
+		w.Namespace, w.Name = namespace, name
+		w.Spec = v1alpha1.WorkflowSpec{
+			Inputs:  []v1alpha1.WorkflowInput{{Name: "x", Type: "number", Required: true}},
+			Outputs: []v1alpha1.NameValue{{Name: "v", Value: "${{ jobs.build.outputs.v }}"}},
+			Jobs:    workflowJobs()[:1],
+		}
+		return w
+	},
+	setSpec: func(w *v1alpha1.Workflow, i int) {
+		w.Spec.Inputs[0].Default = strconv.Itoa(i)
+	},
+	setStatus: func(w *v1alpha1.Workflow, i int) {
+		w.Status.ObservedGeneration = int64(i) + 1
+	},
+	spec:   func(w *v1alpha1.Workflow) any { return w.Spec },
+	status: func(w *v1alpha1.Workflow) any { return w.Status },
 }
 
 // env is what one generic test gets.
