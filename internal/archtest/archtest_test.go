@@ -118,6 +118,10 @@ var forbidden = map[string][]string{
 	// podcopy): the workflow engine and the front doors call it, never
 	// the reverse, and it reads no Run or WorkflowRun store.
 	"stoke.dev/stoke/internal/artifact": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/up", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/workflow", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/docker"},
+	// The git cache fetches and unpacks commits: it knows no Run, store,
+	// pod or Runtime Server (runtimed calls it), and its test server
+	// only git.
+	"stoke.dev/stoke/internal/gitsource": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/scheduler", "stoke.dev/stoke/api/"},
 	// The Kubernetes gateway is the gateway's code behind Kubernetes
 	// authorization and informers: nothing of standalone mode.
 	"stoke.dev/stoke/internal/kubegateway": {"stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store/sqlite", "stoke.dev/stoke/internal/pool", "stoke.dev/stoke/internal/up"},

@@ -89,6 +89,8 @@ const (
 	// GitURL is the longest spec.source.git.url; GitRef the longest ref.
 	GitURL = 2 << 10
 	GitRef = 1 << 10
+	// GitTree bounds the files of one commit's tree in the git cache.
+	GitTree = 1 << 30
 	// PlacementName is the longest spec.placement.podUID and workspace.
 	PlacementName = 128
 	// APIStreams bounds the watch and followed-log responses the HTTP API

@@ -55,6 +55,9 @@ const (
 	// Timeout: a task exceeded spec.timeout, or a function's reservation
 	// lifetime ended. Terminal phase Timeout.
 	Timeout Reason = "Timeout"
+	// SourceFetchFailed: git could not fetch spec.source.git (no such
+	// repository, commit or ref, refused credentials, the network).
+	SourceFetchFailed Reason = "SourceFetchFailed"
 )
 
 // Reasons never retried, whatever the policy lists.

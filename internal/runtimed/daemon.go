@@ -19,6 +19,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/gitsource"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/runlog"
@@ -59,6 +60,9 @@ type Config struct {
 	RunLogs *runlog.Store
 	// Metrics, when set, get the dispatch latencies (NewMetrics).
 	Metrics *Metrics
+	// Git is the git cache spec.source.git is fetched into; nil fails
+	// Runs with a git source.
+	Git *gitsource.Cache
 }
 
 // Daemon is one pod's runtimed.

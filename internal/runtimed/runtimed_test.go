@@ -20,6 +20,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/gitsource"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/pydeps"
 	rt "stoke.dev/stoke/internal/runtime"
@@ -57,6 +58,8 @@ type envOptions struct {
 	// calls, when set, sees every unary call runtimed makes to the
 	// Runtime Server, as a network between them would.
 	calls grpc.UnaryClientInterceptor
+	// git is the pod's git cache.
+	git *gitsource.Cache
 }
 
 func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
@@ -99,7 +102,7 @@ func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
 	if opts.log != nil {
 		dlog = opts.log
 	}
-	d := runtimed.New(runtimed.Config{Pod: pod, Runs: runs, Conn: conn, Logger: dlog, StatusPoll: 50 * time.Millisecond})
+	d := runtimed.New(runtimed.Config{Pod: pod, Runs: runs, Conn: conn, Logger: dlog, StatusPoll: 50 * time.Millisecond, Git: opts.git})
 	w, err := st.Runs().Watch(ctx, store.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)

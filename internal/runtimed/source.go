@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -36,11 +37,16 @@ const maxExtracted = 64 * bounds.Source
 // symbolic links anywhere in it, so every write goes through an os.Root
 // (no path, link or '..' leads out of dir) and what is written is handed
 // to the workspace's owner.
-func materialise(dirs *runtime.DirPool, dir string, shared bool, src *v1alpha1.Source) error {
+//
+// A git source (fetch gives its commit's tree in the cache) is copied in
+// first, at its path; an inline file or an archive is then written over
+// it. The copy never shares a file with the cache, so that no Run can
+// change what the next one checks out.
+func materialise(ctx context.Context, dirs *runtime.DirPool, dir string, shared bool, src *v1alpha1.Source, fetch gitFetch) error {
 	if err := prepareDir(dirs, dir, shared); err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
-	if src == nil || (src.Inline == nil && src.Archive == nil) {
+	if src == nil || (src.Inline == nil && src.Archive == nil && src.Git == nil) {
 		return nil
 	}
 	w, err := openTree(dir)
@@ -48,6 +54,15 @@ func materialise(dirs *runtime.DirPool, dir string, shared bool, src *v1alpha1.S
 		return fmt.Errorf("working directory: %w", err)
 	}
 	defer w.close()
+	if g := src.Git; g != nil {
+		cached, err := fetch(ctx, g)
+		if err != nil {
+			return err
+		}
+		if err := w.copyTree(cached, gitPath(g.Path)); err != nil {
+			return fmt.Errorf("checking out %s: %w", g.URL, err)
+		}
+	}
 	switch {
 	case src.Inline != nil:
 		return w.writeFile(src.Inline.Path, strings.NewReader(src.Inline.Text), 0o755)
@@ -148,10 +163,7 @@ func (t *tree) writeFile(rel string, r io.Reader, mode os.FileMode) error {
 	if err := t.mkdirs(filepath.Dir(rel)); err != nil {
 		return fmt.Errorf("source %s: %w", rel, err)
 	}
-	if err := t.root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("source %s: %w", rel, err)
-	}
-	f, err := t.root.OpenFile(rel, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscallNoFollow, mode.Perm())
+	f, err := t.create(rel, mode)
 	if err != nil {
 		return fmt.Errorf("source %s: %w", rel, err)
 	}
@@ -166,6 +178,79 @@ func (t *tree) writeFile(rel string, r io.Reader, mode os.FileMode) error {
 		}
 	}
 	return f.Close()
+}
+
+// create makes the file rel anew: one that is there is removed first.
+func (t *tree) create(rel string, mode os.FileMode) (*os.File, error) {
+	const flags = os.O_CREATE | os.O_EXCL | os.O_WRONLY | syscallNoFollow
+	f, err := t.root.OpenFile(rel, flags, mode.Perm())
+	if errors.Is(err, fs.ErrExist) {
+		if err := t.root.Remove(rel); err != nil {
+			return nil, err
+		}
+		f, err = t.root.OpenFile(rel, flags, mode.Perm())
+	}
+	return f, err
+}
+
+// gitPath is where in the working directory source.git's tree goes.
+func gitPath(p string) string {
+	if p == "" {
+		return "."
+	}
+	return filepath.Clean(p)
+}
+
+// copyTree copies the directory src (a tree in the git cache: regular
+// files, directories and links that stay inside it) to rel in the tree.
+// Files are copied (copy_file_range), never linked.
+func (t *tree) copyTree(src, rel string) error {
+	if rel != "." {
+		if err := validation.RelativePath("spec.source.git.path", rel); err != nil {
+			return err
+		}
+	}
+	if err := t.mkdirs(rel); err != nil {
+		return err
+	}
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		inner, err := filepath.Rel(src, p)
+		if err != nil || inner == "." {
+			return err
+		}
+		dst := filepath.Join(rel, inner)
+		switch {
+		case d.IsDir():
+			return t.mkdirs(dst)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			if err := t.root.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			if err := t.root.Symlink(target, dst); err != nil {
+				return err
+			}
+			return t.own(dst)
+		case d.Type().IsRegular():
+			in, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer in.Close()
+			fi, err := in.Stat()
+			if err != nil {
+				return err
+			}
+			return t.writeFile(dst, in, fi.Mode())
+		}
+		return fmt.Errorf("%s: not a file, directory or link", inner)
+	})
 }
 
 // extract unpacks a gzipped tar of regular files and directories into the

@@ -2,6 +2,7 @@ package runtimed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -137,8 +138,15 @@ func (w *worker) run(ctx context.Context) {
 	}
 	w.dir = dir
 	defer w.removeDir(ctx, run, dir, shared)
-	if err := materialise(w.d.cfg.WorkDirs, dir, shared, run.Spec.Source); err != nil {
-		w.fail(ctx, retry.InvalidSpec, fmt.Sprintf("materialising source: %v", err))
+	if err := materialise(ctx, w.d.cfg.WorkDirs, dir, shared, run.Spec.Source, w.gitTree(run)); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		reason := retry.InvalidSpec
+		if errors.Is(err, errGitFetch) {
+			reason = retry.SourceFetchFailed
+		}
+		w.fail(ctx, reason, fmt.Sprintf("materialising source: %v", err))
 		return
 	}
 	if run.Spec.Mode.Function != nil {

@@ -1,0 +1,70 @@
+package runtimed_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/gitsource"
+	"stoke.dev/stoke/internal/gitsource/gittest"
+)
+
+// source.git checks a commit out into the working directory (at its
+// path), with an inline file written over it; a ref is resolved once and
+// recorded in status.sourceCommit; a Run that changes its checkout leaves
+// the cache as it was; bad sources fail with a clear message.
+func TestGitSource(t *testing.T) {
+	srv := gittest.NewServer(t, gittest.Options{})
+	first, url := srv.Commit(t, "app", map[string]string{"VERSION": "1\n", "lib/util.sh": "util() { echo util; }\n", "lib/link": "link:util.sh"})
+	bad, badURL := srv.Commit(t, "evil", map[string]string{"out": "link:../../x"})
+	cacheDir := filepath.Join(t.TempDir(), "git")
+	cache, err := gitsource.New(gitsource.Config{Dir: cacheDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, "bash", envOptions{git: cache})
+
+	ref := taskRun("ref", `read -r v < src/VERSION; . src/lib/link; echo "V=$v U=$(util)" >> "$STOKE_OUTPUTS"; echo changed > src/VERSION`)
+	ref.Spec.Source.Git = &v1alpha1.GitSource{URL: url, Ref: "main", Path: "src"}
+	e.submit(ref)
+	got := e.waitPhase("ref", v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	if got.Status.Phase != v1alpha1.PhaseSucceeded || got.Status.Outputs["V"] != "1 U=util" || got.Status.SourceCommit != first {
+		t.Fatalf("ref: %+v (commit %s)", got.Status, first)
+	}
+	// The checkout was the Run's to change; the cache's tree is not.
+	pinned := taskRun("pinned", `read -r v < VERSION; echo "V=$v" >> "$STOKE_OUTPUTS"`)
+	pinned.Spec.Source.Git = &v1alpha1.GitSource{URL: url, Commit: first}
+	e.submit(pinned)
+	got = e.waitPhase("pinned", v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	if got.Status.Phase != v1alpha1.PhaseSucceeded || got.Status.Outputs["V"] != "1" {
+		t.Fatalf("pinned: %+v", got.Status)
+	}
+	fetches := srv.Fetches.Load()
+	for _, tc := range []struct {
+		name   string
+		src    v1alpha1.GitSource
+		reason string
+		msg    string
+	}{
+		{"not-a-repo", v1alpha1.GitSource{URL: srv.URL + "/none.git", Ref: "main"}, "SourceFetchFailed", "none.git"},
+		{"unknown-commit", v1alpha1.GitSource{URL: url, Commit: strings.Repeat("0", 40)}, "SourceFetchFailed", "not our ref"},
+		{"unknown-ref", v1alpha1.GitSource{URL: url, Ref: "nope"}, "SourceFetchFailed", `ref "nope" is not in`},
+		{"link-out", v1alpha1.GitSource{URL: badURL, Commit: bad}, "InvalidSpec", `the link "out" points outside the tree`},
+	} {
+		run := taskRun(tc.name, "true")
+		run.Spec.Source.Git = &tc.src
+		e.submit(run)
+		got := e.waitPhase(tc.name, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+		if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != tc.reason || !strings.Contains(got.Status.Message, tc.msg) {
+			t.Errorf("%s: %s %s %q; want %s saying %q", tc.name, got.Status.Phase, got.Status.Reason, got.Status.Message, tc.reason, tc.msg)
+		}
+	}
+	if srv.Fetches.Load() == fetches {
+		t.Error("the bad sources asked the server nothing")
+	}
+	if _, err := os.Stat(filepath.Join(e.pod.WorkspaceRoot, "..", "x")); !os.IsNotExist(err) {
+		t.Errorf("written outside: %v", err)
+	}
+}
