@@ -20,6 +20,13 @@ type verifier struct {
 	n      int64
 }
 
+// Verify reads rc checking, at its end, that it was size bytes with
+// SHA-256 digest ("sha256:<hex>"): a read that does not match ends with an
+// error (Internal) instead of EOF. Clients check what a server sent.
+func Verify(rc io.ReadCloser, digest string, size int64) io.ReadCloser {
+	return newVerifier(rc, digest, size)
+}
+
 func newVerifier(rc io.ReadCloser, digest string, size int64) *verifier {
 	return &verifier{rc: rc, h: sha256.New(), digest: digest, size: size}
 }

@@ -20,6 +20,7 @@ type API interface {
 	Runtimes
 	Functions
 	Dataplane
+	Artifacts
 	// Target says which backend this is and where it is, for notes,
 	// errors and `stoke version`.
 	Target() Target

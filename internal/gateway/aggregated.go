@@ -38,6 +38,9 @@ func (g *Gateway) routeAggregated() {
 	if g.cfg.Exec != nil {
 		g.route(aggregatedExecPath, "exec", runAccess("create", "exec"), g.exec)
 	}
+	if g.cfg.Artifacts != nil {
+		g.routeArtifacts(true)
+	}
 	if g.cfg.Functions != nil {
 		g.route(aggregatedFunctionInvokePath, "invoke", functionAccess("create", "invoke"), g.invokeFunction)
 	}

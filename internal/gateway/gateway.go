@@ -88,6 +88,8 @@ type Config struct {
 	Functions FunctionInvoker
 	// Exec, when set, serves exec sessions into Runs (exec.go).
 	Exec ExecRouter
+	// Artifacts, when set, serves WorkflowRuns' artifacts (artifacts.go).
+	Artifacts Artifacts
 	// Aggregated also serves invoke, exec and logs as the Kubernetes
 	// aggregated API gateway.stoke.dev/v1alpha1 (aggregated.go).
 	Aggregated bool
@@ -171,6 +173,9 @@ func New(cfg Config) *Gateway {
 	}
 	if cfg.Exec != nil {
 		g.route(execPath, "exec", runAccess("create", "exec"), g.exec)
+	}
+	if cfg.Artifacts != nil {
+		g.routeArtifacts(false)
 	}
 	if cfg.Aggregated {
 		g.routeAggregated()

@@ -33,8 +33,12 @@ func CopyCheckedEntries(dst io.Writer, src io.Reader, limit int64, maxEntries in
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			// tar pads its output to a record (10 KiB by default) past
-			// the end marker: read it, so the writer is not cut off.
-			_, _ = io.CopyN(io.Discard, src, 64<<10)
+			// the end marker: read it to its end, so that the writer is
+			// not cut off and a reader that checks at EOF (a digest)
+			// has its say.
+			if _, err := io.Copy(io.Discard, io.LimitReader(src, 64<<10)); err != nil {
+				return n, err
+			}
 			return n, tw.Close()
 		}
 		if err != nil {

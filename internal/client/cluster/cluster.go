@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/transport"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/artifact"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/client"
 	"stoke.dev/stoke/internal/errdefs"
@@ -215,6 +216,16 @@ func (c *Client) InvokeFunction(ctx context.Context, ns, name string, input []by
 
 // Exec implements client.API through the gateway.
 func (c *Client) Exec() exec.Executor { return c.gw.Exec() }
+
+// ListArtifacts implements client.API through the gateway.
+func (c *Client) ListArtifacts(ctx context.Context, ns, workflowRun string) ([]artifact.Artifact, error) {
+	return c.gw.ListArtifacts(ctx, ns, workflowRun)
+}
+
+// OpenArtifact implements client.API through the gateway.
+func (c *Client) OpenArtifact(ctx context.Context, ns, workflowRun, name string) (artifact.Artifact, io.ReadCloser, error) {
+	return c.gw.OpenArtifact(ctx, ns, workflowRun, name)
+}
 
 // InvokeURL implements client.API: the Run's invoke URL as the CLI
 // reaches it (the aggregated API's, or the path of its endpoint at
