@@ -55,7 +55,11 @@ const (
 	// disk, shared by both containers): the Runtime Server writes them,
 	// runtimed serves them to the gateway. They live as long as the Pod,
 	// or until their Run is deleted.
-	RunLogDir       = WorkspaceDir + "/.stoke-run-logs"
+	RunLogDir = WorkspaceDir + "/.stoke-run-logs"
+	// PythonDepsDir is a python Runtime's requirements cache
+	// (internal/pydeps), in the workspace volume: per Pod, shared by the
+	// Runs on it, as long as the Pod lives.
+	PythonDepsDir   = WorkspaceDir + "/.stoke-pydeps"
 	TLSDir          = "/var/run/stoke-tls"
 	HopPort         = 7443
 	ServiceAccount  = "stoke-runtimed"
@@ -246,6 +250,11 @@ func runtimeServerArgs(rt *v1alpha1.Runtime) []string {
 		"--workspace-root", WorkspaceDir,
 		"--debug-socket", RuntimeServerDebugSocket,
 		"--run-log-dir", RunLogDir,
+	}
+	if rt.Spec.Server == "python" {
+		// A Run's requirements.txt is installed once per digest into
+		// the Pod's own cache, which every Run on the Pod shares.
+		args = append(args, "--python-deps", PythonDepsDir)
 	}
 	if t := rt.Spec.DefaultInvokeTimeout; t != nil && t.Duration > 0 {
 		args = append(args, "--default-invoke-timeout", t.Duration.String())

@@ -60,7 +60,7 @@ func TestDeploymentFollowsThePodConventions(t *testing.T) {
 		t.Errorf("service account %q, automount %v: want %s mounted by hand in runtimed only", spec.ServiceAccountName, spec.AutomountServiceAccountToken, ServiceAccount)
 	}
 	rs, rd := container(t, spec, ContainerRuntimeServer), container(t, spec, ContainerRuntimed)
-	if got := strings.Join(rs.Args, " "); got != "runtime-server --runtime python --listen unix:///var/run/stoke/rs.sock --workspace-root /workspace --debug-socket /var/run/stoke/runtime-server/debug.sock --run-log-dir /workspace/.stoke-run-logs --default-invoke-timeout 7s" {
+	if got := strings.Join(rs.Args, " "); got != "runtime-server --runtime python --listen unix:///var/run/stoke/rs.sock --workspace-root /workspace --debug-socket /var/run/stoke/runtime-server/debug.sock --run-log-dir /workspace/.stoke-run-logs --python-deps /workspace/.stoke-pydeps --default-invoke-timeout 7s" {
 		t.Errorf("runtime-server args: %s", got)
 	}
 	if got := strings.Join(rd.Args, " "); !strings.Contains(got, "--listen $(POD_IP):7443") || !strings.Contains(got, "--tls-dir /var/run/stoke-tls") || !strings.Contains(got, "--default-task-timeout 1m0s") || !strings.Contains(got, "--debug-socket /var/run/stoke/runtimed/debug.sock") || !strings.Contains(got, "--run-log-dir "+RunLogDir) {
