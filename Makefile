@@ -69,6 +69,7 @@ bench:
 	$(BENCH) 'Kube/Throughput' -benchtime 1x -timeout 40m ./e2e/
 	$(BENCH) 'Kube/CreateToSucceeded' -benchtime 200x -timeout 30m ./e2e/
 	$(BENCH) 'Kube/FunctionReady' -benchtime 50x -timeout 30m ./e2e/
+	$(BENCH) 'Kube/ScaleFromZero' -benchtime 20x -timeout 30m ./e2e/
 	$(BENCH) 'KubeGateway' -benchtime 300x -timeout 30m ./e2e/
 
 lint:

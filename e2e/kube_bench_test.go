@@ -151,6 +151,16 @@ func BenchmarkKube(b *testing.B) {
 		b.StopTimer()
 		reportPercentiles(b, lat)
 	})
+
+	// ScaleFromZero: a Python Function with scale.min 0, its first
+	// invocation through a gateway (benchScaleFromZero).
+	var users *gatewayUsers
+	b.Run("ScaleFromZero", func(b *testing.B) {
+		if users == nil {
+			users = e.gatewayUsers(b)
+		}
+		benchScaleFromZero(b, e, users)
+	})
 }
 
 // BenchmarkKubeCeiling/Throughput is the ceiling of

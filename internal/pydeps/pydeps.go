@@ -14,9 +14,15 @@
 // Offline: FindLinks names a wheel directory and pip is told --no-index;
 // otherwise pip uses the index settings of its own configuration files
 // and PIP_* environment variables.
+//
+// The cache is bounded by age and size (Prune, after each install and
+// at New); a registration holds its digest's lock shared while it lives
+// (Use), and a directory is pruned only under that lock held exclusively,
+// so none in use goes.
 package pydeps
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -62,14 +68,21 @@ type Config struct {
 	PipArgs []string
 	// Env is pip's environment; nil: this process's (pip reads its
 	// configuration from HOME, XDG_CONFIG_HOME and PIP_* there).
-	Env    []string
-	Logger *slog.Logger
+	Env []string
+	// MaxAge and MaxBytes bound the cache (Prune): defaults DefaultMaxAge
+	// and DefaultMaxBytes; an age below the longest task's is raised to
+	// it.
+	MaxAge   time.Duration
+	MaxBytes int64
+	Logger   *slog.Logger
 }
 
 // Cache is a requirements cache.
 type Cache struct {
-	cfg Config
-	log *slog.Logger
+	cfg      Config
+	log      *slog.Logger
+	maxAge   time.Duration
+	maxBytes int64
 
 	tagOnce sync.Once
 	tag     string // the interpreter's cache tag, in every digest
@@ -89,7 +102,12 @@ func New(cfg Config) (*Cache, error) {
 	if err := os.MkdirAll(cfg.Root, 0o755); err != nil {
 		return nil, fmt.Errorf("pydeps: %w", err)
 	}
-	return &Cache{cfg: cfg, log: logging.OrDiscard(cfg.Logger)}, nil
+	c := &Cache{cfg: cfg, log: logging.OrDiscard(cfg.Logger),
+		maxAge: max(cmp.Or(cfg.MaxAge, DefaultMaxAge), minAge), maxBytes: cmp.Or(cfg.MaxBytes, DefaultMaxBytes)}
+	if _, _, err := c.Prune(time.Now()); err != nil {
+		c.log.Warn("python requirements cache: prune", "error", err)
+	}
+	return c, nil
 }
 
 // Installs is how many installs this Cache ran (not those it found done).
@@ -98,36 +116,71 @@ func (c *Cache) Installs() int64 { return c.installs.Load() }
 // Dir returns the directory holding the dependencies that the
 // requirements.txt of the source in dir lists, installing them first if
 // no Runtime Server of the cache has; "" when dir has no requirements.txt.
-// An install error carries pip's message (its last bytes, bounded).
+// An install error carries pip's message (its last bytes, bounded). The
+// directory is not held: Prune leaves it for the longest task's time
+// after this call (a registration, which may live longer, takes Use).
 func (c *Cache) Dir(ctx context.Context, dir string) (string, error) {
+	final, _, err := c.ensure(ctx, dir)
+	return final, err
+}
+
+// Use is Dir for a registration: the directory is held in use until
+// release is called (a shared lock of its digest, which Prune never
+// removes a directory under). release is never nil.
+func (c *Cache) Use(ctx context.Context, dir string) (string, func(), error) {
+	for {
+		final, digest, err := c.ensure(ctx, dir)
+		if err != nil || final == "" {
+			return final, func() {}, err
+		}
+		release, err := c.lockShared(ctx, digest)
+		if err != nil {
+			return "", func() {}, err
+		}
+		if _, err := os.Stat(final); err == nil {
+			return final, release, nil
+		}
+		release() // pruned between the two: install it again
+	}
+}
+
+// ensure installs dir's requirements if their digest's directory is not
+// there, and marks the digest used.
+func (c *Cache) ensure(ctx context.Context, dir string) (final, digest string, _ error) {
 	req := filepath.Join(dir, File)
 	text, err := readRequirements(req)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
+		return "", "", nil
 	}
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	digest, err := c.digest(text)
+	digest, err = c.digest(text)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	final := filepath.Join(c.cfg.Root, digest)
+	final = filepath.Join(c.cfg.Root, digest)
 	if _, err := os.Stat(final); err == nil {
-		return final, nil
+		c.touch(digest)
+		return final, digest, nil
 	}
-	unlock, err := c.lock(ctx, digest)
+	unlock, err := c.lock(ctx, digest, unix.LOCK_EX)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer unlock()
 	if _, err := os.Stat(final); err == nil {
-		return final, nil // installed while we waited
+		c.touch(digest)
+		return final, digest, nil // installed while we waited
 	}
 	if err := c.install(ctx, dir, req, final); err != nil {
-		return "", err
+		return "", "", err
 	}
-	return final, nil
+	c.touch(digest)
+	if _, _, err := c.Prune(time.Now()); err != nil {
+		c.log.Warn("python requirements cache: prune", "error", err)
+	}
+	return final, digest, nil
 }
 
 // readRequirements reads a requirements file, bounded; a link or anything
@@ -165,14 +218,20 @@ func (c *Cache) digest(text []byte) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// lock takes the digest's file lock within ctx.
-func (c *Cache) lock(ctx context.Context, digest string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(c.cfg.Root, "."+digest+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+// lockShared holds the digest's lock shared (in use) within ctx.
+func (c *Cache) lockShared(ctx context.Context, digest string) (func(), error) {
+	return c.lock(ctx, digest, unix.LOCK_SH)
+}
+
+// lock takes the digest's file lock (how: unix.LOCK_EX or LOCK_SH)
+// within ctx.
+func (c *Cache) lock(ctx context.Context, digest string, how int) (func(), error) {
+	f, err := os.OpenFile(c.lockPath(digest), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("pydeps: %w", err)
 	}
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			return func() { f.Close() }, nil // closing releases the lock
 		}

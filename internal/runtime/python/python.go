@@ -103,13 +103,15 @@ func New(cfg Config) *Adapter {
 // withDeps returns env with the directory of the dependencies that the
 // requirements.txt in dir lists leading PYTHONPATH, installing them
 // first if the cache has not; env itself without Deps or requirements.
-func (a *Adapter) withDeps(ctx context.Context, dir string, env []string) ([]string, error) {
+// The directory is held in use (kept from the cache's pruning) until
+// release, which is never nil, is called.
+func (a *Adapter) withDeps(ctx context.Context, dir string, env []string) (_ []string, release func(), _ error) {
 	if a.deps == nil {
-		return env, nil
+		return env, func() {}, nil
 	}
-	deps, err := a.deps.Dir(ctx, dir)
+	deps, release, err := a.deps.Use(ctx, dir)
 	if err != nil || deps == "" {
-		return env, err
+		return env, release, err
 	}
 	out := make([]string, 0, len(env)+1)
 	path := deps
@@ -122,7 +124,7 @@ func (a *Adapter) withDeps(ctx context.Context, dir string, env []string) ([]str
 		}
 		out = append(out, kv)
 	}
-	return append(out, "PYTHONPATH="+path), nil
+	return append(out, "PYTHONPATH="+path), release, nil
 }
 
 // TaskNeedsPrepare: a task whose source has a requirements.txt, with
@@ -138,7 +140,11 @@ func (a *Adapter) TaskNeedsPrepare(dir string) bool {
 // PrepareTask installs the task's requirements and returns its env with
 // them on PYTHONPATH (runtime.TaskPreparer).
 func (a *Adapter) PrepareTask(ctx context.Context, dir string, env []string) ([]string, error) {
-	return a.withDeps(ctx, dir, env)
+	// Not held: the cache keeps a directory for the longest task's time
+	// after its last use.
+	env, release, err := a.withDeps(ctx, dir, env)
+	release()
+	return env, err
 }
 
 // Name is "python".

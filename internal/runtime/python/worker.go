@@ -108,9 +108,12 @@ type instance struct {
 	// interrupt makes pending and future I/O on req and resp fail at once;
 	// it runs when the context of a Load or an invocation ends.
 	interrupt func()
-	done      chan struct{} // closed by watch once the worker has exited
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	// releaseDeps lets the requirements cache prune this registration's
+	// dependencies again (pydeps.Cache.Use); Close calls it.
+	releaseDeps func()
+	done        chan struct{} // closed by watch once the worker has exited
+	wg          sync.WaitGroup
+	closeOnce   sync.Once
 
 	// kids are the worker's children that ran before the current call
 	// (proc.KillChildrenExcept): set when the handler is loaded and after
@@ -135,11 +138,18 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	if env == nil {
 		env = []string{} // nil would hand the worker the server's environment
 	}
-	// Within the registration's init bound: a first install counts.
-	env, err := a.withDeps(ctx, spec.WorkingDir, env)
+	// Within the registration's init bound: a first install counts. The
+	// instance holds the dependencies in use until it is closed.
+	env, releaseDeps, err := a.withDeps(ctx, spec.WorkingDir, env)
 	if err != nil {
 		return nil, err
 	}
+	loaded := false
+	defer func() {
+		if !loaded {
+			releaseDeps()
+		}
+	}()
 
 	// Parent ends first, then the worker's: reqR, respW, outW, errW.
 	var pipes [8]*os.File
@@ -189,8 +199,9 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 		// ones bypass the buffers.
 		w: bufio.NewWriterSize(reqW, 16<<10), r: bufio.NewReaderSize(respR, 16<<10),
 		stdout: stdout, stderr: stderr,
-		done: make(chan struct{}),
+		done: make(chan struct{}), releaseDeps: releaseDeps,
 	}
+	loaded = true // i.Close releases the dependencies from here on
 	i.interrupt = func() {
 		past := time.Unix(1, 0)
 		_ = i.resp.SetReadDeadline(past)
@@ -406,6 +417,7 @@ func (i *instance) Close() error {
 		if i.scan != nil {
 			_ = i.scan.Close()
 		}
+		i.releaseDeps()
 	})
 	return nil
 }
