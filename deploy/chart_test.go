@@ -155,3 +155,41 @@ func TestChartPassesTokenAudiences(t *testing.T) {
 		t.Error("a string for gateway.tokenAudiences was accepted")
 	}
 }
+
+// gateway.docker.enabled serves the Docker port: the gateway's flag, its
+// container and Service ports, the RBAC to write Runs (only then), and a
+// NetworkPolicy that admits gateway.docker.from to it and everyone to
+// the HTTPS port.
+func TestChartDockerPort(t *testing.T) {
+	render := func(values map[string]any) string {
+		t.Helper()
+		ms, err := Render("stoke-system", values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all []string
+		for _, m := range ms {
+			all = append(all, m.Content)
+		}
+		return strings.Join(all, "\n---\n")
+	}
+	off := render(map[string]any{})
+	for _, s := range []string{"--docker-listen", "name: docker", "verbs: [create, update, patch, delete]", "name: stoke-gateway\n  namespace: stoke-system\n  labels:\n    app.kubernetes.io/name: stoke-gateway\nspec:\n  podSelector"} {
+		if strings.Contains(off, s) {
+			t.Errorf("by default the chart has %q", s)
+		}
+	}
+	peer := map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"ci": "true"}}}
+	on := render(map[string]any{"gateway": map[string]any{"docker": map[string]any{"enabled": true, "port": 2377, "from": []any{peer}}}})
+	for _, s := range []string{
+		"--docker-listen=$(POD_IP):2377",
+		"- name: docker\n              containerPort: 2377",
+		"- name: docker\n      port: 2377\n      targetPort: docker",
+		"verbs: [create, update, patch, delete]",
+		"    - ports:\n        - port: 8443\n          protocol: TCP\n    - ports:\n        - port: 2377\n          protocol: TCP\n      from:\n        - namespaceSelector:\n            matchLabels:\n              ci: \"true\"",
+	} {
+		if !strings.Contains(on, s) {
+			t.Errorf("with gateway.docker.enabled the chart lacks %q", s)
+		}
+	}
+}

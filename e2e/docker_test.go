@@ -56,11 +56,13 @@ type dockerCLI struct {
 	t    *testing.T
 	bin  string
 	host string
+	// env is more of the CLI's environment (DOCKER_TLS_VERIFY, ...).
+	env []string
 }
 
 func (d dockerCLI) cmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(d.bin, args...)
-	cmd.Env = append(os.Environ(), "DOCKER_HOST="+d.host, "DOCKER_CONFIG="+d.t.TempDir())
+	cmd.Env = append(append(os.Environ(), "DOCKER_HOST="+d.host, "DOCKER_CONFIG="+d.t.TempDir()), d.env...)
 	return cmd
 }
 

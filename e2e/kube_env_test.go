@@ -167,15 +167,18 @@ func (e *kubeEnv) sharedDir(t testing.TB) string {
 func repoPath(path string) string { return filepath.Join("..", filepath.FromSlash(path)) }
 
 // renderChart writes the chart's objects (deploy.Render, default values
-// but the Namespace and a generated gateway certificate, into
-// stokeNamespace) to two files: the Runtimes', and
+// but the Namespace, a generated gateway certificate and the gateway's
+// Docker port, into stokeNamespace) to two files: the Runtimes', and
 // everything else's.
 func (e *kubeEnv) renderChart(t testing.TB) (others, runtimes string) {
 	t.Helper()
 	// The gateway's serving certificate from the chart's CA, which the
 	// APIService then verifies it with.
 	ms, err := deploy.Render(stokeNamespace, map[string]any{"namespace": map[string]any{"create": true},
-		"gateway": map[string]any{"tls": map[string]any{"generate": true}}})
+		// The Docker port too (kube_docker_test.go), its certificate for
+		// 127.0.0.1, where the test forwards a port to it.
+		"gateway": map[string]any{"tls": map[string]any{"generate": true, "ipAddresses": []any{"127.0.0.1"}},
+			"docker": map[string]any{"enabled": true}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
 
+	"stoke.dev/stoke/internal/docker"
 	"stoke.dev/stoke/internal/kubeconfig"
 	"stoke.dev/stoke/internal/kubegateway"
+	"stoke.dev/stoke/internal/version"
 )
 
 // defaultGatewayPort is the gateway's HTTPS port on its Pod IP.
@@ -19,7 +21,7 @@ const defaultGatewayPort = 8443
 
 func newGatewayCommand() *cobra.Command {
 	var cfg kubegateway.Config
-	var kubeconfigPath, debugSocket string
+	var kubeconfigPath, debugSocket, dockerImages string
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Serve invocations, exec sessions and Run logs in a Kubernetes cluster",
@@ -35,7 +37,15 @@ which the gateway trusts only with that certificate and authorizes with the
 same SubjectAccessReview. Runs and runtime Pods are routed from
 memory, and each call goes once to the owner Pod's runtimed over mutual TLS
 with the certificate in --hop-tls-dir. /healthz and /readyz need no token;
-/metrics needs get on the non-resource URL /metrics.`,
+/metrics needs get on the non-resource URL /metrics.
+
+With --docker-listen it also serves the Docker Engine API over TLS
+(docs/docker.md, "On Kubernetes"): DOCKER_HOST=tcp://HOST:PORT/namespaces/NS
+with DOCKER_TLS_VERIFY=1 and a client certificate the cluster's client CA
+signed (a kubeconfig user's) or a bearer token in the Docker CLI's
+config.json HttpHeaders; containers are task Runs in NS (or
+--docker-namespace), each request authorised on the Run with a
+SubjectAccessReview.`,
 		Example: `  stoke gateway --listen $(POD_IP):8443 --tls-cert-file /var/run/stoke-gateway/serving/tls.crt --tls-private-key-file /var/run/stoke-gateway/serving/tls.key`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,6 +55,12 @@ with the certificate in --hop-tls-dir. /healthz and /readyz need no token;
 			}
 			cfg.REST = rc
 			cfg.Logger = slog.Default()
+			if dockerImages != "" {
+				if cfg.Docker.Images, err = docker.LoadImages(dockerImages); err != nil {
+					return err
+				}
+			}
+			cfg.Docker.Version = version.Get().Version
 			if cfg.Listen == "" {
 				ip := os.Getenv("POD_IP")
 				if ip == "" {
@@ -73,6 +89,10 @@ with the certificate in --hop-tls-dir. /healthz and /readyz need no token;
 	f.StringSliceVar(&cfg.TokenAudiences, "token-audiences", nil, "the audiences a caller's token must be for, asked for in each TokenReview (default: the API server's own, as kubectl's and ServiceAccount tokens have)")
 	f.BoolVar(&cfg.FrontProxy, "front-proxy", true, "serve callers the API server proxies to the aggregated API gateway.stoke.dev/v1alpha1 (their identity from the front proxy's headers, trusted with its client certificate as kube-system/extension-apiserver-authentication says)")
 	f.DurationVar(&cfg.AuthTTL, "auth-cache-ttl", kubegateway.MaxDecisionTTL, "how long an authentication or authorization answer is kept (at most 10s)")
+	f.StringVar(&cfg.Docker.Listen, "docker-listen", "", "serve the Docker Engine API over TLS at this address ($POD_IP:2376 in the chart; empty: not served)")
+	f.StringVar(&cfg.Docker.ClientCAFile, "docker-client-ca-file", "", "the CA (PEM) of the Docker port's client certificates (default: the cluster's client CA, client-ca-file in kube-system/extension-apiserver-authentication)")
+	f.StringVar(&dockerImages, "docker-images", "", "file of the Docker image → Runtime table (YAML; see docs/docker.md); default: python:* → python, bash/debian/ubuntu/alpine/busybox → bash")
+	f.StringVar(&cfg.Docker.Namespace, "docker-namespace", "default", "the namespace of the containers of Docker clients whose host names none (tcp://HOST:PORT/namespaces/NS names one)")
 	f.StringVar(&debugSocket, "debug-socket", "/var/run/stoke-gateway/run/debug/debug.sock", debugSocketUsage)
 	return cmd
 }

@@ -66,6 +66,12 @@ const (
 	DockerExecs   = 1024
 	DockerArchive = 1 << 30
 	DockerEvents  = 1024
+	// DockerNamespaces bounds the namespaces the Kubernetes gateway's
+	// Docker API keeps state (and a Run watch) for; DockerWatchEvents the
+	// Run events one of those watches holds for its follower before it is
+	// ended (the follower then watches again).
+	DockerNamespaces  = 256
+	DockerWatchEvents = 1024
 
 	// Handler is the longest handler string.
 	Handler = 512

@@ -413,10 +413,18 @@ func (s *Server) start(r *http.Request, c *ctr) error {
 	if err == nil {
 		// Kept until the Runs in memory have it (forget).
 		cur.run = created
+		if c.meta.AutoRemove {
+			s.started[c.id] = struct{}{}
+		}
 	}
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("starting container %s: %w", c.id[:12], err)
+	}
+	// The Runs in memory may have it already: its events may come before
+	// CreateRun answers (they then found no started container to forget).
+	if cached, ok := s.cfg.Backend.CachedRun(created.Namespace, created.Name); ok && cached.UID == created.UID {
+		s.forget(string(created.UID))
 	}
 	s.wake()
 	s.log.Info("docker: container started", "container", c.id[:12], "run", created.Namespace+"/"+created.Name, "run_uid", created.UID)

@@ -47,7 +47,18 @@ type Config struct {
 	Namespace string
 	// Version is the server's version string (`docker version`).
 	Version string
-	Logger  *slog.Logger
+	// Replicated says other servers follow the same Runs (the Kubernetes
+	// gateway's replicas): an AutoRemove container's Run is then deleted
+	// by the server that started it only, while it has one attached, and
+	// by its TTL otherwise (autoRemoveBackstop); with one server (stoke
+	// up) by whichever sees it end.
+	Replicated bool
+	// Auth, when set, authorises each request before its route runs, on
+	// the namespace's Runs as Kubernetes RBAC names them (auth.go; the
+	// Kubernetes gateway's SubjectAccessReview). Nil in standalone, where
+	// the socket's 0700 directory is the authentication.
+	Auth   gateway.Authorizer
+	Logger *slog.Logger
 }
 
 // Server is the Docker API: its HTTP handler, and Run, which follows the
@@ -67,10 +78,13 @@ type Server struct {
 	// attached counts the open attach streams per Run UID: an AutoRemove
 	// Run is deleted once it has ended and none reads it any more.
 	attached map[string]int
-	execs    *execTable
-	events   *eventLog
-	ctx      context.Context
-	bg       sync.WaitGroup
+	// started holds the AutoRemove containers this server started, by
+	// ID, until their Run is deleted (Config.Replicated).
+	started map[string]struct{}
+	execs   *execTable
+	events  *eventLog
+	ctx     context.Context
+	bg      sync.WaitGroup
 }
 
 // New returns the server; call Run to follow the Runs.
@@ -83,7 +97,7 @@ func New(cfg Config) *Server {
 		cfg.Namespace = store.DefaultNamespace
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), created: map[string]*ctr{},
-		changed: make(chan struct{}), attached: map[string]int{}, execs: newExecTable(), events: newEventLog(), ctx: context.Background()}
+		changed: make(chan struct{}), attached: map[string]int{}, started: map[string]struct{}{}, execs: newExecTable(), events: newEventLog(), ctx: context.Background()}
 	s.routes()
 	return s
 }
@@ -100,6 +114,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.URL.RawPath = ""
 	r.RequestURI = path
 	if _, pattern := s.mux.Handler(r); pattern == "" {
+		if err := s.authorize(r, pattern); err != nil {
+			writeError(w, err)
+			return
+		}
 		writeError(w, notFoundPath(r))
 		return
 	}
@@ -142,6 +160,11 @@ func (s *Server) follow(ctx context.Context) error {
 		if ev.Object != nil {
 			s.forget(string(ev.Object.UID))
 			s.runEvent(ev)
+			if ev.Type == store.Deleted {
+				s.mu.Lock()
+				delete(s.started, containerID(ev.Object))
+				s.mu.Unlock()
+			}
 		}
 		s.wake()
 		if ev.Object != nil && ev.Type != store.Deleted {

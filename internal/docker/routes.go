@@ -6,9 +6,22 @@ import (
 	"github.com/moby/moby/api/types/container"
 )
 
-// routes are the Docker API subset served (docs/docker.md lists it).
+// routes serves the Docker API subset (docs/docker.md lists it).
 func (s *Server) routes() {
-	for pattern, h := range map[string]http.HandlerFunc{
+	for pattern, h := range s.handlers() {
+		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if err := s.authorize(r, pattern); err != nil {
+				refuse(w, r, err)
+				return
+			}
+			h(w, r)
+		})
+	}
+}
+
+// handlers are the routes by pattern; each has its needs (auth.go).
+func (s *Server) handlers() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
 		"GET /_ping":                    s.ping,
 		"HEAD /_ping":                   s.ping,
 		"GET /version":                  s.version,
@@ -37,8 +50,6 @@ func (s *Server) routes() {
 		"POST /exec/{id}/start":         s.execStart,
 		"POST /exec/{id}/resize":        s.execResize,
 		"GET /exec/{id}/json":           s.execInspect,
-	} {
-		s.mux.HandleFunc(pattern, h)
 	}
 }
 
@@ -65,6 +76,10 @@ func (s *Server) containerTop(w http.ResponseWriter, r *http.Request) {
 	}
 	if !c.running() {
 		writeError(w, errNotRunning(c))
+		return
+	}
+	if s.onLambda(c) {
+		writeError(w, notOnLambda(c, "list its processes"))
 		return
 	}
 	writeJSON(w, http.StatusOK, container.TopResponse{Titles: []string{"PID", "CMD"},

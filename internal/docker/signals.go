@@ -58,6 +58,9 @@ func (s *Server) signal(ctx context.Context, c *ctr, sig syscall.Signal) error {
 	if !c.running() {
 		return errdefs.Errorf(errdefs.ErrNotRunning, "Cannot kill container: %s: container %s is not running", c.name, c.id)
 	}
+	if s.onLambda(c) {
+		return lambdaSignal(c, sig)
+	}
 	name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
 	if name == "" {
 		name = strconv.Itoa(int(sig))
@@ -124,6 +127,14 @@ func (s *Server) containerKill(w http.ResponseWriter, r *http.Request) {
 // reaches) also cancels the Run, so that it ends even where the signal
 // could not be delivered.
 func (s *Server) kill(ctx context.Context, c *ctr, sig syscall.Signal) error {
+	if sig == syscall.SIGKILL && s.onLambda(c) {
+		// No exec session into the sandbox: the cancel ends it.
+		_, err := s.cfg.Backend.CancelRun(ctx, c.run.Namespace, c.run.Name)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			err = nil
+		}
+		return err
+	}
 	err := s.signal(ctx, c, sig)
 	if sig == syscall.SIGKILL || (err != nil && (sig == syscall.SIGTERM || sig == syscall.SIGINT)) {
 		if _, cerr := s.cfg.Backend.CancelRun(ctx, c.run.Namespace, c.run.Name); cerr != nil && !errors.Is(cerr, errdefs.ErrNotFound) {
@@ -178,7 +189,9 @@ func (s *Server) stop(r *http.Request, c *ctr) error {
 		}
 	}
 	ctx := r.Context()
-	if err := s.signal(ctx, c, sig); err != nil && errdefs.HTTPStatus(err) != http.StatusConflict {
+	if s.onLambda(c) {
+		timeout = 0 // no signal but SIGKILL reaches a Lambda task
+	} else if err := s.signal(ctx, c, sig); err != nil && errdefs.HTTPStatus(err) != http.StatusConflict {
 		s.log.Info("docker: stop signal not delivered; killing", "container", c.id[:12], "error", err)
 	}
 	if timeout >= 0 {

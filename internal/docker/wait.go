@@ -98,7 +98,8 @@ func (s *Server) autoRemove(ctx context.Context, run *v1alpha1.Run) {
 		return
 	}
 	s.mu.Lock()
-	busy := s.attached[c.id] > 0
+	_, mine := s.started[c.id]
+	busy := s.attached[c.id] > 0 || (s.cfg.Replicated && !mine)
 	s.mu.Unlock()
 	if busy {
 		return

@@ -75,8 +75,11 @@ type Authorizer struct {
 	log       *slog.Logger
 	users     *cache.LRUExpireCache // tokenKey → userEntry
 	decisions *cache.LRUExpireCache // decisionKey → error (nil: allowed)
-	flights   singleflight.Group
-	lookups   *prometheus.CounterVec
+	flights   *singleflight.Group
+	// clientCerts: FrontProxy authenticates client certificates
+	// (WithClientCertificates), not the API server's front proxy.
+	clientCerts bool
+	lookups     *prometheus.CounterVec
 }
 
 // tokenKey is the SHA-256 of a bearer token, or of a proxied user
@@ -110,6 +113,7 @@ func NewAuthorizer(cfg AuthConfig) *Authorizer {
 		cfg: cfg, log: logging.OrDiscard(cfg.Logger),
 		users:     cache.NewLRUExpireCacheWithClock(cfg.Size, cfg.Clock),
 		decisions: cache.NewLRUExpireCacheWithClock(cfg.Size, cfg.Clock),
+		flights:   &singleflight.Group{},
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stoke_gateway_auth_cache_lookups_total",
 			Help: "Lookups in the gateway's authentication (cache=token) and authorization (cache=access) caches, by result (hit, miss).",
@@ -120,6 +124,19 @@ func NewAuthorizer(cfg AuthConfig) *Authorizer {
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
+
+// WithClientCertificates is an Authorizer sharing a's caches, reviews
+// and counters that authenticates a caller by a client certificate certs
+// verifies (the Docker port's: one the cluster's client CA signed, its
+// common name the user and its organisations the groups, as the API
+// server's own x509 authentication) or by its bearer token; a's front
+// proxy is not trusted there. One user's decisions are one cache entry
+// however the user was authenticated.
+func (a *Authorizer) WithClientCertificates(certs authenticator.Request) *Authorizer {
+	b := *a
+	b.cfg.FrontProxy, b.clientCerts = certs, true
+	return &b
+}
 
 // Collector is the cache's hit and miss counters.
 func (a *Authorizer) Collector() prometheus.Collector { return a.lookups }
@@ -144,8 +161,11 @@ func (a *Authorizer) Authorize(r *http.Request, access gateway.Access) error {
 	}
 	token, err := gateway.BearerToken(r)
 	if err != nil {
-		if certErr != nil && errors.Is(err, errdefs.ErrUnauthenticated) {
-			return errdefs.Errorf(errdefs.ErrUnauthenticated, "no bearer token, and the client certificate is not the API server's front proxy's: %v", certErr)
+		switch {
+		case certErr != nil && errors.Is(err, errdefs.ErrUnauthenticated):
+			return errdefs.Errorf(errdefs.ErrUnauthenticated, "no bearer token, and the client certificate is not one this port trusts: %v", certErr)
+		case a.clientCerts && errors.Is(err, errdefs.ErrUnauthenticated):
+			return errdefs.Errorf(errdefs.ErrUnauthenticated, "no client certificate and no bearer token: give a certificate of the cluster's client CA (DOCKER_CERT_PATH) or a token")
 		}
 		return err
 	}

@@ -81,7 +81,10 @@ type Config struct {
 	// ends (default 10 s).
 	ShutdownGrace time.Duration
 	Timeouts      gateway.Timeouts
-	Logger        *slog.Logger
+	// Docker, when Docker.Listen is set, serves the Docker Engine API on
+	// a port of its own (docker.go).
+	Docker DockerConfig
+	Logger *slog.Logger
 	// OnListen, when set, is told the bound address.
 	OnListen func(net.Addr)
 	// Pod is the gateway's own Pod (the downward API's POD_NAMESPACE,
@@ -203,6 +206,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return nil
 		},
 	})
+	var dp *dockerPort
+	if cfg.Docker.Listen != "" {
+		b := newDockerBackend(ctx, rt, st.Runs(), st.Runtimes(), runs)
+		if dp, err = newDockerPort(cfg.Docker, serving, client, auth, b, log); err != nil {
+			return err
+		}
+		defer dp.lis.Close()
+	}
 	raw, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -215,11 +226,15 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	srv.BaseContext = func(net.Listener) context.Context { return ctx } // streams end when the server stops
 
-	errc := make(chan error, 6)
+	errc := make(chan error, 7)
 	waits := 3
 	if proxy != nil {
 		waits++
 		go func() { errc <- proxy.Run(ctx) }()
+	}
+	if dp != nil {
+		waits++
+		go func() { errc <- dp.Run(ctx) }()
 	}
 	go func() { errc <- runs.Run(ctx) }()
 	go func() { errc <- fnObjs.Run(ctx) }()

@@ -94,6 +94,9 @@ type Cluster struct {
 	BinDir string
 
 	etcd, apiserver, controllerManager, scheduler *component
+	// clientCA signs the certificates the API server authenticates
+	// (--client-ca-file).
+	clientCA *ca
 	// slices publishes the Services' EndpointSlices.
 	slices *endpointSlices
 	// etcdClient is how the API server reaches etcd: its URL, CA and the
@@ -163,6 +166,7 @@ func (c *Cluster) configure(opts Options) error {
 	if err != nil {
 		return err
 	}
+	c.clientCA = clusterCA
 	etcdCA, err := newCA("stoke-kubetest-etcd-ca")
 	if err != nil {
 		return err

@@ -91,6 +91,17 @@ func (c *ca) issue(cn string, orgs []string, server bool) (keyPair, error) {
 	return keyPair{cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), key: keyPEM}, nil
 }
 
+// IssueClientCert signs a client certificate with the cluster's CA, which
+// the API server (and anything that trusts its client-ca-file, as the
+// kube-system/extension-apiserver-authentication ConfigMap publishes it)
+// authenticates as the user cn in the groups orgs: a kubeconfig user's
+// certificate, as kubeadm makes them. It returns the PEM certificate and
+// key.
+func (c *Cluster) IssueClientCert(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
+	p, err := c.clientCA.issue(cn, orgs, false)
+	return p.cert, p.key, err
+}
+
 // write stores the pair as dir/name.crt and dir/name.key (mode 0600) and
 // returns their paths.
 func (p keyPair) write(dir, name string) (certFile, keyFile string, err error) {

@@ -439,6 +439,12 @@ func (s *Standalone) CachedRun(namespace, name string) (*v1alpha1.Run, bool) {
 	return s.runInf.Get(namespace, name)
 }
 
+// CachedRuntime reads a Runtime from the informer's memory, which may
+// lag the store by a moment.
+func (s *Standalone) CachedRuntime(namespace, name string) (*v1alpha1.Runtime, bool) {
+	return s.rtInf.Get(namespace, name)
+}
+
 // CachedRuns lists the Runs of a namespace in the informer's memory.
 func (s *Standalone) CachedRuns(namespace string) []*v1alpha1.Run {
 	return s.runInf.List(func(r *v1alpha1.Run) bool { return r.Namespace == namespace })
