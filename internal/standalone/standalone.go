@@ -31,6 +31,7 @@ import (
 	"stoke.dev/stoke/internal/dispatch"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/gateway"
+	"stoke.dev/stoke/internal/gitsource"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/logging"
@@ -82,6 +83,9 @@ type Config struct {
 	// RunAs is the unprivileged user the pods' Runs run as
 	// (pool.Config.RunAs); nil: as this process.
 	RunAs *runuser.User
+	// GitCredentials, when set, is the file (git's credential-store
+	// format) whose credentials fetches of spec.source.git send.
+	GitCredentials string
 }
 
 // DefaultRuntimes are the pools `stoke up` starts with: bash and python,
@@ -109,6 +113,7 @@ type Standalone struct {
 	logs     *runlog.Store
 	runsRoot string
 	workDirs *runtime.DirPool // the Runs' working directories, for every runtimed
+	git      *gitsource.Cache // spec.source.git's cache, for every runtimed
 	// fns dispatches the Functions' invocations to their replica Runs.
 	fns *gateway.Functions
 
@@ -153,6 +158,21 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	// which every pod's workspace root is).
 	s.workDirs, err = runtime.NewDirPool(filepath.Join(s.runsRoot, ".pool"))
 	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	// The pods share one git cache, in the data directory (0700: no Run
+	// reaches it); runtimed, in this process, fetches into it.
+	var creds gitsource.Credentials
+	if cfg.GitCredentials != "" {
+		fc, err := gitsource.ReadCredentialsFile(cfg.GitCredentials)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		creds = fc
+	}
+	if s.git, err = gitsource.New(gitsource.Config{Dir: filepath.Join(cfg.DataDir, "git"), Credentials: creds, Logger: cfg.Logger}); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -372,7 +392,7 @@ func (s *Standalone) startDaemon(parent context.Context, p podsource.Pod) (*podD
 		return nil, fmt.Errorf("pod %s: dial: %w", p.Name, err)
 	}
 	cfg := runtimed.Config{Pod: p, Runs: s.store.Runs(), Conn: conn, Logger: s.log, // runtimed names its pod itself
-		StatusPoll: s.cfg.StatusPoll, Endpoint: s.endpoint, WorkDirs: s.workDirs}
+		StatusPoll: s.cfg.StatusPoll, Endpoint: s.endpoint, WorkDirs: s.workDirs, Git: s.git}
 	if rt, ok := s.rtInf.Get(p.Namespace, p.Runtime); ok {
 		cfg.DefaultTaskTimeout, cfg.DefaultFunctionTimeout = runtimed.RuntimeDefaults(rt)
 	}

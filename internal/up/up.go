@@ -100,6 +100,9 @@ type Config struct {
 	// The command sets it whenever stoke up is root; nil runs the Runs as
 	// stoke up's own user.
 	RunAs *runuser.User
+	// GitCredentials is the file of credentials for spec.source.git
+	// (git's credential-store format); "" sends none.
+	GitCredentials string
 }
 
 var _ gateway.API = (*standalone.Standalone)(nil)
@@ -227,7 +230,7 @@ func Run(ctx context.Context, cfg Config) error {
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
 		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, Metrics: schedMetrics,
 		FinishedRunTTL: cfg.FinishedRunTTL, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods,
-		DebugSockets: cfg.DebugSocket != "", RunAs: cfg.RunAs})
+		DebugSockets: cfg.DebugSocket != "", RunAs: cfg.RunAs, GitCredentials: cfg.GitCredentials})
 	if err != nil {
 		lis.Close()
 		return err
