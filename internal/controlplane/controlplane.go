@@ -3,8 +3,8 @@
 // informers over a store.Store, the scheduler and the stale-run reaper
 // (with the TTL of finished Runs) over a podsource.Source, the Function
 // controller (internal/functionset) and the autoscaler that sets its
-// Functions' desired replicas (internal/autoscaler), started and stopped as one
-// group. Each mode brings its own store and pod source and adds its own
+// Functions' desired replicas (internal/autoscaler) and the workflow
+// controller (internal/workflow), started and stopped as one group. Each mode brings its own store and pod source and adds its own
 // components to the group (standalone: the pool supervisor, runtimed per
 // pod, the lambda collector; Kubernetes: the Pod source, the Runtime
 // reconciler).
@@ -25,6 +25,7 @@ import (
 	"stoke.dev/stoke/internal/reaper"
 	"stoke.dev/stoke/internal/scheduler"
 	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/workflow"
 )
 
 // DefaultFinishedRunTTL is the commands' default Config.FinishedRunTTL: a
@@ -32,20 +33,22 @@ import (
 // do not pile up.
 const DefaultFinishedRunTTL = 24 * time.Hour
 
-// Informers are the shared Run, Runtime and Function caches of one store;
-// every component reads through them.
+// Informers are the shared Run, Runtime, Function and WorkflowRun caches
+// of one store; every component reads through them.
 type Informers struct {
-	Runs      *informer.Informer[*v1alpha1.Run]
-	Runtimes  *informer.Informer[*v1alpha1.Runtime]
-	Functions *informer.Informer[*v1alpha1.Function]
+	Runs         *informer.Informer[*v1alpha1.Run]
+	Runtimes     *informer.Informer[*v1alpha1.Runtime]
+	Functions    *informer.Informer[*v1alpha1.Function]
+	WorkflowRuns *informer.Informer[*v1alpha1.WorkflowRun]
 }
 
 // NewInformers returns the informers of st; Core's components run them.
 func NewInformers(st store.Store, log *slog.Logger) Informers {
 	return Informers{
-		Runs:      informer.New(st.Runs(), informer.Options{Logger: log}),
-		Runtimes:  informer.New(st.Runtimes(), informer.Options{Logger: log}),
-		Functions: informer.New(st.Functions(), informer.Options{Logger: log}),
+		Runs:         informer.New(st.Runs(), informer.Options{Logger: log}),
+		Runtimes:     informer.New(st.Runtimes(), informer.Options{Logger: log}),
+		Functions:    informer.New(st.Functions(), informer.Options{Logger: log}),
+		WorkflowRuns: informer.New(st.WorkflowRuns(), informer.Options{Logger: log}),
 	}
 }
 
@@ -80,10 +83,18 @@ type Config struct {
 	// status.queued. Nil: the autoscaler reads them from each Function's
 	// status (autoscaler.Config.Load, functionset.Config.Load).
 	FunctionLoad autoscaler.LoadFunc
+	// WorkflowArtifacts carries out workflow steps' upload-artifact and
+	// download-artifact; nil fails them.
+	WorkflowArtifacts workflow.Artifacts
+	// DeleteWorkflowSteps makes the workflow controller delete the step
+	// Runs of a deleted WorkflowRun (standalone; in Kubernetes the garbage
+	// collector does, by owner reference).
+	DeleteWorkflowSteps bool
 }
 
 // Core is the shared control plane: the informers, the scheduler, the
-// reaper, the Function controller and the autoscaler.
+// reaper, the Function controller, the autoscaler and the workflow
+// controller.
 type Core struct {
 	Informers
 	Scheduler   *scheduler.Scheduler
@@ -92,6 +103,8 @@ type Core struct {
 	// Autoscaler sets the Functions' desired replicas; the dispatcher
 	// calls its Poke when an invocation queues.
 	Autoscaler *autoscaler.Autoscaler
+	// Workflows runs the WorkflowRuns.
+	Workflows *workflow.Controller
 
 	podsSynced <-chan struct{}
 	metrics    *Metrics
@@ -99,7 +112,7 @@ type Core struct {
 
 // New builds the scheduler and the reaper; Components runs them.
 func New(cfg Config) (*Core, error) {
-	if cfg.Store == nil || cfg.Informers.Runs == nil || cfg.Informers.Runtimes == nil || cfg.Informers.Functions == nil || cfg.Pods == nil {
+	if cfg.Store == nil || cfg.Informers.Runs == nil || cfg.Informers.Runtimes == nil || cfg.Informers.Functions == nil || cfg.Informers.WorkflowRuns == nil || cfg.Pods == nil {
 		return nil, errors.New("controlplane: a store, its informers and a pod source are required")
 	}
 	log := logging.OrDiscard(cfg.Logger)
@@ -126,12 +139,18 @@ func New(cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Core{Informers: inf, Scheduler: sched, Reaper: reap, FunctionSet: fset, Autoscaler: scaler,
+	wfc, err := workflow.New(workflow.Config{WorkflowRuns: st.WorkflowRuns(), Workflows: st.Workflows(), Runs: st.Runs(),
+		WorkflowRunInformer: inf.WorkflowRuns, RunInformer: inf.Runs, RuntimeInformer: inf.Runtimes,
+		Artifacts: cfg.WorkflowArtifacts, DeleteRuns: cfg.DeleteWorkflowSteps, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &Core{Informers: inf, Scheduler: sched, Reaper: reap, FunctionSet: fset, Autoscaler: scaler, Workflows: wfc,
 		podsSynced: cfg.PodsSynced, metrics: cfg.Metrics}, nil
 }
 
 // Components are the informers, the scheduler, the reaper, the Function
-// controller and the autoscaler, for Run.
+// controller, the autoscaler and the workflow controller, for Run.
 func (c *Core) Components() []Component {
 	return []Component{
 		{"run informer", c.Runs.Run},
@@ -144,6 +163,8 @@ func (c *Core) Components() []Component {
 		{"reaper", c.afterPods(c.Reaper.Run)},
 		{"function controller", c.FunctionSet.Run},
 		{"autoscaler", c.Autoscaler.Run},
+		{"workflowrun informer", c.WorkflowRuns.Run},
+		{"workflow controller", c.Workflows.Run},
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/artifact"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/dispatch"
@@ -47,6 +48,7 @@ import (
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
 	"stoke.dev/stoke/internal/validation"
+	"stoke.dev/stoke/internal/workflow"
 )
 
 // Config configures a standalone control plane.
@@ -116,6 +118,8 @@ type Standalone struct {
 	git      *gitsource.Cache // spec.source.git's cache, for every runtimed
 	// fns dispatches the Functions' invocations to their replica Runs.
 	fns *gateway.Functions
+	// artifacts are the WorkflowRuns' artifacts (upload-artifact).
+	artifacts *artifact.Store
 
 	mu      sync.Mutex
 	daemons map[string]*podDaemon // by pod UID
@@ -183,8 +187,17 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 		st.Close()
 		return nil, err
 	}
+	// Workflow artifacts live under the data directory; the workflow
+	// controller copies them through exec into the Runs (s.ExecRoute).
+	local, err := artifact.NewLocal(filepath.Join(cfg.DataDir, "artifacts"))
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.artifacts = artifact.NewStore(artifact.StoreConfig{Backend: local, Logger: cfg.Logger})
 	s.core, err = controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: s.pods, Logger: cfg.Logger,
-		Metrics: cfg.Metrics, FinishedRunTTL: cfg.FinishedRunTTL,
+		Metrics: cfg.Metrics, FinishedRunTTL: cfg.FinishedRunTTL, DeleteWorkflowSteps: true,
+		WorkflowArtifacts: workflow.MoverArtifacts(artifact.NewMover(s.artifacts, s)),
 		// The autoscaler reads the dispatcher's loads (s.fns is set below,
 		// before anything runs).
 		FunctionLoad: func(namespace, name string) (int, int) {

@@ -2,12 +2,14 @@ package workflow
 
 import (
 	"context"
+
+	"stoke.dev/stoke/internal/artifact"
 )
 
 // Artifacts copies files between a job's workspace and the WorkflowRun's
 // artifact store, for upload-artifact and download-artifact steps:
 // internal/artifact's Mover does. The copy goes through the step's Run,
-// which runs holdCommand in the job's workspace on its pod until Copy
+// which runs artifact.HoldCommand in the job's workspace on its pod until Copy
 // releases it, so that it ends Succeeded or Failed as the copy did.
 type Artifacts interface {
 	// Copy carries out c through the running Run c.Run, releases that
@@ -28,13 +30,17 @@ type ArtifactCopy struct {
 	Run, RunUID string
 }
 
-// holdScript keeps an artifact step's Run running until its copy is done:
-// USR1 ends it with 0, USR2 with 1 (internal/artifact's Release sends
-// them). The sleep in the background lets the shell take a signal at
-// once; it goes with the task's process group.
-const holdScript = `trap 'exit 0' USR1; trap 'exit 1' USR2; while :; do sleep 3600 & wait $!; done`
+// MoverArtifacts is Artifacts over internal/artifact's Mover (its Step
+// copies and releases the hold).
+func MoverArtifacts(m *artifact.Mover) Artifacts { return moverArtifacts{m} }
 
-func holdCommand() []string { return []string{"sh", "-c", holdScript, "stoke-artifact-step"} }
+type moverArtifacts struct{ m *artifact.Mover }
+
+func (a moverArtifacts) Copy(ctx context.Context, c ArtifactCopy) (string, error) {
+	return a.m.Step(ctx, c.Upload, c.With,
+		artifact.Run{Namespace: c.Namespace, UID: c.WorkflowRunUID, Name: c.WorkflowRun},
+		artifact.Target{Namespace: c.Namespace, Name: c.Run})
+}
 
 // artifactOp is one artifact step to carry out on a worker; err is an
 // expression in its with: that did not evaluate.

@@ -203,7 +203,7 @@ func stepName(s v1alpha1.Step, i int) string {
 		return s.Uses
 	case s.Run != "":
 		line, _, _ := strings.Cut(strings.TrimSpace(s.Run), "\n")
-		return bounds.Truncate("Run "+line, 80)
+		return bounds.Truncate("Run "+line, bounds.WorkflowName)
 	}
 	return fmt.Sprintf("step %d", i+1)
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/artifact"
 )
 
 var t0 = time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
@@ -471,7 +472,7 @@ func TestArtifactStepCopiesThroughItsHoldRun(t *testing.T) {
 	}}}})
 	s.settle()
 	hold := s.pending()[0]
-	if !slices.Equal(hold.Spec.Mode.Task.Args, holdCommand()) || hold.Spec.Placement.Workspace == "" {
+	if !slices.Equal(hold.Spec.Mode.Task.Args, artifact.HoldCommand()) || hold.Spec.Placement.Workspace == "" {
 		t.Fatalf("the artifact step's Run: %+v", hold.Spec)
 	}
 	if p := s.decide(); len(p.artifacts) != 0 {

@@ -17,9 +17,11 @@
 // step's outputs and what it wrote to $GITHUB_ENV), so that it survives a
 // kill -9 of stoke up or of the controller leader. The decisions are pure
 // functions of (spec snapshot, status, observed step Runs, now) in
-// decide.go, tested without a store; the controller around them reads the
-// informers and writes what they say, on the control plane's loop kit
-// (internal/loop), keyed by WorkflowRun.
+// decide.go, tested without a store; the controller (controller.go) reads
+// the informers and writes what they say, on the control plane's loop kit
+// (internal/loop), keyed by WorkflowRun; it runs in stoke up and in stoke
+// controller alike (internal/controlplane). A finished WorkflowRun with
+// ttlSecondsAfterFinished is deleted that long after it ended.
 //
 // Expressions (${{ }}) are evaluated by internal/wfexpr. A step's `run`
 // script is the step Run's inline source (a file), never spliced shell

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/artifact"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/wfexpr"
@@ -312,7 +313,7 @@ func (d *jobDecider) stepRun(i int, step *v1alpha1.Step, sc *stepScope, last boo
 		if server == "python" {
 			return nil, fmt.Errorf("uses: %s needs a bash Runtime; this job's Runtime runs python only", step.Uses)
 		}
-		run.Spec.Mode.Task = &v1alpha1.TaskMode{Args: holdCommand()}
+		run.Spec.Mode.Task = &v1alpha1.TaskMode{Args: artifact.HoldCommand()}
 	case step.Uses == usesCheckout:
 		if w.wf.Spec.Source == nil {
 			return nil, fmt.Errorf("uses: checkout, but the WorkflowRun has no spec.source")

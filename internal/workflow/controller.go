@@ -1,0 +1,347 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/clock"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/loop"
+	"stoke.dev/stoke/internal/store"
+)
+
+// errorRetry is when a WorkflowRun whose writes failed is decided again.
+const errorRetry = time.Second
+
+// artifactWorkers bounds the artifact copies in flight at once.
+const artifactWorkers = 4
+
+// Config configures a Controller.
+type Config struct {
+	// WorkflowRuns' status is written; Runs are created and cancelled
+	// (and, in standalone, deleted with their WorkflowRun); Workflows are
+	// read when a WorkflowRun names one.
+	WorkflowRuns store.Resource[*v1alpha1.WorkflowRun]
+	Workflows    store.Reader[*v1alpha1.Workflow]
+	Runs         store.Resource[*v1alpha1.Run]
+	// The shared informers; the caller runs them.
+	WorkflowRunInformer *informer.Informer[*v1alpha1.WorkflowRun]
+	RunInformer         *informer.Informer[*v1alpha1.Run]
+	RuntimeInformer     *informer.Informer[*v1alpha1.Runtime]
+	// Artifacts carries out upload-artifact and download-artifact
+	// (internal/artifact's Mover); nil fails those steps.
+	Artifacts Artifacts
+	// DeleteRuns deletes the step Runs of a deleted WorkflowRun (stoke up;
+	// in Kubernetes the garbage collector does, by owner reference).
+	DeleteRuns bool
+	// Clock defaults to the real clock; Logger nil discards.
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// Controller runs WorkflowRuns.
+type Controller struct {
+	cfg  Config
+	log  *slog.Logger
+	clk  clock.Clock
+	loop *loop.Loop[informer.Key, struct{}, opDone]
+
+	// Owned by the loop goroutine.
+	wfs map[informer.Key]*memo
+}
+
+// memo is what the controller remembers of one WorkflowRun between syncs.
+type memo struct {
+	uid string
+	// wrote is the WorkflowRun as the controller's last status write
+	// returned it, and from the resourceVersion it replaced: while the
+	// informer still shows that version, wrote is newer.
+	wrote  *v1alpha1.WorkflowRun
+	fromRV string
+	// notBefore: job instances waiting for their next attempt.
+	notBefore map[string]time.Time
+	// inflight and done: artifact steps being copied, and copied.
+	inflight map[string]bool
+	done     map[string]artifactResult
+}
+
+// opDone is an artifact step's end, from a worker.
+type opDone struct {
+	wf  informer.Key
+	uid string
+	key string
+	res artifactResult
+}
+
+// New checks cfg and returns a Controller.
+func New(cfg Config) (*Controller, error) {
+	switch {
+	case cfg.WorkflowRuns == nil || cfg.Runs == nil:
+		return nil, errors.New("workflow: Config.WorkflowRuns and Config.Runs are required")
+	case cfg.WorkflowRunInformer == nil || cfg.RunInformer == nil || cfg.RuntimeInformer == nil:
+		return nil, errors.New("workflow: the WorkflowRun, Run and Runtime informers are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	c := &Controller{cfg: cfg, log: logging.OrDiscard(cfg.Logger), clk: cfg.Clock, wfs: map[informer.Key]*memo{}}
+	c.loop = loop.New(loop.Config[informer.Key, struct{}, opDone]{
+		Clock:   cfg.Clock,
+		Workers: artifactWorkers,
+		Hooks:   loop.Hooks[informer.Key, struct{}, opDone]{Sync: c.sync, Result: c.result},
+	})
+	return c, nil
+}
+
+// Run waits for the informers to sync, then runs WorkflowRuns until ctx
+// ends; it returns nil then.
+func (c *Controller) Run(ctx context.Context) error {
+	for _, synced := range []func(context.Context) error{c.cfg.WorkflowRunInformer.WaitForSync, c.cfg.RunInformer.WaitForSync, c.cfg.RuntimeInformer.WaitForSync} {
+		if err := synced(ctx); err != nil {
+			return nil
+		}
+	}
+	add := func(wf *v1alpha1.WorkflowRun) { c.loop.Add(informer.KeyOf(wf)) }
+	removeWFs := c.cfg.WorkflowRunInformer.AddEventHandler(informer.HandlerFuncs[*v1alpha1.WorkflowRun]{
+		AddFunc: add, UpdateFunc: func(_, wf *v1alpha1.WorkflowRun) { add(wf) }, DeleteFunc: add,
+	})
+	defer removeWFs()
+	byRun := func(run *v1alpha1.Run) {
+		if name, ok := run.Labels[LabelWorkflowRun]; ok {
+			c.loop.Add(informer.Key{Namespace: informer.KeyOf(run).Namespace, Name: name})
+		}
+	}
+	removeRuns := c.cfg.RunInformer.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{
+		AddFunc: byRun, UpdateFunc: func(_, run *v1alpha1.Run) { byRun(run) }, DeleteFunc: byRun,
+	})
+	defer removeRuns()
+	err := c.loop.Run(ctx, nil)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// sync decides one WorkflowRun and carries out the decision.
+func (c *Controller) sync(ctx context.Context, k informer.Key) {
+	wf, ok := c.cfg.WorkflowRunInformer.Get(k.Namespace, k.Name)
+	if !ok {
+		delete(c.wfs, k)
+		if c.cfg.DeleteRuns {
+			c.deleteOrphans(ctx, k)
+		}
+		return
+	}
+	m := c.wfs[k]
+	if m == nil || m.uid != string(wf.UID) {
+		m = &memo{uid: string(wf.UID), notBefore: map[string]time.Time{}, inflight: map[string]bool{}, done: map[string]artifactResult{}}
+		c.wfs[k] = m
+	}
+	if m.wrote != nil && wf.ResourceVersion == m.fromRV {
+		wf = m.wrote // the informer has not shown the last write yet
+	}
+	if err := c.reconcile(ctx, k, wf, m); err != nil {
+		c.log.Warn("workflow: sync failed, will try again", "workflowrun", k.String(), "uid", wf.UID, "error", err)
+		c.loop.After(c.clk.Now().Add(errorRetry), k)
+	}
+}
+
+func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1.WorkflowRun, m *memo) error {
+	if wf.Status.Phase.Terminal() {
+		m.inflight, m.done, m.notBefore = map[string]bool{}, map[string]artifactResult{}, map[string]time.Time{}
+		return c.expire(ctx, k, wf)
+	}
+	spec, snapshot, err := c.spec(ctx, wf)
+	if err != nil {
+		return err
+	}
+	w := &world{
+		now: c.clk.Now(), wf: wf, spec: spec,
+		run: func(name string) (*v1alpha1.Run, bool) {
+			run, ok := c.cfg.RunInformer.Get(k.Namespace, name)
+			if ok && !ownedBy(run, string(wf.UID)) {
+				return nil, false
+			}
+			return run, ok
+		},
+		server: func(rt string) string {
+			if r, ok := c.cfg.RuntimeInformer.Get(k.Namespace, rt); ok {
+				return r.Spec.Server
+			}
+			return ""
+		},
+		artifact:  func(key string) (artifactResult, bool) { r, ok := m.done[key]; return r, ok },
+		notBefore: func(name string) time.Time { return m.notBefore[name] },
+	}
+	if snapshot != nil && wf.Status.Snapshot == nil {
+		wf = wf.DeepCopy()
+		wf.Status.Snapshot = snapshot
+	}
+	p := decide(w)
+	for _, run := range p.create {
+		if _, err := c.cfg.Runs.Create(ctx, run); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+			return fmt.Errorf("create step run %s: %w", run.Name, err)
+		}
+		c.log.Debug("workflow: created a step run", "workflowrun", k.String(), "run", run.Name)
+	}
+	for _, name := range p.cancel {
+		if _, err := store.RequestCancel(ctx, c.cfg.Runs, k.Namespace, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("cancel step run %s: %w", name, err)
+		}
+	}
+	for _, op := range p.artifacts {
+		c.startArtifact(ctx, k, wf, m, op)
+	}
+	for name, t := range p.retryAt {
+		m.notBefore[name] = t
+	}
+	if !p.wake.IsZero() {
+		c.loop.After(p.wake, k)
+	}
+	if snapshot != nil && p.status.Snapshot == nil {
+		p.status.Snapshot = snapshot
+	}
+	p.status.Message = bounds.Truncate(p.status.Message, bounds.Message)
+	if equality.Semantic.DeepEqual(wf.Status, p.status) {
+		return nil
+	}
+	next := wf.DeepCopy()
+	next.Status = p.status
+	written, err := c.cfg.WorkflowRuns.UpdateStatus(ctx, next)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrConflict) {
+			return nil // the informer delivers the newer version, which syncs again
+		}
+		return fmt.Errorf("status of workflowrun %s: %w", k, err)
+	}
+	m.wrote, m.fromRV = written, wf.ResourceVersion
+	if written.Status.Phase.Terminal() {
+		c.log.Info("workflow: finished", "workflowrun", k.String(), "uid", wf.UID, "phase", written.Status.Phase, "message", written.Status.Message)
+	}
+	return nil
+}
+
+// expire deletes a finished WorkflowRun ttlSecondsAfterFinished after it
+// ended (its step Runs go with it).
+func (c *Controller) expire(ctx context.Context, k informer.Key, wf *v1alpha1.WorkflowRun) error {
+	ttl, end := wf.Spec.TTLSecondsAfterFinished, wf.Status.CompletionTime
+	if ttl == nil || end == nil || wf.DeletionTimestamp != nil {
+		return nil
+	}
+	due := end.Add(time.Duration(*ttl) * time.Second)
+	if c.clk.Now().Before(due) {
+		c.loop.After(due, k)
+		return nil
+	}
+	err := c.cfg.WorkflowRuns.Delete(ctx, k.Namespace, k.Name, store.DeleteOptions{Preconditions: store.Preconditions{UID: string(wf.UID)}})
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrConflict) {
+		return fmt.Errorf("delete finished workflowrun %s: %w", k, err)
+	}
+	c.log.Info("workflow: deleted a finished workflowrun (ttlSecondsAfterFinished)", "workflowrun", k.String(), "uid", wf.UID)
+	return nil
+}
+
+// spec is what the WorkflowRun executes: its own jobs, or the Workflow it
+// names, copied into status.snapshot when it starts so that editing the
+// Workflow changes no running WorkflowRun. snapshot is non-nil when it
+// was read now.
+func (c *Controller) spec(ctx context.Context, wf *v1alpha1.WorkflowRun) (spec *v1alpha1.WorkflowSpec, snapshot *v1alpha1.WorkflowSnapshot, err error) {
+	if wf.Spec.Workflow == "" {
+		return &v1alpha1.WorkflowSpec{Jobs: wf.Spec.Jobs, Env: wf.Spec.Env}, nil, nil
+	}
+	if s := wf.Status.Snapshot; s != nil && s.Spec != nil {
+		return s.Spec, nil, nil
+	}
+	if c.cfg.Workflows == nil {
+		return nil, nil, errors.New("no Workflow store")
+	}
+	w, err := c.cfg.Workflows.Get(ctx, wf.Namespace, wf.Spec.Workflow)
+	if err != nil {
+		return nil, nil, fmt.Errorf("workflow %s of workflowrun %s/%s: %w", wf.Spec.Workflow, wf.Namespace, wf.Name, err)
+	}
+	s := w.Spec.DeepCopy()
+	return s, &v1alpha1.WorkflowSnapshot{Spec: s}, nil
+}
+
+// startArtifact hands an artifact step's copy to a worker unless it is in
+// flight or done.
+func (c *Controller) startArtifact(ctx context.Context, k informer.Key, wf *v1alpha1.WorkflowRun, m *memo, op artifactOp) {
+	if m.inflight[op.Run] {
+		return
+	}
+	if _, ok := m.done[op.Run]; ok {
+		return
+	}
+	m.inflight[op.Run] = true
+	arts, uid := c.cfg.Artifacts, string(wf.UID)
+	c.loop.Submit(ctx, func(ctx context.Context) opDone {
+		res := artifactResult{err: op.err}
+		switch {
+		case op.err != nil:
+		case arts == nil:
+			res.err = errors.New("this control plane has no artifact store")
+		default:
+			res.message, res.err = arts.Copy(ctx, op.ArtifactCopy)
+		}
+		if res.err != nil && (op.err != nil || arts == nil) {
+			// Nothing could release the hold: end the step Run.
+			if _, err := store.RequestCancel(ctx, c.cfg.Runs, op.Namespace, op.Run); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				c.log.Warn("workflow: ending an artifact step", "run", op.Run, "error", err)
+			}
+		}
+		return opDone{wf: k, uid: uid, key: op.Run, res: res}
+	})
+}
+
+// result takes an artifact step's end back on the loop goroutine.
+func (c *Controller) result(_ context.Context, r opDone) {
+	m := c.wfs[r.wf]
+	if m == nil || m.uid != r.uid {
+		return
+	}
+	delete(m.inflight, r.key)
+	m.done[r.key] = r.res
+	c.loop.Add(r.wf)
+}
+
+// deleteOrphans deletes the step Runs of a WorkflowRun that is gone.
+func (c *Controller) deleteOrphans(ctx context.Context, k informer.Key) {
+	runs := c.cfg.RunInformer.List(func(run *v1alpha1.Run) bool {
+		return run.Labels[LabelWorkflowRun] == k.Name && informer.KeyOf(run).Namespace == k.Namespace && controllerKind(run) == v1alpha1.KindWorkflowRun
+	})
+	for _, run := range runs {
+		err := c.cfg.Runs.Delete(ctx, k.Namespace, run.Name, store.DeleteOptions{Preconditions: store.Preconditions{UID: string(run.UID)}})
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			c.log.Warn("workflow: deleting a step run of a deleted workflowrun", "workflowrun", k.String(), "run", run.Name, "run_uid", run.UID, "error", err)
+			c.loop.After(c.clk.Now().Add(errorRetry), k)
+		}
+	}
+}
+
+func controllerKind(run *v1alpha1.Run) string {
+	for _, o := range run.OwnerReferences {
+		if o.Controller != nil && *o.Controller {
+			return o.Kind
+		}
+	}
+	return ""
+}
+
+// ownedBy reports whether run is controlled by the WorkflowRun with uid.
+func ownedBy(run *v1alpha1.Run, uid string) bool {
+	for _, o := range run.OwnerReferences {
+		if o.Kind == v1alpha1.KindWorkflowRun && o.Controller != nil && *o.Controller {
+			return string(o.UID) == uid
+		}
+	}
+	return false
+}

@@ -1,0 +1,188 @@
+package workflow_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/store/sqlite"
+	"stoke.dev/stoke/internal/workflow"
+)
+
+var t0 = time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+
+// env runs a Controller over a real SQLite store with a fake clock; the
+// test plays the scheduler and runtimed for the step Runs.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	st      *sqlite.Store
+	clk     *testingclock.FakeClock
+	runs    *informer.Informer[*v1alpha1.Run]
+	wfs     *informer.Informer[*v1alpha1.WorkflowRun]
+	changed chan struct{}
+	stop    func()
+}
+
+func newEnv(t *testing.T, dir string) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	fc := testingclock.NewFakeClock(t0)
+	st, err := sqlite.Open(ctx, dir, sqlite.WithClock(fc.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e := &env{t: t, ctx: ctx, st: st, clk: fc, changed: make(chan struct{}, 1),
+		runs: informer.New(st.Runs(), informer.Options{Logger: log}),
+		wfs:  informer.New(st.WorkflowRuns(), informer.Options{Logger: log})}
+	rts := informer.New(st.Runtimes(), informer.Options{Logger: log})
+	poke := func() {
+		select {
+		case e.changed <- struct{}{}:
+		default:
+		}
+	}
+	e.runs.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{AddFunc: func(*v1alpha1.Run) { poke() },
+		UpdateFunc: func(_, _ *v1alpha1.Run) { poke() }, DeleteFunc: func(*v1alpha1.Run) { poke() }})
+	e.wfs.AddEventHandler(informer.HandlerFuncs[*v1alpha1.WorkflowRun]{AddFunc: func(*v1alpha1.WorkflowRun) { poke() },
+		UpdateFunc: func(_, _ *v1alpha1.WorkflowRun) { poke() }, DeleteFunc: func(*v1alpha1.WorkflowRun) { poke() }})
+	c, err := workflow.New(workflow.Config{WorkflowRuns: st.WorkflowRuns(), Workflows: st.Workflows(), Runs: st.Runs(),
+		WorkflowRunInformer: e.wfs, RunInformer: e.runs, RuntimeInformer: rts, DeleteRuns: true, Clock: fc, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{e.runs.Run, e.wfs.Run, rts.Run, c.Run} {
+		wg.Go(func() {
+			if err := run(ctx); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			st.Close()
+		})
+	}
+	t.Cleanup(e.stop)
+	return e
+}
+
+// until waits for cond, re-checking it on every change the informers see.
+func (e *env) until(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.After(20 * time.Second)
+	for !cond() {
+		select {
+		case <-e.changed:
+		case <-deadline:
+			e.t.Fatalf("waited 20 s for %s; runs: %v", what, e.stepRuns())
+		}
+	}
+}
+
+func (e *env) stepRuns() []*v1alpha1.Run {
+	out := e.runs.List(func(r *v1alpha1.Run) bool { return r.Labels[workflow.LabelWorkflowRun] == "ci" })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) || out[i].Name < out[j].Name
+	})
+	return out
+}
+
+func (e *env) wf() *v1alpha1.WorkflowRun {
+	wf, err := e.st.WorkflowRuns().Get(e.ctx, "default", "ci")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return wf
+}
+
+// finish plays the scheduler and runtimed: run is assigned to pod and
+// ends in phase.
+func (e *env) finish(name, pod string, phase v1alpha1.Phase, outputs map[string]string) {
+	e.t.Helper()
+	err := store.RetryOnConflict(func() error {
+		run, err := e.st.Runs().Get(e.ctx, "default", name)
+		if err != nil {
+			return err
+		}
+		if p := run.Spec.Placement; p != nil && p.PodUID != "" {
+			pod = p.PodUID
+		}
+		run.Status.AssignedPod, run.Status.AssignedPodUID = "pod-"+pod, pod
+		run.Status.Phase, run.Status.Outputs = phase, outputs
+		code := int32(0)
+		if phase != v1alpha1.PhaseSucceeded {
+			code = 1
+			run.Status.Reason = "NonZeroExit"
+		}
+		run.Status.ExitCode = &code
+		_, err = e.st.Runs().UpdateStatus(e.ctx, run)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func TestControllerRunsAWorkflowRunOnTheStore(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, dir)
+	wf := &v1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Name: "ci", Namespace: "default"}, Spec: v1alpha1.WorkflowRunSpec{Jobs: []v1alpha1.Job{
+		{ID: "a", Steps: []v1alpha1.Step{{ID: "s", Run: "echo x=1 >> $GITHUB_OUTPUT"}, {Run: "true"}},
+			Outputs: []v1alpha1.NameValue{{Name: "x", Value: "${{ steps.s.outputs.x }}"}}},
+		{ID: "b", Needs: []string{"a"}, Steps: []v1alpha1.Step{{Run: `echo "${{ needs.a.outputs.x }}"`}}},
+	}}}
+	created, err := e.st.WorkflowRuns().Create(e.ctx, wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.until("a's first step Run", func() bool { return len(e.stepRuns()) == 1 })
+	first := e.stepRuns()[0]
+	if o := metav1.GetControllerOf(first); o == nil || o.UID != created.UID || o.Kind != v1alpha1.KindWorkflowRun {
+		t.Fatalf("owner %+v", first.OwnerReferences)
+	}
+	e.finish(first.Name, "p1", v1alpha1.PhaseSucceeded, map[string]string{"x": "1"})
+	e.until("a's second step", func() bool { return len(e.stepRuns()) == 2 })
+
+	// A restart: a new controller over the same store makes nothing
+	// again, and carries on.
+	e.stop()
+	e = newEnv(t, dir)
+	e.until("the informer", func() bool { return len(e.stepRuns()) == 2 })
+	second := e.stepRuns()[1]
+	if second.Spec.Placement.PodUID != "p1" {
+		t.Fatalf("second step not pinned: %+v", second.Spec.Placement)
+	}
+	e.finish(second.Name, "", v1alpha1.PhaseSucceeded, nil)
+	e.until("b's step", func() bool { return len(e.stepRuns()) == 3 })
+	b := e.stepRuns()[2]
+	if b.Spec.Env[len(b.Spec.Env)-1].Value != "1" {
+		t.Errorf("b's env %v", b.Spec.Env)
+	}
+	e.finish(b.Name, "p2", v1alpha1.PhaseSucceeded, nil)
+	e.until("Succeeded", func() bool { return e.wf().Status.Phase == v1alpha1.WorkflowSucceeded })
+	if n := len(e.stepRuns()); n != 3 {
+		t.Errorf("%d step Runs, want 3", n)
+	}
+
+	// Deleting the WorkflowRun deletes its step Runs (standalone).
+	if err := e.st.WorkflowRuns().Delete(e.ctx, "default", "ci", store.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.until("its step Runs deleted", func() bool { return len(e.stepRuns()) == 0 })
+}
