@@ -57,6 +57,7 @@ bench:
 	$(BENCH) 'UpDocker' -benchtime 200x ./internal/up/
 	$(BENCH) 'UpThroughputDocker' -benchtime 3x ./internal/up/
 	$(BENCH) 'TaskOutput100MB' -benchtime 3x ./e2e/
+	$(BENCH) 'GitCheckout' -benchtime 100x ./internal/runtimed/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
 	$(BENCH) 'RunLifecycle' -benchtime 200x ./internal/store/kube/
 	$(BENCH) 'BootstrapEcho' -benchtime 500x ./internal/lambda/bootstrap/
