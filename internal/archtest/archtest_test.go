@@ -99,6 +99,8 @@ var forbidden = map[string][]string{
 	// The workflow expression language evaluates; it knows the API types
 	// and bounds, nothing that stores, schedules or runs.
 	"stoke.dev/stoke/internal/wfexpr": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/workflow", "stoke.dev/stoke/internal/validation", "os/exec"},
+	// The GitHub Actions converter makes a spec; it runs nothing.
+	"stoke.dev/stoke/internal/wfconvert": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/workflow", "os/exec"},
 	// The exec core is below the Runtime Server, runtimed and the gateway,
 	// which all reuse it.
 	"stoke.dev/stoke/internal/exec": {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/runtimed", "stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store"},

@@ -19,6 +19,7 @@ type API interface {
 	Runs
 	Runtimes
 	Functions
+	Workflows
 	Dataplane
 	Artifacts
 	// Target says which backend this is and where it is, for notes,
@@ -57,6 +58,26 @@ type Runtimes interface {
 	ListRuntimes(ctx context.Context, ns string, opts ListOptions) (*v1alpha1.RuntimeList, error)
 	WatchRuntimes(ctx context.Context, ns string, opts ListOptions) (*Watch[v1alpha1.Runtime], error)
 	DeleteRuntime(ctx context.Context, ns, name string) (*v1alpha1.Runtime, error)
+}
+
+// Workflows are the calls on WorkflowRun and Workflow objects.
+type Workflows interface {
+	// CreateWorkflowRun creates a WorkflowRun (metadata.generateName
+	// works); the workflow controller runs it.
+	CreateWorkflowRun(ctx context.Context, w *v1alpha1.WorkflowRun) (*v1alpha1.WorkflowRun, error)
+	GetWorkflowRun(ctx context.Context, ns, name string) (*v1alpha1.WorkflowRun, error)
+	ListWorkflowRuns(ctx context.Context, ns string, opts ListOptions) (*v1alpha1.WorkflowRunList, error)
+	WatchWorkflowRuns(ctx context.Context, ns string, opts ListOptions) (*Watch[v1alpha1.WorkflowRun], error)
+	// CancelWorkflowRun sets spec.cancelRequested and returns the
+	// WorkflowRun.
+	CancelWorkflowRun(ctx context.Context, ns, name string) (*v1alpha1.WorkflowRun, error)
+	DeleteWorkflowRun(ctx context.Context, ns, name string) (*v1alpha1.WorkflowRun, error)
+	// ApplyWorkflow creates a Workflow or replaces its spec and labels.
+	ApplyWorkflow(ctx context.Context, w *v1alpha1.Workflow) (*v1alpha1.Workflow, error)
+	GetWorkflow(ctx context.Context, ns, name string) (*v1alpha1.Workflow, error)
+	ListWorkflows(ctx context.Context, ns string, opts ListOptions) (*v1alpha1.WorkflowList, error)
+	WatchWorkflows(ctx context.Context, ns string, opts ListOptions) (*Watch[v1alpha1.Workflow], error)
+	DeleteWorkflow(ctx context.Context, ns, name string) (*v1alpha1.Workflow, error)
 }
 
 // Functions are the calls on Function objects.

@@ -64,6 +64,20 @@ type Objects interface {
 	ListFunctions(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Function, string, error)
 	WatchFunctions(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Function], error)
 	DeleteFunction(ctx context.Context, namespace, name string) (*v1alpha1.Function, error)
+
+	CreateWorkflowRun(ctx context.Context, w *v1alpha1.WorkflowRun) (*v1alpha1.WorkflowRun, error)
+	GetWorkflowRun(ctx context.Context, namespace, name string) (*v1alpha1.WorkflowRun, error)
+	ListWorkflowRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.WorkflowRun, string, error)
+	WatchWorkflowRuns(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.WorkflowRun], error)
+	CancelWorkflowRun(ctx context.Context, namespace, name string) (*v1alpha1.WorkflowRun, error)
+	DeleteWorkflowRun(ctx context.Context, namespace, name string) (*v1alpha1.WorkflowRun, error)
+
+	// ApplyWorkflow creates a Workflow or replaces its spec and labels.
+	ApplyWorkflow(ctx context.Context, w *v1alpha1.Workflow) (*v1alpha1.Workflow, error)
+	GetWorkflow(ctx context.Context, namespace, name string) (*v1alpha1.Workflow, error)
+	ListWorkflows(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Workflow, string, error)
+	WatchWorkflows(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Workflow], error)
+	DeleteWorkflow(ctx context.Context, namespace, name string) (*v1alpha1.Workflow, error)
 }
 
 // API is standalone's control plane behind the whole HTTP API: the

@@ -70,6 +70,68 @@ func (g *Gateway) routeObjects() {
 	})
 	g.route("GET /v1/namespaces/{ns}/functions/{name}", "objects", functions("get"), byName(g, http.StatusOK, api.GetFunction))
 	g.route("DELETE /v1/namespaces/{ns}/functions/{name}", "objects", functions("delete"), byName(g, http.StatusAccepted, api.DeleteFunction))
+
+	access := func(resource, verb string) func(*http.Request) Access {
+		return func(r *http.Request) Access {
+			return Access{Verb: verb, Resource: resource, Namespace: r.PathValue("ns"), Name: r.PathValue("name")}
+		}
+	}
+	g.route("POST /v1/namespaces/{ns}/workflowruns", "objects", access("workflowruns", "create"), g.createWorkflowRun)
+	g.route("GET /v1/namespaces/{ns}/workflowruns", "objects", access("workflowruns", "list"), func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, r.PathValue("ns"), v1alpha1.KindWorkflowRun, api.ListWorkflowRuns, api.WatchWorkflowRuns)
+	})
+	g.route("GET /v1/workflowruns", "objects", access("workflowruns", "list"), func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, "", v1alpha1.KindWorkflowRun, api.ListWorkflowRuns, api.WatchWorkflowRuns)
+	})
+	g.route("GET /v1/namespaces/{ns}/workflowruns/{name}", "objects", access("workflowruns", "get"), byName(g, http.StatusOK, api.GetWorkflowRun))
+	g.route("POST /v1/namespaces/{ns}/workflowruns/{name}/cancel", "objects", access("workflowruns", "patch"), byName(g, http.StatusOK, api.CancelWorkflowRun))
+	g.route("DELETE /v1/namespaces/{ns}/workflowruns/{name}", "objects", access("workflowruns", "delete"), byName(g, http.StatusAccepted, api.DeleteWorkflowRun))
+
+	g.route("PUT /v1/namespaces/{ns}/workflows/{name}", "objects", access("workflows", "update"), g.applyWorkflow)
+	g.route("GET /v1/namespaces/{ns}/workflows", "objects", access("workflows", "list"), func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, r.PathValue("ns"), v1alpha1.KindWorkflow, api.ListWorkflows, api.WatchWorkflows)
+	})
+	g.route("GET /v1/workflows", "objects", access("workflows", "list"), func(w http.ResponseWriter, r *http.Request) {
+		listOrWatch(g, w, r, "", v1alpha1.KindWorkflow, api.ListWorkflows, api.WatchWorkflows)
+	})
+	g.route("GET /v1/namespaces/{ns}/workflows/{name}", "objects", access("workflows", "get"), byName(g, http.StatusOK, api.GetWorkflow))
+	g.route("DELETE /v1/namespaces/{ns}/workflows/{name}", "objects", access("workflows", "delete"), byName(g, http.StatusAccepted, api.DeleteWorkflow))
+}
+
+func (g *Gateway) createWorkflowRun(w http.ResponseWriter, r *http.Request) {
+	wf := &v1alpha1.WorkflowRun{}
+	err := noQuery(r)
+	if err == nil {
+		err = g.decodeObject(w, r, wf)
+	}
+	if err == nil {
+		err = placeIn(r.PathValue("ns"), &wf.Namespace)
+	}
+	if err == nil && wf.Name == "" && wf.GenerateName != "" {
+		wf.Name = wf.GenerateName + randomSuffix()
+	}
+	if err == nil {
+		wf, err = g.cfg.API.CreateWorkflowRun(r.Context(), wf)
+	}
+	g.reply(w, r, http.StatusCreated, wf, err)
+}
+
+func (g *Gateway) applyWorkflow(w http.ResponseWriter, r *http.Request) {
+	wf := &v1alpha1.Workflow{}
+	err := noQuery(r)
+	if err == nil {
+		err = g.decodeObject(w, r, wf)
+	}
+	if err == nil {
+		err = placeIn(r.PathValue("ns"), &wf.Namespace)
+	}
+	if err == nil {
+		err = nameIn(r.PathValue("name"), &wf.Name)
+	}
+	if err == nil {
+		wf, err = g.cfg.API.ApplyWorkflow(r.Context(), wf)
+	}
+	g.reply(w, r, http.StatusOK, wf, err)
 }
 
 // byName serves a call on one object named in the path: fn's object with

@@ -29,3 +29,28 @@ func RequestCancel(ctx context.Context, runs Resource[*v1alpha1.Run], namespace,
 	}
 	return out, nil
 }
+
+// RequestWorkflowCancel sets a WorkflowRun's spec.cancelRequested, unless
+// it has ended or asked already, retrying on conflicts; it returns the
+// WorkflowRun as stored. The workflow controller then cancels its running
+// step Runs and skips the jobs that have not started.
+func RequestWorkflowCancel(ctx context.Context, wfruns Resource[*v1alpha1.WorkflowRun], namespace, name string) (*v1alpha1.WorkflowRun, error) {
+	var out *v1alpha1.WorkflowRun
+	err := RetryOnConflict(func() error {
+		w, err := wfruns.Get(ctx, namespace, name)
+		if err != nil {
+			return err
+		}
+		if w.Spec.CancelRequested || w.Status.Phase.Terminal() {
+			out = w
+			return nil
+		}
+		w.Spec.CancelRequested = true
+		out, err = wfruns.Update(ctx, w)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
