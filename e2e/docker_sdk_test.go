@@ -247,7 +247,9 @@ func TestDockerSDK(t *testing.T) {
 			{"unknown path", "GET", "/v1.57/swarm", "", nil, 404, "page not found"},
 			{"attach without upgrade", "POST", "/v1.57/containers/CID/attach?stream=1&stdout=1", "", nil, 400, "Upgrade: tcp"},
 			{"exec start without upgrade", "POST", "/v1.57/exec/EID/start", `{}`, nil, 400, "Upgrade: tcp"},
-			{"archive absolute path", "GET", "/v1.57/containers/RUNNING/archive?path=/etc/passwd", "", nil, 400, "relative to its Run's working directory"},
+			// A container's root is its Run's working directory.
+			{"archive absolute path", "GET", "/v1.57/containers/RUNNING/archive?path=/etc/passwd", "", nil, 404, "Could not find the file etc/passwd"},
+			{"archive /../ path", "GET", "/v1.57/containers/RUNNING/archive?path=/../etc/passwd", "", nil, 400, "must not contain '..'"},
 			{"archive ../ path", "PUT", "/v1.57/containers/RUNNING/archive?path=a/../..", "", nil, 400, "must not contain '..'"},
 			{"tar entry ../", "PUT", "/v1.57/containers/RUNNING/archive?path=.", tarOf(t, tarEntry{name: "../escaped", body: "x"}), nil, 400, "outside the destination"},
 			{"tar entry absolute", "PUT", "/v1.57/containers/RUNNING/archive?path=.", tarOf(t, tarEntry{name: "/tmp/escaped", body: "x"}), nil, 400, "outside the destination"},

@@ -1,9 +1,14 @@
 package docker
 
 import (
+	"bufio"
+	"bytes"
+	"compress/bzip2"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"io/fs"
 	"net/http"
 	"path"
@@ -19,17 +24,39 @@ import (
 
 // `docker cp`: the archive endpoints move a tar through an exec session
 // into the Run (package podcopy: tar runs there, as the Run's user, in its
-// working directory), so they reach wherever exec does. Paths are
-// relative to the Run's working directory and must resolve inside it.
+// working directory), so they reach wherever exec does. A container's
+// root is its Run's working directory: a path is relative to it, with or
+// without a leading '/', and must resolve inside it.
 
-// archivePath checks the path a client names: relative to the working
-// directory, without "..".
+// archivePath checks the path a client names, without "..", and makes it
+// relative to the working directory ("/" is the working directory).
 func archivePath(r *http.Request) (string, error) {
 	p := r.URL.Query().Get("path")
-	if strings.HasPrefix(p, "/") && len(p) <= bounds.Arg {
-		return "", errdefs.InvalidArgument("path", "%s: a container's paths are relative to its Run's working directory on Stoke", bounds.Truncate(p, bounds.Quoted))
+	if strings.HasPrefix(p, "/") {
+		if p = strings.TrimLeft(p, "/"); p == "" {
+			p = "."
+		}
 	}
 	return p, podcopy.CheckPath("path", p)
+}
+
+// decompressed is the body of a PUT, a tar that Docker accepts
+// compressed too: gzip and bzip2 are read as the tar they hold (the
+// bound applies to the tar); anything else goes on as it is.
+func decompressed(body io.Reader) (io.Reader, error) {
+	br := bufio.NewReader(body)
+	magic, _ := br.Peek(3)
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, errdefs.InvalidArgument("body", "not a gzip-compressed tar: %v", err)
+		}
+		return zr, nil
+	case bytes.Equal(magic, []byte("BZh")):
+		return bzip2.NewReader(br), nil
+	}
+	return br, nil
 }
 
 // copyTarget is the container's Run, for package podcopy.
@@ -140,8 +167,12 @@ func (s *Server) archivePut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := s.copyTarget(c)
+	var body io.Reader
 	if err == nil {
-		err = podcopy.Put(r.Context(), t, p, r.Body, bounds.DockerArchive)
+		body, err = decompressed(r.Body)
+	}
+	if err == nil {
+		err = podcopy.Put(r.Context(), t, p, body, bounds.DockerArchive)
 	}
 	if err != nil {
 		writeError(w, err)

@@ -123,11 +123,27 @@ func (s *Server) info(w http.ResponseWriter, _ *http.Request) {
 		OSType:            runtime.GOOS,
 		Architecture:      runtime.GOARCH,
 		NCPU:              runtime.NumCPU(),
+		MemTotal:          memTotal(),
 		KernelVersion:     kernelVersion(),
 		SystemTime:        time.Now().Format(time.RFC3339Nano),
 		LoggingDriver:     "stoke",
 		CgroupVersion:     "2",
 	})
+}
+
+// memTotal is the machine's memory in bytes, from /proc/meminfo.
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kib, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kib << 10
+		}
+	}
+	return 0
 }
 
 func kernelVersion() string {

@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+)
+
+// TestDockerTestcontainers runs testcontainers-go against stoke up's
+// Docker socket, its reaper (Ryuk) turned off: a generic container (bash,
+// a log wait strategy), an exec, a file copied in and out, terminate.
+func TestDockerTestcontainers(t *testing.T) {
+	up := startUp(t, t.TempDir())
+	t.Setenv("DOCKER_HOST", "unix://"+dockerSocket(up.DataDir))
+	t.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	// No ~/.testcontainers.properties of the machine's user.
+	t.Setenv("HOME", t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			Image:      "bash:5",
+			Cmd:        []string{"sh", "-c", "echo starting; echo ready; exec sleep 600"},
+			Labels:     map[string]string{"suite": "testcontainers"},
+			WaitingFor: wait.ForLog("ready").WithStartupTimeout(time.Minute),
+		},
+		Started: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminated := false
+	defer func() {
+		if !terminated {
+			_ = testcontainers.TerminateContainer(c)
+		}
+	}()
+	code, out, err := c.Exec(ctx, []string{"sh", "-c", "echo from exec; exit 4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(out)
+	if code != 4 || !strings.Contains(string(b), "from exec") {
+		t.Errorf("exec: exit %d output %q, want 4 and 'from exec'", code, b)
+	}
+	if err := c.CopyToContainer(ctx, []byte("hello\n"), "/data/hello.txt", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := c.CopyFileFromContainer(ctx, "/data/hello.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || string(back) != "hello\n" {
+		t.Errorf("copied back: %q %v", back, err)
+	}
+	state, err := c.State(ctx)
+	if err != nil || !state.Running {
+		t.Errorf("state: %+v %v", state, err)
+	}
+	terminated = true
+	if err := testcontainers.TerminateContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	// Its Run is gone, and no reaper was started.
+	status, body := up.do(t, http.MethodGet, "/v1/namespaces/default/runs", nil)
+	var runs v1alpha1.RunList
+	if status != http.StatusOK || json.Unmarshal(body, &runs) != nil || len(runs.Items) != 0 {
+		t.Errorf("Runs after terminate: %d %s", status, body)
+	}
+}
