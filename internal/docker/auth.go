@@ -29,6 +29,10 @@ var needs = map[string][]need{
 	"GET /images/json":      nil,
 	"GET /images/{name...}": nil,
 	"POST /images/create":   nil,
+	// The one network, bridge, is no one's; creating one is refused.
+	"GET /networks":         nil,
+	"GET /networks/{id}":    nil,
+	"POST /networks/create": nil,
 	"GET /info":             {{verb: "list"}},
 	"GET /containers/json":  {{verb: "list"}},
 	"GET /events":           {{verb: "watch"}},
