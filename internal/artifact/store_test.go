@@ -260,3 +260,49 @@ func TestStoreBounds(t *testing.T) {
 		t.Fatalf("blobs %v: the same content is one blob", blobs)
 	}
 }
+
+func TestSweep(t *testing.T) {
+	for name, newBackend := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			b := newBackend(t)
+			now := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+			s := NewStore(StoreConfig{Backend: b, Now: func() time.Time { return now }})
+			gone := Run{Namespace: "default", UID: "gone", Name: "old"}
+			kept := Run{Namespace: "team-a", UID: "kept", Name: "new"}
+			put := func(run Run, name, body string) {
+				if _, err := s.Put(ctx, run, name, bytes.NewReader(tarFiles(t, map[string]string{"f": body}))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put(gone, "a", "1")
+			put(kept, "old", "2")
+			put(kept, "shared-old", "3")
+			now = now.Add(48 * time.Hour)
+			put(kept, "shared-new", "3") // the same blob as shared-old
+			put(kept, "new", "4")
+			live := func(context.Context) (map[string]bool, error) { return map[string]bool{"team-a/kept": true}, nil }
+			res, err := s.Sweep(ctx, live, 24*time.Hour)
+			if err != nil || res != (SweepResult{Runs: 1, Expired: 2}) {
+				t.Fatalf("sweep: %+v %v", res, err)
+			}
+			if runs, err := b.Runs(ctx); err != nil || len(runs) != 1 || runs[0].UID != "kept" {
+				t.Fatalf("runs left %+v %v", runs, err)
+			}
+			list, _ := s.List(ctx, kept)
+			blobs, _ := b.Blobs(ctx, kept)
+			if len(list) != 2 || list[0].Name != "new" || list[1].Name != "shared-new" || len(blobs) != 2 {
+				t.Fatalf("left %+v, blobs %v", list, blobs)
+			}
+			// The shared blob stays readable.
+			_, rc, err := s.Get(ctx, kept, "shared-new")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := untar(t, rc); got["f"] != "3" {
+				t.Fatalf("shared blob %v", got)
+			}
+			rc.Close()
+		})
+	}
+}

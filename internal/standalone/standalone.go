@@ -78,6 +78,10 @@ type Config struct {
 	// FinishedRunTTL is how long a finished Run that sets no
 	// ttlSecondsAfterFinished is kept; zero keeps it until deleted.
 	FinishedRunTTL time.Duration
+	// ArtifactRetention is how long a workflow artifact is kept at most
+	// (0: bounds.ArtifactRetentionDefault); its WorkflowRun's delete takes
+	// it sooner.
+	ArtifactRetention time.Duration
 	// Cgroup, when set, is the cgroup v2 the pods run under (pool.Config.Cgroup).
 	Cgroup *cgroup.Group
 	// DebugSockets gives each pod a debug socket (pool.Config.DebugSockets).
@@ -189,15 +193,13 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	}
 	// Workflow artifacts live under the data directory; the workflow
 	// controller copies them through exec into the Runs (s.ExecRoute).
-	local, err := artifact.NewLocal(filepath.Join(cfg.DataDir, "artifacts"))
-	if err != nil {
+	if s.artifacts, err = openArtifacts(cfg); err != nil {
 		st.Close()
 		return nil, err
 	}
-	s.artifacts = artifact.NewStore(artifact.StoreConfig{Backend: local, Logger: cfg.Logger})
 	s.core, err = controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: s.pods, Logger: cfg.Logger,
 		Metrics: cfg.Metrics, FinishedRunTTL: cfg.FinishedRunTTL, DeleteWorkflowSteps: true,
-		WorkflowArtifacts: workflow.MoverArtifacts(artifact.NewMover(s.artifacts, s)),
+		WorkflowArtifacts: workflow.MoverArtifacts(s.ArtifactMover()),
 		// The autoscaler reads the dispatcher's loads (s.fns is set below,
 		// before anything runs).
 		FunctionLoad: func(namespace, name string) (int, int) {
@@ -293,7 +295,8 @@ func (s *Standalone) Run(ctx context.Context) error {
 		controlplane.Component{Name: "pool", Run: s.pods.Run},
 		controlplane.Component{Name: "run logs", Run: s.logs.Run},
 		controlplane.Component{Name: "pod events", Run: s.followPods},
-		controlplane.Component{Name: "lambda collector", Run: collector.Run})...)
+		controlplane.Component{Name: "lambda collector", Run: collector.Run},
+		controlplane.Component{Name: "artifact sweep", Run: s.sweepArtifacts})...)
 	cancel()
 	s.mu.Lock()
 	daemons := s.daemons

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/datadir"
@@ -62,6 +63,9 @@ type Config struct {
 	// ttlSecondsAfterFinished is kept; zero keeps it until deleted. The
 	// command's default is controlplane.DefaultFinishedRunTTL.
 	FinishedRunTTL time.Duration
+	// ArtifactRetention is how long a workflow artifact is kept at most
+	// (0: bounds.ArtifactRetentionDefault).
+	ArtifactRetention time.Duration
 	// LambdaCollectInterval: see standalone.Config.
 	LambdaCollectInterval time.Duration
 	// HTTPTimeouts bound slow clients; zero fields take
@@ -119,6 +123,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if cfg.ArtifactRetention < 0 || cfg.ArtifactRetention > bounds.ArtifactRetention {
+		return fmt.Errorf("--artifact-retention %s: between 0 (the default, %s) and %s", cfg.ArtifactRetention, bounds.ArtifactRetentionDefault, bounds.ArtifactRetention)
 	}
 	if cfg.FinishedRunTTL < 0 {
 		return fmt.Errorf("--finished-run-ttl %s is negative; 0 keeps finished Runs", cfg.FinishedRunTTL)
@@ -229,7 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics.MustRegister(schedMetrics)
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
 		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, Metrics: schedMetrics,
-		FinishedRunTTL: cfg.FinishedRunTTL, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods,
+		FinishedRunTTL: cfg.FinishedRunTTL, ArtifactRetention: cfg.ArtifactRetention, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods,
 		DebugSockets: cfg.DebugSocket != "", RunAs: cfg.RunAs, GitCredentials: cfg.GitCredentials})
 	if err != nil {
 		lis.Close()
@@ -238,7 +245,7 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics.Include(s.PodMetrics())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := gateway.New(gateway.Config{API: s, Exec: s, Functions: s.Functions(), Token: token, Metrics: metrics, Logger: cfg.Logger, Timeouts: cfg.HTTPTimeouts}).Server()
+	srv := gateway.New(gateway.Config{API: s, Exec: s, Functions: s.Functions(), Artifacts: s.ArtifactReader(), Token: token, Metrics: metrics, Logger: cfg.Logger, Timeouts: cfg.HTTPTimeouts}).Server()
 	// Streams (watch, logs -f) end when the server stops.
 	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	planeDone := make(chan error, 1)
