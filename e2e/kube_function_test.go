@@ -439,6 +439,13 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	runs := e.watchRuns(b, "")
 	defer runs.close()
 	var first, warm, known []time.Duration
+	// Where the first answer's time goes, from this test's watch of the
+	// Runs (its own informer: each step as seen here): the call's start to
+	// the replica Run's create, to its Ready, to the answer.
+	var toCreate, toReady, toAnswer []time.Duration
+	fns := e.watchFunctions(b)
+	defer fns.close()
+	var toScale []time.Duration
 	for i := range b.N {
 		name := fmt.Sprintf("zero%d-%d", round, i)
 		fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: runsNamespace},
@@ -467,6 +474,18 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 			}
 			if into == &first {
 				known = append(known, start.Sub(created))
+				answered := time.Now()
+				replica := func(r *v1alpha1.Run) bool { return r.Labels[v1alpha1.LabelFunction] == name }
+				made, ok1 := runs.firstSeen(replica)
+				ready, ok2 := runs.firstSeen(func(r *v1alpha1.Run) bool { return replica(r) && r.Status.Phase == v1alpha1.PhaseReady })
+				scaled, ok3 := fns.firstSeen(func(f *v1alpha1.Function) bool {
+					return f.Name == name && f.Spec.Replicas != nil && *f.Spec.Replicas == 1
+				})
+				if ok1 && ok2 && ok3 {
+					toScale = append(toScale, scaled.Sub(start))
+					toCreate, toReady = append(toCreate, made.Sub(scaled)), append(toReady, ready.Sub(made))
+					toAnswer = append(toAnswer, answered.Sub(ready))
+				}
 			}
 			*into = append(*into, time.Since(start))
 		}
@@ -484,6 +503,11 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	reportPercentilesAs(b, first, "first")
 	reportPercentilesAs(b, warm, "warm")
 	reportPercentilesAs(b, known, "url-known-after-create")
+	// The steps (a watch's view lags each by its own delivery).
+	reportPercentilesAs(b, toScale, "step1-call-to-spec.replicas")
+	reportPercentilesAs(b, toCreate, "step2-to-replica-created")
+	reportPercentilesAs(b, toReady, "step3-to-replica-ready")
+	reportPercentilesAs(b, toAnswer, "step4-to-answer")
 }
 
 // A python Runtime's Pods install a Function's requirements.txt into
