@@ -64,7 +64,7 @@ func TestExecSuiteOnLambda(t *testing.T) {
 	e := start(t, "bash", bashTasks)
 	n := 0
 	exectest.Test(t, exectest.Harness{
-		Executor: exec.NewGRPCClient(e.rs.Conn), Signals: true, RequestEnv: true,
+		Executor: exec.NewGRPCClient(e.rs.Conn), Signals: true, RequestEnv: true, Pids: true,
 		Task: func(t *testing.T) exectest.Run {
 			n++
 			id := fmt.Sprintf("task-suite-%d", n)

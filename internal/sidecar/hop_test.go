@@ -421,7 +421,7 @@ func TestHopExec(t *testing.T) {
 	e := newHopEnv(t)
 	conn := e.gatewayConn(t)
 	exectest.Test(t, exectest.Harness{
-		Executor: exec.NewGRPCClient(conn), Signals: true, RequestEnv: true,
+		Executor: exec.NewGRPCClient(conn), Signals: true, RequestEnv: true, Pids: true,
 		Task: func(t *testing.T) exectest.Run {
 			t.Helper()
 			name := fmt.Sprintf("exec-%d", execRuns.Add(1))

@@ -140,7 +140,7 @@ func uniqueUID(t *testing.T) string {
 func TestExecSuiteThroughTheAgent(t *testing.T) {
 	rg := newRig(t, 10*time.Second)
 	exectest.Test(t, exectest.Harness{
-		Executor: rg.ep.Executor(rg.resolve), Signals: true, RequestEnv: true, BigBytes: 64 << 20, Stall: 500 * time.Millisecond,
+		Executor: rg.ep.Executor(rg.resolve), Signals: true, RequestEnv: true, Pids: true, BigBytes: 64 << 20, Stall: 500 * time.Millisecond,
 		Task: func(t *testing.T) exectest.Run {
 			uid := uniqueUID(t)
 			r := rg.run(t, uid, nil, "")

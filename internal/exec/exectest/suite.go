@@ -47,6 +47,10 @@ type Harness struct {
 	// Kubernetes WebSocket protocol has no signal channel); RequestEnv
 	// whether it carries Request.Env (the HTTP endpoint does not).
 	Signals, RequestEnv bool
+	// Pids reports whether the hop carries the command's process ID
+	// (Session.Pid: the executor.v1 stream does, the Kubernetes
+	// WebSocket protocol does not, and reports 0).
+	Pids bool
 	// BigBytes is how much the backpressure test pipes through cat each
 	// way (default 8 MiB).
 	BigBytes int
@@ -69,6 +73,7 @@ func Test(t *testing.T, h Harness) {
 	t.Run("StdinEOFAndSeparateStreams", func(t *testing.T) { testPipes(t, h) })
 	t.Run("WorkingDirAndEnv", func(t *testing.T) { testDirEnv(t, h) })
 	t.Run("MissingCommand", func(t *testing.T) { testMissing(t, h) })
+	t.Run("Pid", func(t *testing.T) { testPid(t, h) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, h) })
 	t.Run("SessionLimit", func(t *testing.T) { testLimit(t, h) })
 	t.Run("EndsWithRun", func(t *testing.T) { testEndsWithRun(t, h) })
@@ -289,6 +294,30 @@ func testDirEnv(t *testing.T, h Harness) {
 		if !strings.Contains(out, k+"="+v+"\n") {
 			t.Errorf("output %q lacks %s=%s", out, k, v)
 		}
+	}
+}
+
+// testPid: a session's Pid is its command's process ID, as the command
+// sees it ($$), where the hop carries it; 0 where it does not.
+func testPid(t *testing.T, h Harness) {
+	run := h.Task(t)
+	ctx := ctxT(t)
+	sess, err := h.Executor.Start(ctx, exec.Request{RunUID: run.UID, RegistrationID: run.RegistrationID, Command: []string{"sh", "-c", "echo $$"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	pid := sess.Pid()
+	var out bytes.Buffer
+	if exit, err := sess.Stream(ctx, exec.Streams{Stdout: &out, Stderr: io.Discard}); err != nil || exit.Code != 0 {
+		t.Fatalf("exit %+v, %v", exit, err)
+	}
+	want := strings.TrimSpace(out.String())
+	if !h.Pids {
+		want = "0"
+	}
+	if strconv.Itoa(pid) != want {
+		t.Errorf("Pid %d; the command's own is %s (the hop carries it: %v)", pid, strings.TrimSpace(out.String()), h.Pids)
 	}
 }
 

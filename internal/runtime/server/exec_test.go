@@ -48,6 +48,7 @@ func TestExec(t *testing.T) {
 		Task:       func(t *testing.T) exectest.Run { return execTask(t, srv) },
 		Signals:    true,
 		RequestEnv: true,
+		Pids:       true,
 		BigBytes:   32 << 20,
 	})
 }
