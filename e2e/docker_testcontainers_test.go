@@ -17,7 +17,8 @@ import (
 
 // TestDockerTestcontainers runs testcontainers-go against stoke up's
 // Docker socket, its reaper (Ryuk) turned off: a generic container (bash,
-// a log wait strategy), an exec, a file copied in and out, terminate.
+// a log wait strategy), an exec, a file copied in and out, terminate; and
+// one (python) with an exec wait strategy.
 func TestDockerTestcontainers(t *testing.T) {
 	up := startUp(t, t.TempDir())
 	t.Setenv("DOCKER_HOST", "unix://"+dockerSocket(up.DataDir))
@@ -71,6 +72,22 @@ func TestDockerTestcontainers(t *testing.T) {
 	}
 	terminated = true
 	if err := testcontainers.TerminateContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	// An exec wait strategy: testcontainers runs the check and reads its
+	// exit code from the exec's inspect until it is 0.
+	c2, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			Image:      "python:3",
+			Cmd:        []string{"python3", "-c", "import time, pathlib; pathlib.Path('ready').touch(); time.sleep(600)"},
+			WaitingFor: wait.ForExec([]string{"test", "-f", "ready"}).WithStartupTimeout(time.Minute),
+		},
+		Started: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testcontainers.TerminateContainer(c2); err != nil {
 		t.Fatal(err)
 	}
 	// Its Run is gone, and no reaper was started.
