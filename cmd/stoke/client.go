@@ -110,6 +110,22 @@ func completeNames(cmd *cobra.Command, f *clientFlags, kind cli.Kind, prefix str
 		for _, fn := range list.Items {
 			names = append(names, fn.Name)
 		}
+	case cli.KindWorkflowRun:
+		list, err := c.ListWorkflowRuns(ctx, f.namespace, client.ListOptions{})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		for _, w := range list.Items {
+			names = append(names, w.Name)
+		}
+	case cli.KindWorkflow:
+		list, err := c.ListWorkflows(ctx, f.namespace, client.ListOptions{})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		for _, w := range list.Items {
+			names = append(names, w.Name)
+		}
 	case cli.KindRuntime:
 		list, err := c.ListRuntimes(ctx, f.namespace, client.ListOptions{})
 		if err != nil {
@@ -161,7 +177,7 @@ func completeKindAndName(f *clientFlags) cobra.CompletionFunc {
 		switch len(args) {
 		case 0:
 			names, dir := completeNames(cmd, f, cli.KindRun, toComplete, nil)
-			for _, k := range []string{"run", "runtime", "function"} {
+			for _, k := range []string{"run", "runtime", "function", "workflowrun", "workflow"} {
 				if strings.HasPrefix(k, toComplete) {
 					names = append(names, k)
 				}

@@ -16,7 +16,7 @@ func newDeleteCommand() *cobra.Command {
 		files []string
 	)
 	cmd := &cobra.Command{
-		Use:   "delete ([run|runtime|function] NAME... | KIND/NAME... | [runs|runtimes|functions] -l SELECTOR | -f FILE)",
+		Use:   "delete ([run|runtime|function|workflowrun|workflow] NAME... | KIND/NAME... | [runs|runtimes|functions|workflowruns|workflows] -l SELECTOR | -f FILE)",
 		Short: "Delete Runs, Runtimes and Functions",
 		Long: `delete removes Runs (a running task is killed; a function drains and
 unregisters first) with their logs, and Runtimes (their pods stop), as

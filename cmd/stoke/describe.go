@@ -11,13 +11,16 @@ import (
 func newDescribeCommand() *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{
-		Use:   "describe [run|runtime|function] NAME",
-		Short: "Show a Run, a Runtime or a Function in detail",
-		Long: `describe prints one Run (spec, status, outputs, endpoint, conditions) or one
-Runtime (spec and pods) for people. A bare NAME is a Run.`,
+		Use:   "describe [run|runtime|function|workflowrun] NAME",
+		Short: "Show a Run, a Runtime, a Function or a WorkflowRun in detail",
+		Long: `describe prints one Run (spec, status, outputs, endpoint, conditions), one
+Runtime (spec and pods), one Function, or one WorkflowRun (its DAG: each
+job's phase, attempt and pod; each step's phase, exit code and duration)
+for people. A bare NAME is a Run.`,
 		Example: `  stoke describe run task-x7k2p
   stoke describe fn-q9d3a
-  stoke describe runtime python`,
+  stoke describe runtime python
+  stoke describe workflowrun ci-x7k2p`,
 		Args:              cobra.RangeArgs(1, 2),
 		ValidArgsFunction: completeKindAndName(&cf),
 		RunE: func(cmd *cobra.Command, args []string) error {

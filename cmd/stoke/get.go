@@ -16,9 +16,9 @@ func newGetCommand() *cobra.Command {
 		format string
 	)
 	cmd := &cobra.Command{
-		Use:   "get runs|runtimes|functions [NAME]",
-		Short: "List Runs, Runtimes or Functions, or show one",
-		Long: `get prints Runs, Runtimes or Functions as a table (-o wide adds columns), as JSON or
+		Use:   "get runs|runtimes|functions|workflowruns|workflows [NAME]",
+		Short: "List Runs, Runtimes, Functions, WorkflowRuns or Workflows, or show one",
+		Long: `get prints Runs, Runtimes, Functions, WorkflowRuns or Workflows as a table (-o wide adds columns), as JSON or
 YAML (-o json|yaml, the objects as the API serves them), or as kind/name
 lines (-o name). -w keeps printing every change until Ctrl-C; a deleted
 object's row shows Deleted as its phase, and --output-watch-events adds each
@@ -27,12 +27,13 @@ change's type (ADDED, MODIFIED, DELETED) as kubectl does.`,
   stoke get runs -A -o wide
   stoke get run task-x7k2p -o yaml
   stoke get runs -l team=platform -w
-  stoke get runtimes`,
+  stoke get runtimes
+  stoke get workflowruns`,
 		Args: cobra.RangeArgs(1, 2),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			switch len(args) {
 			case 0:
-				return []cobra.Completion{"runs", "runtimes", "functions"}, cobra.ShellCompDirectiveNoFileComp
+				return []cobra.Completion{"runs", "runtimes", "functions", "workflowruns", "workflows"}, cobra.ShellCompDirectiveNoFileComp
 			case 1:
 				kind, err := cli.ParseKind(args[0])
 				if err != nil {

@@ -26,13 +26,17 @@ import (
 // applied, and Apply fails at the end. A server that cannot be reached
 // stops the apply: the rest would fail the same way.
 func Apply(ctx context.Context, c client.API, objs []manifest.Object, s Streams) error {
-	var runtimes, functions, runs []manifest.Object
+	var runtimes, functions, workflows, wfruns, runs []manifest.Object
 	for _, o := range objs {
 		switch {
 		case o.Runtime != nil:
 			runtimes = append(runtimes, o)
 		case o.Function != nil:
 			functions = append(functions, o)
+		case o.Workflow != nil:
+			workflows = append(workflows, o)
+		case o.WorkflowRun != nil:
+			wfruns = append(wfruns, o)
 		case o.Run != nil:
 			runs = append(runs, o)
 		}
@@ -62,6 +66,21 @@ func Apply(ctx context.Context, c client.API, objs []manifest.Object, s Streams)
 	}
 	for _, o := range functions {
 		result, err := applyFunction(ctx, c, o.Function)
+		if err := report(o, applyResult{result, err}); err != nil {
+			return err
+		}
+	}
+	// Workflows before the WorkflowRuns that may call them; a Workflow
+	// may call another applied later in the files, so they go in file
+	// order and a call of one not yet stored fails as the server says.
+	for _, o := range workflows {
+		result, err := applyWorkflow(ctx, c, o.Workflow)
+		if err := report(o, applyResult{result, err}); err != nil {
+			return err
+		}
+	}
+	for _, o := range wfruns {
+		result, err := applyWorkflowRun(ctx, c, o.WorkflowRun)
 		if err := report(o, applyResult{result, err}); err != nil {
 			return err
 		}
@@ -109,7 +128,7 @@ func Apply(ctx context.Context, c client.API, objs []manifest.Object, s Streams)
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d objects were not applied", failed, len(runtimes)+len(functions)+len(runs))
+		return fmt.Errorf("%d of %d objects were not applied", failed, len(objs))
 	}
 	return nil
 }
@@ -194,4 +213,44 @@ func SameRunSpec(stored, want *v1alpha1.RunSpec) bool {
 
 func sameLabels(a, b map[string]string) bool {
 	return len(a) == len(b) && (len(a) == 0 || apiequality.Semantic.DeepEqual(a, b))
+}
+
+func applyWorkflow(ctx context.Context, c client.API, w *v1alpha1.Workflow) (string, error) {
+	ref := "workflow/" + w.Name
+	existing, err := c.GetWorkflow(ctx, w.Namespace, w.Name)
+	verb := "configured"
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		verb = "created"
+	case err != nil:
+		return "", err
+	case apiequality.Semantic.DeepEqual(existing.Spec, w.Spec) && sameLabels(existing.Labels, w.Labels):
+		return ref + " unchanged", nil
+	}
+	if _, err := c.ApplyWorkflow(ctx, w); err != nil {
+		return "", err
+	}
+	return ref + " " + verb, nil
+}
+
+// applyWorkflowRun creates a WorkflowRun, or leaves one of the name with
+// the same spec "unchanged" (a WorkflowRun cannot change: another spec is
+// an error).
+func applyWorkflowRun(ctx context.Context, c client.API, w *v1alpha1.WorkflowRun) (string, error) {
+	if w.Name != "" {
+		existing, err := c.GetWorkflowRun(ctx, w.Namespace, w.Name)
+		switch {
+		case err == nil && apiequality.Semantic.DeepEqual(existing.Spec, w.Spec):
+			return "workflowrun/" + w.Name + " unchanged", nil
+		case err == nil:
+			return "", errdefs.Errorf(errdefs.ErrAlreadyExists, "workflowrun %s/%s exists with another spec, and a WorkflowRun cannot change: delete it first", w.Namespace, w.Name)
+		case !errors.Is(err, errdefs.ErrNotFound):
+			return "", err
+		}
+	}
+	created, err := c.CreateWorkflowRun(ctx, w)
+	if err != nil {
+		return "", err
+	}
+	return "workflowrun/" + created.Name + " created", nil
 }

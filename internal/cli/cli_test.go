@@ -147,7 +147,7 @@ func TestSameRunSpec(t *testing.T) {
 }
 
 func TestParseKind(t *testing.T) {
-	for in, want := range map[string]cli.Kind{"run": cli.KindRun, "runs": cli.KindRun, "runtime": cli.KindRuntime, "runtimes": cli.KindRuntime, "rt": cli.KindRuntime, "function": cli.KindFunction, "functions": cli.KindFunction, "fn": cli.KindFunction} {
+	for in, want := range map[string]cli.Kind{"run": cli.KindRun, "runs": cli.KindRun, "runtime": cli.KindRuntime, "runtimes": cli.KindRuntime, "rt": cli.KindRuntime, "function": cli.KindFunction, "functions": cli.KindFunction, "fn": cli.KindFunction, "workflowruns": cli.KindWorkflowRun, "wfr": cli.KindWorkflowRun, "workflow": cli.KindWorkflow, "wf": cli.KindWorkflow} {
 		if got, err := cli.ParseKind(in); err != nil || got != want {
 			t.Errorf("ParseKind(%q) = %v, %v", in, got, err)
 		}

@@ -11,7 +11,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 )
 
-// ObjectRef names one Run, Runtime or Function.
+// ObjectRef names one Run, Runtime, Function, WorkflowRun or Workflow.
 type ObjectRef struct {
 	Kind      Kind
 	Namespace string
@@ -48,6 +48,10 @@ func RefsOf(objs []manifest.Object) []ObjectRef {
 			refs = append(refs, ObjectRef{KindRuntime, o.Runtime.Namespace, o.Runtime.Name})
 		case o.Function != nil:
 			refs = append(refs, ObjectRef{KindFunction, o.Function.Namespace, o.Function.Name})
+		case o.WorkflowRun != nil:
+			refs = append(refs, ObjectRef{KindWorkflowRun, o.WorkflowRun.Namespace, o.WorkflowRun.Name})
+		case o.Workflow != nil:
+			refs = append(refs, ObjectRef{KindWorkflow, o.Workflow.Namespace, o.Workflow.Name})
 		}
 	}
 	return refs
@@ -132,6 +136,12 @@ func deleteOne(ctx context.Context, c client.API, ref ObjectRef) (*v1alpha1.Run,
 	case KindFunction:
 		_, err := c.DeleteFunction(ctx, ref.Namespace, ref.Name)
 		return nil, err
+	case KindWorkflowRun:
+		_, err := c.DeleteWorkflowRun(ctx, ref.Namespace, ref.Name)
+		return nil, err
+	case KindWorkflow:
+		_, err := c.DeleteWorkflow(ctx, ref.Namespace, ref.Name)
+		return nil, err
 	}
 	return c.DeleteRun(ctx, ref.Namespace, ref.Name)
 }
@@ -140,6 +150,26 @@ func deleteOne(ctx context.Context, c client.API, ref ObjectRef) (*v1alpha1.Run,
 func selected(ctx context.Context, c client.API, ns string, kind Kind, selector string) ([]ObjectRef, error) {
 	opts := client.ListOptions{LabelSelector: selector}
 	var refs []ObjectRef
+	switch kind {
+	case KindWorkflowRun:
+		list, err := c.ListWorkflowRuns(ctx, ns, opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range list.Items {
+			refs = append(refs, ObjectRef{kind, w.Namespace, w.Name})
+		}
+		return refs, nil
+	case KindWorkflow:
+		list, err := c.ListWorkflows(ctx, ns, opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range list.Items {
+			refs = append(refs, ObjectRef{kind, w.Namespace, w.Name})
+		}
+		return refs, nil
+	}
 	if kind == KindFunction {
 		list, err := c.ListFunctions(ctx, ns, opts)
 		if err != nil {

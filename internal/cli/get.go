@@ -21,10 +21,14 @@ const (
 	KindRun      Kind = "run"
 	KindRuntime  Kind = "runtime"
 	KindFunction Kind = "function"
+	// KindWorkflowRun and KindWorkflow are issue 22's kinds.
+	KindWorkflowRun Kind = "workflowrun"
+	KindWorkflow    Kind = "workflow"
 )
 
 // ParseKind accepts the spellings kubectl users type: run, runs,
-// runtime, runtimes, rt, function, functions, fn.
+// runtime, runtimes, rt, function, functions, fn, workflowrun,
+// workflowruns, wfr, workflow, workflows, wf.
 func ParseKind(s string) (Kind, error) {
 	switch s {
 	case "run", "runs":
@@ -33,8 +37,12 @@ func ParseKind(s string) (Kind, error) {
 		return KindRuntime, nil
 	case "function", "functions", "fn":
 		return KindFunction, nil
+	case "workflowrun", "workflowruns", "wfr":
+		return KindWorkflowRun, nil
+	case "workflow", "workflows", "wf":
+		return KindWorkflow, nil
 	}
-	return "", errdefs.InvalidArgument("resource", "%q is not a resource: want runs, runtimes or functions", s)
+	return "", errdefs.InvalidArgument("resource", "%q is not a resource: want runs, runtimes, functions, workflowruns or workflows", s)
 }
 
 // GetOptions are `stoke get`'s arguments.
@@ -76,6 +84,36 @@ func Get(ctx context.Context, c client.API, o GetOptions, s Streams) error {
 	}
 	opts := client.ListOptions{LabelSelector: o.LabelSelector}
 	switch {
+	case o.Kind == KindWorkflowRun && o.Name != "":
+		w, err := c.GetWorkflowRun(ctx, ns, o.Name)
+		if err != nil {
+			return err
+		}
+		return p.WorkflowRun(w)
+	case o.Kind == KindWorkflowRun:
+		list, err := c.ListWorkflowRuns(ctx, ns, opts)
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 && (o.Format == printer.Table || o.Format == printer.Wide) {
+			s.note("no workflowruns found%s", inNamespace(ns))
+		}
+		return p.WorkflowRuns(list)
+	case o.Kind == KindWorkflow && o.Name != "":
+		w, err := c.GetWorkflow(ctx, ns, o.Name)
+		if err != nil {
+			return err
+		}
+		return p.Workflow(w)
+	case o.Kind == KindWorkflow:
+		list, err := c.ListWorkflows(ctx, ns, opts)
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 && (o.Format == printer.Table || o.Format == printer.Wide) {
+			s.note("no workflows found%s", inNamespace(ns))
+		}
+		return p.Workflows(list)
 	case o.Kind == KindFunction && o.Name != "":
 		fn, err := c.GetFunction(ctx, ns, o.Name)
 		if err != nil {
@@ -135,6 +173,20 @@ func inNamespace(ns string) string {
 // is shown as one (printer.RunEvent).
 func watchObjects(ctx context.Context, c client.API, o GetOptions, ns string, p *printer.Printer) error {
 	opts := client.ListOptions{LabelSelector: o.LabelSelector}
+	switch o.Kind {
+	case KindWorkflowRun:
+		w, err := c.WatchWorkflowRuns(ctx, ns, opts)
+		if err != nil {
+			return err
+		}
+		return printEvents(w, o.Name, func(w *v1alpha1.WorkflowRun) string { return w.Name }, p.WorkflowRunEvent)
+	case KindWorkflow:
+		w, err := c.WatchWorkflows(ctx, ns, opts)
+		if err != nil {
+			return err
+		}
+		return printEvents(w, o.Name, func(w *v1alpha1.Workflow) string { return w.Name }, p.WorkflowEvent)
+	}
 	if o.Kind == KindFunction {
 		w, err := c.WatchFunctions(ctx, ns, opts)
 		if err != nil {
@@ -180,8 +232,20 @@ func endOfWatch(err error) error {
 	return err
 }
 
-// Describe prints one Run, Runtime or Function for people.
+// Describe prints one Run, Runtime, Function or WorkflowRun for people
+// (a WorkflowRun as its DAG: each job's phase, each step's phase, exit
+// code and duration).
 func Describe(ctx context.Context, c client.API, kind Kind, ns, name string, now time.Time, s Streams) error {
+	switch kind {
+	case KindWorkflowRun:
+		w, err := c.GetWorkflowRun(ctx, ns, name)
+		if err != nil {
+			return err
+		}
+		return printer.DescribeWorkflowRun(s.Out, w, now)
+	case KindWorkflow:
+		return errdefs.InvalidArgument("resource", "describe takes a workflowrun; stoke get workflow %s -o yaml shows a Workflow", name)
+	}
 	if kind == KindFunction {
 		fn, err := c.GetFunction(ctx, ns, name)
 		if err != nil {

@@ -78,6 +78,12 @@ func ValidateWorkflowRun(ctx context.Context, w *v1alpha1.WorkflowRun, get Workf
 		e.add(field.NewPath("workflowRun"), "must not be nil")
 		return e.err()
 	}
+	if w.Name == "" && w.GenerateName != "" {
+		// The store adds five characters, as Kubernetes does.
+		named := *w
+		named.Name = w.GenerateName + "xxxxx"
+		w = &named
+	}
 	validateWorkflowRun(ctx, &e, w, get)
 	if err := e.err(); err != nil {
 		return err

@@ -1,6 +1,6 @@
 // Package manifest reads the YAML (or JSON) files `stoke apply -f` takes:
-// one or more documents separated by "---", each a Run or a Runtime of
-// stoke.dev/v1alpha1. Every document is decoded strictly (an unknown or
+// one or more documents separated by "---", each a Run, Runtime,
+// Function, WorkflowRun or Workflow of stoke.dev/v1alpha1. Every document is decoded strictly (an unknown or
 // repeated field is an error), defaulted and validated, and an error names
 // the document by its 1-based index, so a caller can refuse a whole file
 // before sending any of it.
@@ -9,6 +9,7 @@ package manifest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -33,15 +34,17 @@ const (
 	MaxDocument = 8 << 20
 )
 
-// Object is one document: exactly one of Run, Runtime and Function is
-// set.
+// Object is one document: exactly one of Run, Runtime, Function,
+// WorkflowRun and Workflow is set.
 type Object struct {
 	// Index is the document's 1-based position in its file, counting
 	// only documents that hold something.
-	Index    int
-	Run      *v1alpha1.Run
-	Runtime  *v1alpha1.Runtime
-	Function *v1alpha1.Function
+	Index       int
+	Run         *v1alpha1.Run
+	Runtime     *v1alpha1.Runtime
+	Function    *v1alpha1.Function
+	WorkflowRun *v1alpha1.WorkflowRun
+	Workflow    *v1alpha1.Workflow
 }
 
 // Ref names the object as "run/NAME" or "runtime/NAME" (a Run with only a
@@ -52,6 +55,12 @@ func (o Object) Ref() string {
 	}
 	if o.Function != nil {
 		return "function/" + o.Function.Name
+	}
+	if o.Workflow != nil {
+		return "workflow/" + o.Workflow.Name
+	}
+	if o.WorkflowRun != nil {
+		return refOf(o.WorkflowRun.Name, o.WorkflowRun.GenerateName, "workflowrun")
 	}
 	if o.Run.Name == "" {
 		return "run/" + o.Run.GenerateName + "*"
@@ -102,7 +111,7 @@ func Parse(r io.Reader, name, namespace string) ([]Object, error) {
 		objs = append(objs, obj)
 	}
 	if len(objs) == 0 {
-		return nil, errdefs.InvalidArgument(name, "holds no Run, Runtime or Function")
+		return nil, errdefs.InvalidArgument(name, "holds no Run, Runtime, Function, WorkflowRun or Workflow")
 	}
 	return objs, nil
 }
@@ -134,6 +143,13 @@ func identity(o Object) string {
 		return "runtime/" + o.Runtime.Namespace + "/" + o.Runtime.Name
 	case o.Function != nil:
 		return "function/" + o.Function.Namespace + "/" + o.Function.Name
+	case o.Workflow != nil:
+		return "workflow/" + o.Workflow.Namespace + "/" + o.Workflow.Name
+	case o.WorkflowRun != nil:
+		if o.WorkflowRun.Name == "" {
+			return ""
+		}
+		return "workflowrun/" + o.WorkflowRun.Namespace + "/" + o.WorkflowRun.Name
 	case o.Run.Name != "":
 		return "run/" + o.Run.Namespace + "/" + o.Run.Name
 	}
@@ -156,7 +172,7 @@ func decode(doc []byte, namespace string) (Object, error) {
 	}
 	switch {
 	case tm.Kind == "":
-		return Object{}, errors.New("kind is missing: want Run, Runtime or Function")
+		return Object{}, errors.New("kind is missing: want Run, Runtime, Function, WorkflowRun or Workflow")
 	case tm.APIVersion == "":
 		return Object{}, fmt.Errorf("apiVersion is missing: want %s", v1alpha1.GroupVersion)
 	case tm.APIVersion != v1alpha1.GroupVersion.String():
@@ -208,8 +224,39 @@ func decode(doc []byte, namespace string) (Object, error) {
 			return Object{}, fmt.Errorf("%s: %w", refOf(fn.Name, "", "function"), err)
 		}
 		return Object{Function: fn}, nil
+	case v1alpha1.KindWorkflowRun:
+		w := &v1alpha1.WorkflowRun{}
+		if err := yaml.UnmarshalStrict(doc, w); err != nil {
+			return Object{}, fmt.Errorf("bad WorkflowRun: %s", yamlMessage(err))
+		}
+		clearServerMeta(&w.ObjectMeta)
+		w.Status = v1alpha1.WorkflowRunStatus{}
+		if w.Namespace == "" {
+			w.Namespace = namespace
+		}
+		validation.SetWorkflowRunDefaults(w)
+		// The Workflows it calls are the server's to look up.
+		if err := validation.ValidateWorkflowRun(context.Background(), w, nil); err != nil {
+			return Object{}, fmt.Errorf("%s: %w", refOf(w.Name, w.GenerateName, "workflowrun"), err)
+		}
+		return Object{WorkflowRun: w}, nil
+	case v1alpha1.KindWorkflow:
+		w := &v1alpha1.Workflow{}
+		if err := yaml.UnmarshalStrict(doc, w); err != nil {
+			return Object{}, fmt.Errorf("bad Workflow: %s", yamlMessage(err))
+		}
+		clearServerMeta(&w.ObjectMeta)
+		w.Status = v1alpha1.WorkflowStatus{}
+		if w.Namespace == "" {
+			w.Namespace = namespace
+		}
+		validation.SetWorkflowDefaults(w)
+		if err := validation.ValidateWorkflow(context.Background(), w, nil); err != nil {
+			return Object{}, fmt.Errorf("%s: %w", refOf(w.Name, "", "workflow"), err)
+		}
+		return Object{Workflow: w}, nil
 	}
-	return Object{}, fmt.Errorf("kind %q is not served: want Run, Runtime or Function", tm.Kind)
+	return Object{}, fmt.Errorf("kind %q is not served: want Run, Runtime, Function, WorkflowRun or Workflow", tm.Kind)
 }
 
 // clearServerMeta drops the metadata the server sets, so that the output

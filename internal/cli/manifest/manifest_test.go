@@ -88,7 +88,7 @@ func TestParseErrorsNameTheDocument(t *testing.T) {
 		{"invalid", strings.Replace(good, "args: [x]", "args: []", 1), "document 1: run/ok: spec.mode.task: entrypoint or args must be set"},
 		{"two problems on one line", strings.Replace(good, "runtime: bash", "runtime: ''", 1) + "", "spec.runtime: must not be empty"},
 		{"repeated", good + "---\n" + good, "document 2: run/ok repeats document 1"},
-		{"empty", "# nothing\n---\n", "holds no Run, Runtime or Function"},
+		{"empty", "# nothing\n---\n", "holds no Run, Runtime, Function, WorkflowRun or Workflow"},
 		{"aliases past the bound", "apiVersion: stoke.dev/v1alpha1\nkind: Run\nmetadata:\n  name: amp\n  labels: {a: &big " + strings.Repeat("x", 3900<<10) + "}\n  annotations: {" +
 			strings.Repeat("k: *big, ", 99) + "}\nspec: {runtime: bash, mode: {task: {args: [x]}}}\n", "document 1: text: its YAML aliases expand it past"},
 		{"not UTF-8", strings.Replace(good, "args: [x]", "args: [caf\xe9]", 1), "document 1: text: is not UTF-8 text: byte"},

@@ -27,19 +27,9 @@ func (c *Client) CreateWorkflowRun(ctx context.Context, w *v1alpha1.WorkflowRun)
 	}
 	w = w.DeepCopy()
 	w.Namespace = namespaceOf(w.Namespace)
-	if w.Name == "" && w.GenerateName != "" {
-		// The name validation checks is the store's to make.
-		probe := w.DeepCopy()
-		probe.Name = w.GenerateName + "xxxxx"
-		validation.SetWorkflowRunDefaults(probe)
-		if err := validation.ValidateWorkflowRun(ctx, probe, c.workflowGetter()); err != nil {
-			return nil, err
-		}
-	} else {
-		validation.SetWorkflowRunDefaults(w)
-		if err := validation.ValidateWorkflowRun(ctx, w, c.workflowGetter()); err != nil {
-			return nil, err
-		}
+	validation.SetWorkflowRunDefaults(w)
+	if err := validation.ValidateWorkflowRun(ctx, w, c.workflowGetter()); err != nil {
+		return nil, err
 	}
 	return c.store.WorkflowRuns().Create(ctx, w)
 }
