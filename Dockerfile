@@ -1,6 +1,7 @@
 # The one image of Stoke on Kubernetes: the controller, the gateway and the
 # runtime Pods (runtime-server and runtimed) all run it. stoke plus bash
-# and python3, the Runtimes' interpreters; nothing else.
+# and python3, the Runtimes' interpreters, and git, with which runtimed
+# fetches a Run's spec.source.git; nothing else.
 #   docker build -t stoke .
 # Not built in this repository's CI: the build machines have no container
 # engine and no registry (deploy/helm/stoke/README.md).
@@ -15,7 +16,7 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/stoke ./cmd/stoke 
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends bash python3 ca-certificates \
+ && apt-get install -y --no-install-recommends bash python3 ca-certificates git \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/stoke /usr/local/bin/stoke
 # What a lambda Runtime's Pods package into their functions: found beside stoke.

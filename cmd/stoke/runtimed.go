@@ -59,6 +59,7 @@ probe is 'stoke runtimed probe'.`,
 	f.StringVar(&cfg.Pod.WorkspaceRoot, "workspace-root", "/workspace", "the workspace shared with the Runtime Server (its --workspace-root)")
 	f.StringVar(&cfg.ProbeSocket, "probe-socket", sidecar.DefaultProbeSocket, "the readiness probe's Unix socket; its directory is made 0700")
 	f.StringVar(&cfg.Pod.Runtime, "runtime", "", "the Pod's Runtime (for logs)")
+	f.StringVar(&cfg.GitCache, "git-cache", "", "the directory of the pod's git cache for the Runs' spec.source.git: a volume of runtimed's container alone, out of the Runs' reach; empty: Runs with a git source fail")
 	f.StringVar(&cfg.RunLogDir, "run-log-dir", "", "the directory the Runtime Server writes the Runs' logs to (its --run-log-dir), served to the gateway; empty: no logs")
 	f.StringVar(&cfg.EndpointBase, "endpoint-base", "", "the gateway's base URL for a Ready function's status.endpoint (default: the path alone)")
 	f.DurationVar(&cfg.DefaultTaskTimeout, "default-task-timeout", 0, "the Runtime's spec.defaultTaskTimeout (0: the Runtime Server's maximum)")

@@ -38,7 +38,9 @@ func BenchmarkGitCheckout(b *testing.B) {
 		b.Fatal(err)
 	}
 	src := &v1alpha1.Source{Git: &v1alpha1.GitSource{URL: url, Commit: commit}}
-	fetch := func(ctx context.Context, g *v1alpha1.GitSource) (string, error) { return cache.Tree(ctx, g.URL, g.Commit, "") }
+	fetch := func(ctx context.Context, g *v1alpha1.GitSource) (string, error) {
+		return cache.Tree(ctx, g.URL, g.Commit, "")
+	}
 	work := b.TempDir()
 	var checkout, cp []time.Duration
 	b.ResetTimer()

@@ -59,7 +59,11 @@ const (
 	// PythonDepsDir is a python Runtime's requirements cache
 	// (internal/pydeps), in the workspace volume: per Pod, shared by the
 	// Runs on it, as long as the Pod lives.
-	PythonDepsDir   = WorkspaceDir + "/.stoke-pydeps"
+	PythonDepsDir = WorkspaceDir + "/.stoke-pydeps"
+	// GitCacheDir is the pod's git cache (spec.source.git), an emptyDir
+	// mounted in the runtimed container only, so that no Run (they run in
+	// the runtime-server container) can change what the next checks out.
+	GitCacheDir     = "/var/cache/stoke-git"
 	TLSDir          = "/var/run/stoke-tls"
 	HopPort         = 7443
 	ServiceAccount  = "stoke-runtimed"
@@ -70,6 +74,7 @@ const (
 	volumeTLS       = "tls"
 	volumeToken     = "kube-api-access"
 	volumeBin       = "stoke-bin"
+	volumeGitCache  = "git-cache"
 	defaultImage    = "stoke"
 )
 
@@ -152,6 +157,7 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 							VolumeMounts: []corev1.VolumeMount{runMount, wsMount,
 								{Name: volumeTLS, MountPath: TLSDir, ReadOnly: true},
 								{Name: volumeToken, MountPath: tokenDir, ReadOnly: true},
+								{Name: volumeGitCache, MountPath: GitCacheDir},
 							},
 							ReadinessProbe: &corev1.Probe{
 								ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
@@ -172,6 +178,7 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 					Volumes: []corev1.Volume{
 						{Name: volumeRun, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
 						{Name: volumeWorkspace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: volumeGitCache, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: volumeTLS, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 							SecretName: pki.RuntimedSecret, DefaultMode: ptr.To(int32(0o400)),
 						}}},
@@ -275,6 +282,7 @@ func runtimedArgs(rt *v1alpha1.Runtime, gatewayURL string) []string {
 		"--probe-socket", ProbeSocket,
 		"--debug-socket", RuntimedDebugSocket,
 		"--run-log-dir", RunLogDir,
+		"--git-cache", GitCacheDir,
 	}
 	if gatewayURL != "" {
 		args = append(args, "--endpoint-base", gatewayURL)

@@ -249,8 +249,16 @@ func TestDeploymentWearsTheTemplate(t *testing.T) {
 	for _, v := range spec.Volumes {
 		vols = append(vols, v.Name)
 	}
-	if got := strings.Join(vols, ","); got != "run,workspace,tls,kube-api-access,models,stoke-bin" {
+	if got := strings.Join(vols, ","); got != "run,workspace,git-cache,tls,kube-api-access,models,stoke-bin" {
 		t.Errorf("volumes %s", got)
+	}
+	// The git cache is runtimed's alone: the Runs, in runtime-server,
+	// never see it.
+	mounted := func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volumeGitCache })
+	}
+	if !mounted(rd) || mounted(rs) || !strings.Contains(strings.Join(rd.Args, " "), "--git-cache "+GitCacheDir) {
+		t.Errorf("git cache: runtimed mounts it %v (args %v), runtime-server %v", mounted(rd), rd.Args, mounted(rs))
 	}
 
 	// Env alone, on Stoke's image: no init container, and the handlers

@@ -32,6 +32,7 @@ import (
 	rdpb "stoke.dev/stoke/api/runtimed/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/gitsource"
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/metricsrpc"
@@ -75,6 +76,10 @@ type Config struct {
 	// (runtimed.v1 Logs) and removes a Run's when it leaves the Pod.
 	// Empty: no log service.
 	RunLogDir string
+	// GitCache is the directory of the pod's git cache (spec.source.git),
+	// a volume of runtimed's container alone; empty: Runs with a git
+	// source fail.
+	GitCache string
 	// EndpointBase is the gateway's base URL under which a Ready
 	// function's status.endpoint is its invoke URL; empty gives the path
 	// alone.
@@ -174,6 +179,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	var git *gitsource.Cache
+	if cfg.GitCache != "" {
+		if git, err = gitsource.New(gitsource.Config{Dir: cfg.GitCache, Logger: log}); err != nil {
+			return err
+		}
+	}
 	metrics := runtimed.NewMetrics(func() []v1alpha1.Phase {
 		var phases []v1alpha1.Phase
 		for _, r := range runs.List(nil) {
@@ -184,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 	d := runtimed.Start(ctx, runtimed.Config{
 		Pod: cfg.Pod, Runs: cfg.Runs, Conn: conn, Logger: cfg.Logger, StatusPoll: cfg.StatusPoll, RunLogs: logs, Metrics: metrics,
 		DefaultTaskTimeout: cfg.DefaultTaskTimeout, DefaultFunctionTimeout: cfg.DefaultFunctionTimeout,
-		Endpoint: endpoint(cfg.EndpointBase),
+		Endpoint: endpoint(cfg.EndpointBase), Git: git,
 	})
 	defer d.Stop()
 	health := healthpb.NewHealthClient(conn)

@@ -409,7 +409,7 @@ type RuntimeSpec struct {
 // only literals).
 var (
 	// ReservedVolumes are the runtime Pod's own volumes.
-	ReservedVolumes = []string{"run", "workspace", "tls", "kube-api-access", "stoke-bin"}
+	ReservedVolumes = []string{"run", "workspace", "tls", "kube-api-access", "stoke-bin", "git-cache"}
 	// ReservedMountPaths are where the runtime-server container mounts
 	// them; a template mount may be neither one of them nor beneath one.
 	// /run/stoke is /var/run/stoke where /var/run links to /run.
@@ -460,12 +460,13 @@ type RuntimeTemplate struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(e, !(e.name in ['POD_NAME', 'POD_NAMESPACE', 'POD_UID', 'POD_IP']) && !e.name.startsWith('STOKE_'))",message="POD_NAME, POD_NAMESPACE, POD_UID, POD_IP and STOKE_* are Stoke's own variables"
 	Env []corev1.EnvVar `json:"env,omitempty"`
 	// Volumes added to the Pod, for volumeMounts. Names may not be
-	// Stoke's own: run, workspace, tls, kube-api-access, stoke-bin.
+	// Stoke's own: run, workspace, tls, kube-api-access, stoke-bin,
+	// git-cache.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['run', 'workspace', 'tls', 'kube-api-access', 'stoke-bin']))",message="run, workspace, tls, kube-api-access and stoke-bin are the runtime Pod's own volumes"
+	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['run', 'workspace', 'tls', 'kube-api-access', 'stoke-bin', 'git-cache']))",message="run, workspace, tls, kube-api-access, stoke-bin and git-cache are the runtime Pod's own volumes"
 	Volumes []corev1.Volume `json:"volumes,omitempty"`
 	// VolumeMounts of the runtime-server container, each of a volume of
 	// Volumes, neither at nor beneath Stoke's own paths (/var/run/stoke,
