@@ -258,8 +258,18 @@ func TestGatewayLoadsReachTheReader(t *testing.T) {
 
 	// A stopping gateway deletes its record.
 	g1.stop()
-	poked("default/f")
-	poked("default/g")
+	got := map[string]bool{}
+	for range 2 {
+		select {
+		case k := <-pokes:
+			got[k] = true
+		case <-time.After(bound):
+			t.Fatalf("the deleted record poked only %v", got)
+		}
+	}
+	if !got["default/f"] || !got["default/g"] {
+		t.Fatalf("the deleted record poked %v, want default/f and default/g", got)
+	}
 	if _, err := kc.CoordinationV1().Leases(ns).Get(t.Context(), loadreport.NamePrefix+"gw-1", metav1.GetOptions{}); err == nil {
 		t.Fatal("gw-1's record is still there after it stopped")
 	}
