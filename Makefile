@@ -59,6 +59,7 @@ bench:
 	$(BENCH) 'TaskOutput100MB' -benchtime 3x ./e2e/
 	$(BENCH) 'GitCheckout' -benchtime 100x ./internal/runtimed/
 	$(BENCH) 'ArtifactStore' -benchtime 3x ./internal/artifact/
+	$(BENCH) 'ArtifactMover' -benchtime 3x ./internal/artifact/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
 	$(BENCH) 'RunLifecycle' -benchtime 200x ./internal/store/kube/
 	$(BENCH) 'BootstrapEcho' -benchtime 500x ./internal/lambda/bootstrap/
