@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,13 +18,31 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 )
 
+// testcontainersSocket returns a path that reaches socket and is the same
+// for every run of the test in this process: testcontainers-go resolves
+// its Docker host once per process (-count 2 would reach the first run's
+// stoke up). It is a link in a directory of the process's own, made 0700
+// here (an existing one, someone else's, fails the test).
+func testcontainersSocket(t *testing.T, socket string) string {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("stoke-testcontainers-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	link := filepath.Join(dir, "docker.sock")
+	if err := os.Symlink(socket, link); err != nil {
+		t.Fatal(err)
+	}
+	return link
+}
+
 // TestDockerTestcontainers runs testcontainers-go against stoke up's
 // Docker socket, its reaper (Ryuk) turned off: a generic container (bash,
 // a log wait strategy), an exec, a file copied in and out, terminate; and
 // one (python) with an exec wait strategy.
 func TestDockerTestcontainers(t *testing.T) {
 	up := startUp(t, t.TempDir())
-	t.Setenv("DOCKER_HOST", "unix://"+dockerSocket(up.DataDir))
+	t.Setenv("DOCKER_HOST", "unix://"+testcontainersSocket(t, dockerSocket(up.DataDir)))
 	t.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
 	// No ~/.testcontainers.properties of the machine's user.
 	t.Setenv("HOME", t.TempDir())
