@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/client"
@@ -81,7 +80,9 @@ func RunTask(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunOptio
 func followTask(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunOptions, s Streams) (*v1alpha1.Run, error) {
 	ns, name := run.Namespace, run.Name
 	var attempt int32
-	logs, err := openLog(ctx, c, run)
+	// The gateway finds a Run its informer has not seen yet (the
+	// caller has just created it) by asking the API server.
+	logs, err := c.Logs(ctx, ns, name, true)
 	if err != nil {
 		return nil, fmt.Errorf("following the log: %w", err)
 	}
@@ -104,32 +105,6 @@ func followTask(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunOp
 	}
 	// The log ends when the Run is terminal; the Run says how it ended.
 	return waitRun(ctx, c, ns, name, string(run.UID), terminal)
-}
-
-// openLog follows the log of run, which the caller has just created. A
-// cluster's gateway knows Runs from an informer, which may not have seen
-// it yet: while the gateway answers NotFound and the API server still has
-// this Run (its UID), it asks again, backing off, until ctx ends.
-func openLog(ctx context.Context, c client.API, run *v1alpha1.Run) (*client.LogStream, error) {
-	wait := 20 * time.Millisecond
-	for {
-		logs, err := c.Logs(ctx, run.Namespace, run.Name, true)
-		if !errors.Is(err, errdefs.ErrNotFound) {
-			return logs, err
-		}
-		cur, gerr := c.GetRun(ctx, run.Namespace, run.Name)
-		if gerr != nil || cur.UID != run.UID {
-			return nil, err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-		wait = min(2*wait, 500*time.Millisecond)
-	}
 }
 
 // writeRecord copies one log record to s: stdout to Out, stderr to Err,

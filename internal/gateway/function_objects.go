@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"context"
+
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/dispatch"
 	"stoke.dev/stoke/internal/errdefs"
@@ -40,5 +42,15 @@ func (f *Functions) FunctionHandler() informer.Handler[*v1alpha1.Function] {
 			f.d.Delete(k, errdefs.Errorf(errdefs.ErrNotFound, "function %s was deleted", k))
 			resync(fn) // replicas still labelled are dispatched to until they go
 		},
+	}
+}
+
+// FunctionFetch is FunctionsConfig.Fetch over a Function informer: a
+// Function the informer has not seen yet is read from the store and
+// waited for (informer.Informer.Fetch).
+func FunctionFetch(fns *informer.Informer[*v1alpha1.Function]) func(context.Context, dispatch.Key) error {
+	return func(ctx context.Context, k dispatch.Key) error {
+		_, err := fns.Fetch(ctx, k.Namespace, k.Name)
+		return err
 	}
 }

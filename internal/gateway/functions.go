@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -38,6 +40,11 @@ type FunctionsConfig struct {
 	Function func(key dispatch.Key) (dispatch.Settings, bool)
 	// Synced says whether the Runs (and Functions) are known yet.
 	Synced func() bool
+	// Fetch, when set, is asked on a miss (neither Function nor a Run
+	// says the Function exists): nil when the store has the Function and
+	// the mode's informers have caught up with it (a Function created a
+	// moment ago; informer.Informer.Fetch), NotFound when it has none.
+	Fetch func(ctx context.Context, key dispatch.Key) error
 }
 
 // Functions is both modes' FunctionInvoker: it keeps each Function's
@@ -165,6 +172,26 @@ func (f *Functions) exists(k dispatch.Key) bool {
 	return len(f.replicas[k]) > 0
 }
 
+// fetch is a miss's second look: the store, through cfg.Fetch, and then
+// the memory again (a Function being deleted is found there, and is not
+// invocable).
+func (f *Functions) fetch(ctx context.Context, k dispatch.Key) error {
+	notFound := errdefs.Errorf(errdefs.ErrNotFound, "function %s not found", k)
+	if f.cfg.Fetch == nil {
+		return notFound
+	}
+	if err := f.cfg.Fetch(ctx, k); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return notFound
+		}
+		return fmt.Errorf("function %s: %w", k, err)
+	}
+	if !f.exists(k) {
+		return notFound
+	}
+	return nil
+}
+
 // replica is the replica Run with this UID.
 func (f *Functions) replica(k dispatch.Key, uid string) *v1alpha1.Run {
 	f.mu.Lock()
@@ -185,7 +212,9 @@ func (f *Functions) InvokeFunction(ctx context.Context, namespace, name string, 
 		return nil, "", errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "the gateway is starting; function %s is not routable yet", k), NotReadyRetry)
 	}
 	if !f.exists(k) {
-		return nil, "", errdefs.Errorf(errdefs.ErrNotFound, "function %s not found", k)
+		if err := f.fetch(ctx, k); err != nil {
+			return nil, "", err
+		}
 	}
 	timeout := time.Duration(req.GetTimeoutMillis()) * time.Millisecond
 	lease, err := f.d.Acquire(ctx, k, timeout)

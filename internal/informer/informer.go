@@ -129,6 +129,13 @@ type Informer[T store.Object] struct {
 	// to the new handler), so every handler sees one ordered history.
 	dispatchMu sync.Mutex
 	handlers   []*registration[T]
+
+	// waits are the Fetches waiting for the cache to reach an object
+	// (fetch.go); nwaits counts them, so that applying a change costs
+	// nothing more while none waits.
+	waitMu sync.Mutex
+	waits  map[Key][]*fetchWait
+	nwaits atomic.Int32
 }
 
 type registration[T store.Object] struct {
@@ -370,6 +377,9 @@ func (i *Informer[T]) list(ctx context.Context) error {
 	i.items = fresh
 	i.setRVLocked(rv)
 	i.mu.Unlock()
+	for _, obj := range fresh {
+		i.noteApplied(obj, true, false)
+	}
 
 	for k, o := range old {
 		n, ok := fresh[k]
@@ -433,6 +443,7 @@ func (i *Informer[T]) apply(ev store.Event[T]) {
 	}
 	i.setRVLocked(obj.GetResourceVersion())
 	i.mu.Unlock()
+	i.noteApplied(obj, false, ev.Type == store.Deleted)
 
 	switch {
 	case ev.Type == store.Deleted:

@@ -185,7 +185,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}})
 	fns := gateway.NewFunctions(gateway.FunctionsConfig{Hop: rt.hop, Dispatcher: disp,
 		Synced:   func() bool { return runs.HasSynced() && fnObjs.HasSynced() },
-		Function: gateway.FunctionSettings(fnObjs)})
+		Function: gateway.FunctionSettings(fnObjs), Fetch: gateway.FunctionFetch(fnObjs)})
 	runs.AddEventHandler(fns.Handler())
 	fnObjs.AddEventHandler(fns.FunctionHandler())
 	if cfg.Pod.Name != "" && cfg.Pod.Namespace != "" {

@@ -25,15 +25,18 @@ import (
 	"stoke.dev/stoke/internal/runtimeset"
 )
 
-// runCache is the Runs the gateway knows, from its informer's memory.
+// runCache is the Runs the gateway knows, from its informer's memory;
+// Fetch reads the API server on a miss (informer.Informer.Fetch).
 type runCache interface {
 	HasSynced() bool
 	Get(namespace, name string) (*v1alpha1.Run, bool)
+	Fetch(ctx context.Context, namespace, name string) (*v1alpha1.Run, error)
 }
 
 // routes is the gateway's Router, ExecRouter and LogReader: a Run from
 // the Run informer, its pod's address from the Pod informer (hops), one
-// hop connection per pod. Nothing on these paths asks the API server.
+// hop connection per pod. Only a Run the informer does not know yet asks
+// the API server (once, then waits for the informer to catch up).
 type routes struct {
 	runs runCache
 	hops *hops
@@ -46,21 +49,28 @@ var (
 )
 
 // run finds the Run namespace/name, NotFound when there is none (or the
-// cache has not synced: Unavailable).
-func (rt *routes) run(namespace, name string) (*v1alpha1.Run, error) {
+// cache has not synced: Unavailable). A Run created a moment ago, which
+// the API server has and the informer not yet, is waited for (bounded):
+// a client that creates a Run and invokes, execs or reads its log at
+// once must not be told it does not exist. Route and ExecRoute have no
+// context of their caller's; informer.CatchUp bounds their wait.
+func (rt *routes) run(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
 	if !rt.runs.HasSynced() {
 		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "the gateway is starting; run %s/%s is not routable yet", namespace, name), gateway.NotReadyRetry)
 	}
-	run, ok := rt.runs.Get(namespace, name)
-	if !ok {
+	run, err := rt.runs.Fetch(ctx, namespace, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s not found", namespace, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("run %s/%s: %w", namespace, name, err)
 	}
 	return run, nil
 }
 
 // Route implements gateway.Router.
 func (rt *routes) Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error) {
-	run, err := rt.run(namespace, name)
+	run, err := rt.run(context.Background(), namespace, name)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +106,7 @@ func (f remoteFunctions) InvokeFunction(ctx context.Context, req *pb.InvokeFunct
 
 // ExecRoute implements gateway.ExecRouter.
 func (rt *routes) ExecRoute(namespace, name string) (exec.Executor, string, error) {
-	run, err := rt.run(namespace, name)
+	run, err := rt.run(context.Background(), namespace, name)
 	if err != nil {
 		return nil, "", err
 	}
@@ -115,7 +125,7 @@ func (rt *routes) ExecRoute(namespace, name string) (exec.Executor, string, erro
 // 410). A Run not assigned to a pod yet has an empty log, or, followed,
 // waits for the pod it gets (pendingLog).
 func (rt *routes) OpenLog(ctx context.Context, namespace, name string, follow bool) (gateway.LogStream, error) {
-	run, err := rt.run(namespace, name)
+	run, err := rt.run(ctx, namespace, name)
 	if err != nil {
 		return nil, err
 	}

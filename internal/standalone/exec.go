@@ -1,7 +1,6 @@
 package standalone
 
 import (
-	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/gateway"
 )
@@ -10,9 +9,9 @@ import (
 // function is assigned to, from the informer's memory, for the gateway's
 // exec endpoint.
 func (s *Standalone) ExecRoute(namespace, name string) (exec.Executor, string, error) {
-	run, ok := s.runInf.Get(namespace, name)
-	if !ok {
-		return nil, "", errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s not found", namespace, name)
+	run, err := s.routedRun(namespace, name)
+	if err != nil {
+		return nil, "", err
 	}
 	if err := gateway.Execable(run); err != nil {
 		return nil, "", err

@@ -239,6 +239,7 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	s.fns = gateway.NewFunctions(gateway.FunctionsConfig{Hop: s.FunctionProxy,
 		Synced:     func() bool { return s.runInf.HasSynced() && inf.Functions.HasSynced() },
 		Function:   gateway.FunctionSettings(inf.Functions),
+		Fetch:      gateway.FunctionFetch(inf.Functions),
 		Dispatcher: dispatch.New(dispatch.Config{OnQueue: func(k dispatch.Key) { s.core.Autoscaler.Poke(k.Namespace, k.Name) }})})
 	s.runInf.AddEventHandler(s.fns.Handler())
 	inf.Functions.AddEventHandler(s.fns.FunctionHandler())
@@ -630,7 +631,7 @@ func (s *Standalone) FunctionProxy(run *v1alpha1.Run) (pb.FunctionRuntimeServer,
 }
 
 // Route finds a Ready function's proxy hop from the informer's memory —
-// never the store — for the gateway's invoke path. A Run whose name and UID
+// the store only on a miss (routedRun) — for the gateway's invoke path. A Run whose name and UID
 // do not match is NotFound; before the cache has synced, every Run is
 // Unavailable with a Retry-After.
 func (s *Standalone) Route(namespace, name, uid string) (pb.FunctionRuntimeServer, error) {
@@ -638,11 +639,29 @@ func (s *Standalone) Route(namespace, name, uid string) (pb.FunctionRuntimeServe
 		// Just started: the cache does not know any Run yet.
 		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable, "stoke is starting; run %s/%s is not routable yet", namespace, name), gateway.NotReadyRetry)
 	}
-	run, ok := s.runInf.Get(namespace, name)
-	if !ok || string(run.UID) != uid {
+	run, err := s.routedRun(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	if string(run.UID) != uid {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s with uid %s not found", namespace, name, uid)
 	}
 	return s.FunctionProxy(run)
+}
+
+// routedRun is the Run namespace/name from the informer's memory; one
+// the store has and the informer not yet (created a moment ago) is
+// waited for, bounded by informer.CatchUp (informer.Informer.Fetch; the
+// gateway's Router and ExecRouter have no context of their caller's).
+func (s *Standalone) routedRun(namespace, name string) (*v1alpha1.Run, error) {
+	run, err := s.runInf.Fetch(context.Background(), namespace, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s/%s not found", namespace, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("run %s/%s: %w", namespace, name, err)
+	}
+	return run, nil
 }
 
 // Functions is the gateway's route to the Functions' replicas; its
