@@ -28,6 +28,7 @@ func TestKube(t *testing.T) {
 		{"Profiles", testProfiles},
 		{"FunctionSurvivesItsPod", testFunctionSurvivesItsPod},
 		{"UserImage", testUserImage},
+		{"ServiceAccountToken", testServiceAccountToken},
 		{"LeaderKilled", testLeaderKilled},
 		{"APIServerStopped", testAPIServerStopped},
 	} {

@@ -188,7 +188,7 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 			},
 		},
 	}
-	applyTemplate(&d.Spec.Template.Spec, tpl, opts, restricted)
+	applyTemplate(&d.Spec.Template.Spec, rt, tpl, opts, restricted)
 	d.Annotations = map[string]string{AnnotationTemplateHash: specHash(&d.Spec)}
 	return d
 }
@@ -200,7 +200,7 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 // container into an emptyDir (an init container rather than an image
 // volume: it works on every Kubernetes version and container runtime).
 // The container's env, mounts and resources are the template's too.
-func applyTemplate(spec *corev1.PodSpec, tpl *v1alpha1.RuntimeTemplate, opts Options, restricted *corev1.SecurityContext) {
+func applyTemplate(spec *corev1.PodSpec, rt *v1alpha1.Runtime, tpl *v1alpha1.RuntimeTemplate, opts Options, restricted *corev1.SecurityContext) {
 	spec.NodeSelector = tpl.NodeSelector
 	spec.Tolerations = tpl.Tolerations
 	spec.Affinity = tpl.Affinity
@@ -208,6 +208,12 @@ func applyTemplate(spec *corev1.PodSpec, tpl *v1alpha1.RuntimeTemplate, opts Opt
 	spec.ImagePullSecrets = tpl.ImagePullSecrets
 	spec.Volumes = append(spec.Volumes, tpl.Volumes...)
 	rs := &spec.Containers[0]
+	if tpl.MountsServiceAccountToken() {
+		// The template's ServiceAccount's token (tokens.go), in the
+		// runtime-server container alone.
+		spec.Volumes = append(spec.Volumes, serverTokenVolume(rt))
+		rs.VolumeMounts = append(rs.VolumeMounts, corev1.VolumeMount{Name: volumeServerToken, MountPath: tokenDir, ReadOnly: true})
+	}
 	if tpl.Resources != nil {
 		rs.Resources = *tpl.Resources
 	}

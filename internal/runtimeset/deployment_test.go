@@ -270,3 +270,36 @@ func TestDeploymentWearsTheTemplate(t *testing.T) {
 		t.Errorf("env alone: init %d, image %q, args %q", len(spec.InitContainers), rs.Image, rs.Args)
 	}
 }
+
+// A template's ServiceAccount: the runtime-server container, and it
+// alone, mounts its Runtime's token from the namespace's token Secret at
+// the ServiceAccount token's path; the Pod's ServiceAccount stays
+// stoke-runtimed, whose token only runtimed mounts. Without a
+// serviceAccountName, or with the token turned off, no token volume.
+func TestDeploymentMountsTheTemplatesToken(t *testing.T) {
+	rt := runtimeObj("python-sa", "python", 1, 1)
+	rt.Spec.Template = &v1alpha1.RuntimeTemplate{ServiceAccountName: "reader"}
+	spec := Deployment(rt, Options{}).Spec.Template.Spec
+	if spec.ServiceAccountName != ServiceAccount || spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("the Pod's ServiceAccount %q (automount %v), want %s without automount", spec.ServiceAccountName, spec.AutomountServiceAccountToken, ServiceAccount)
+	}
+	rs, rd := mounts(container(t, spec, ContainerRuntimeServer)), mounts(container(t, spec, ContainerRuntimed))
+	if rs[volumeServerToken] != tokenDir || rs[volumeToken] != "" {
+		t.Errorf("runtime-server mounts %v, want %s at %s and not %s", rs, volumeServerToken, tokenDir, volumeToken)
+	}
+	if rd[volumeServerToken] != "" || rd[volumeToken] != tokenDir {
+		t.Errorf("runtimed mounts %v, want %s at %s and not %s", rd, volumeToken, tokenDir, volumeServerToken)
+	}
+	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == volumeServerToken })
+	if i < 0 || spec.Volumes[i].Secret == nil || spec.Volumes[i].Secret.SecretName != TokenSecret ||
+		spec.Volumes[i].Secret.Items[0] != (corev1.KeyToPath{Key: "python-sa.token", Path: "token"}) {
+		t.Fatalf("the token volume: %+v", spec.Volumes)
+	}
+	for _, tpl := range []*v1alpha1.RuntimeTemplate{nil, {}, {ServiceAccountName: "reader", AutomountServiceAccountToken: new(false)}} {
+		rt.Spec.Template = tpl
+		spec := Deployment(rt, Options{}).Spec.Template.Spec
+		if slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == volumeServerToken }) {
+			t.Errorf("template %+v: a token volume", tpl)
+		}
+	}
+}

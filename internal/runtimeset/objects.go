@@ -28,6 +28,7 @@ type objects struct {
 	client client.Client // the manager's: Runtimes and Deployments from its cache
 	reader client.Reader // uncached, for what the cache does not watch
 	issuer *pki.Issuer
+	tokens *tokens
 	opts   Options
 
 	mu sync.Mutex
@@ -47,6 +48,7 @@ func setupObjects(mgr ctrl.Manager, opts Options, issuer *pki.Issuer) error {
 		client:  mgr.GetClient(),
 		reader:  mgr.GetAPIReader(),
 		issuer:  issuer,
+		tokens:  &tokens{client: mgr.GetClient(), reader: mgr.GetAPIReader(), caData: caFrom(mgr.GetConfig()), now: opts.Clock.Now},
 		opts:    opts,
 		ensured: map[string]nsState{},
 	}
@@ -63,14 +65,27 @@ func setupObjects(mgr ctrl.Manager, opts Options, issuer *pki.Issuer) error {
 func (r *objects) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var rt v1alpha1.Runtime
 	if err := r.client.Get(ctx, req.NamespacedName, &rt); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// Its token, if it had one, must not outlive it.
+			_, err = r.tokens.sync(ctx, req.Namespace)
+		}
+		return ctrl.Result{}, err
 	}
 	if rt.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil
+		_, err := r.tokens.sync(ctx, req.Namespace)
+		return ctrl.Result{}, err
 	}
 	until, err := r.ensureNamespace(ctx, &rt)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("runtime %s: %w", req, err)
+	}
+	// The runtime-server container's token before the Pods that mount it.
+	refresh, err := r.tokens.sync(ctx, rt.Namespace)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("runtime %s: %w", req, err)
+	}
+	if !refresh.IsZero() && refresh.Before(until) {
+		until = refresh
 	}
 	if err := r.ensureDeployment(ctx, &rt); err != nil {
 		return ctrl.Result{}, fmt.Errorf("runtime %s: %w", req, err)

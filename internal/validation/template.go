@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -17,6 +18,8 @@ const (
 	maxTemplateVolumes = 32 // volumes, volumeMounts
 	maxTemplateList    = 32 // tolerations, imagePullSecrets
 	maxPriorityClass   = 253
+	// maxServiceAccountName is a ServiceAccount name's (a DNS subdomain).
+	maxServiceAccountName = 253
 )
 
 var pullPolicies = []corev1.PullPolicy{corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever}
@@ -76,6 +79,28 @@ func validateTemplate(e *errorList, t *v1alpha1.RuntimeTemplate, p *field.Path) 
 	}
 	if len(t.PriorityClassName) > maxPriorityClass {
 		e.add(p.Child("priorityClassName"), "is %d bytes, at most %d allowed", len(t.PriorityClassName), maxPriorityClass)
+	}
+	validateTemplateServiceAccount(e, t, p)
+}
+
+// validateTemplateServiceAccount checks the runtime-server container's
+// ServiceAccount: a name of the namespace's, never one of Stoke's own
+// (users' code must not have runtimed's identity, nor the chart's), and
+// no token asked for without one.
+func validateTemplateServiceAccount(e *errorList, t *v1alpha1.RuntimeTemplate, p *field.Path) {
+	sa := p.Child("serviceAccountName")
+	if len(t.ServiceAccountName) > maxServiceAccountName {
+		e.add(sa, "is %d bytes, at most %d allowed", len(t.ServiceAccountName), maxServiceAccountName)
+	} else if t.ServiceAccountName != "" {
+		for _, msg := range k8svalidation.IsDNS1123Subdomain(t.ServiceAccountName) {
+			e.add(sa, "%s: %s", quote(t.ServiceAccountName), msg)
+		}
+		if slices.Contains(v1alpha1.ReservedServiceAccounts, t.ServiceAccountName) {
+			e.add(sa, "%s: %s are Stoke's own ServiceAccounts: users' code may not have their identity", quote(t.ServiceAccountName), strings.Join(v1alpha1.ReservedServiceAccounts, ", "))
+		}
+	}
+	if a := t.AutomountServiceAccountToken; a != nil && *a && t.ServiceAccountName == "" {
+		e.add(p.Child("automountServiceAccountToken"), "needs a serviceAccountName: the runtime-server container gets no token but its template's ServiceAccount's")
 	}
 }
 
@@ -141,6 +166,8 @@ func ValidateStandaloneRuntime(rt *v1alpha1.Runtime) error {
 		{"affinity", t.Affinity != nil},
 		{"priorityClassName", t.PriorityClassName != ""},
 		{"imagePullSecrets", len(t.ImagePullSecrets) > 0},
+		{"serviceAccountName", t.ServiceAccountName != ""},
+		{"automountServiceAccountToken", t.AutomountServiceAccountToken != nil},
 	} {
 		if f.set {
 			e.add(p.Child(f.name), "%s", only)

@@ -37,8 +37,11 @@ func fullTemplate() *v1alpha1.RuntimeTemplate {
 				Key: "kubernetes.io/arch", Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"},
 			}}}},
 		}}},
-		PriorityClassName: "batch-high",
-		ImagePullSecrets:  []corev1.LocalObjectReference{{Name: "regcred"}},
+		PriorityClassName:  "batch-high",
+		ImagePullSecrets:   []corev1.LocalObjectReference{{Name: "regcred"}},
+		ServiceAccountName: "reader",
+		// As the default is: stated so that every field is set.
+		AutomountServiceAccountToken: new(true),
 	}
 }
 
@@ -92,6 +95,15 @@ var templateCases = []runtimeCase{
 	{"template mount beside Stoke's", withTemplate(func(t *v1alpha1.RuntimeTemplate) { t.VolumeMounts[0].MountPath = "/var/run/stoke-models" }), ""},
 	{"template mount of no volume", withTemplate(func(t *v1alpha1.RuntimeTemplate) { t.VolumeMounts[0].Name = "nope" }), "spec.template.volumeMounts"},
 	{"template pull policy", withTemplate(func(t *v1alpha1.RuntimeTemplate) { t.ImagePullPolicy = "Sometimes" }), "spec.template.imagePullPolicy"},
+	{"template service account without a token", withTemplate(func(t *v1alpha1.RuntimeTemplate) {
+		t.ServiceAccountName, t.AutomountServiceAccountToken = "reader", new(false)
+	}), ""},
+	{"template service account stoke-runtimed", withTemplate(func(t *v1alpha1.RuntimeTemplate) { t.ServiceAccountName = "stoke-runtimed" }), "spec.template.serviceAccountName"},
+	{"template service account stoke-controller", withTemplate(func(t *v1alpha1.RuntimeTemplate) { t.ServiceAccountName = "stoke-controller" }), "spec.template.serviceAccountName"},
+	{"template service account name", withTemplate(func(t *v1alpha1.RuntimeTemplate) { t.ServiceAccountName = "Not_A_Name" }), "spec.template.serviceAccountName"},
+	{"template token without a service account", withTemplate(func(t *v1alpha1.RuntimeTemplate) {
+		t.ServiceAccountName, t.AutomountServiceAccountToken = "", new(true)
+	}), "spec.template.automountServiceAccountToken"},
 }
 
 func init() { runtimeCases = append(runtimeCases, templateCases...) }
@@ -114,7 +126,7 @@ func TestValidateStandaloneRuntime(t *testing.T) {
 		t.Fatal("stoke up takes a template with an image, a nodeSelector, …")
 	}
 	msg := err.Error()
-	for _, f := range []string{"image", "imagePullPolicy", "resources", "volumes", "volumeMounts", "nodeSelector", "tolerations", "affinity", "priorityClassName", "imagePullSecrets", "env[1].valueFrom"} {
+	for _, f := range []string{"image", "imagePullPolicy", "resources", "volumes", "volumeMounts", "nodeSelector", "tolerations", "affinity", "priorityClassName", "imagePullSecrets", "serviceAccountName", "env[1].valueFrom"} {
 		if !strings.Contains(msg, "spec.template."+f+": ") {
 			t.Errorf("no problem named at spec.template.%s in:\n%s", f, msg)
 		}

@@ -409,7 +409,7 @@ type RuntimeSpec struct {
 // only literals).
 var (
 	// ReservedVolumes are the runtime Pod's own volumes.
-	ReservedVolumes = []string{"run", "workspace", "tls", "kube-api-access", "stoke-bin", "git-cache"}
+	ReservedVolumes = []string{"run", "workspace", "tls", "kube-api-access", "stoke-bin", "git-cache", "runtime-server-token"}
 	// ReservedMountPaths are where the runtime-server container mounts
 	// them; a template mount may be neither one of them nor beneath one.
 	// /run/stoke is /var/run/stoke where /var/run links to /run.
@@ -419,6 +419,10 @@ var (
 	// (STOKE_OUTPUTS, STOKE_RUN_UID, … are set per Run).
 	ReservedEnv       = []string{"POD_NAME", "POD_NAMESPACE", "POD_UID", "POD_IP"}
 	ReservedEnvPrefix = "STOKE_"
+	// ReservedServiceAccounts are Stoke's own ServiceAccounts (the
+	// runtime Pods' and the chart's), which a template may not give to
+	// users' code.
+	ReservedServiceAccounts = []string{"stoke-runtimed", "stoke-controller", "stoke-gateway"}
 )
 
 // RuntimeTemplate is what a platform team sets on a Runtime's pods. The
@@ -434,6 +438,7 @@ var (
 // core/v1 strings have no maxLength, so such rules exceed the API
 // server's cost budget. The API server refuses a mount of no volume when
 // the controller writes the Deployment.)
+// +kubebuilder:validation:XValidation:rule="!(has(self.automountServiceAccountToken) && self.automountServiceAccountToken) || (has(self.serviceAccountName) && size(self.serviceAccountName) > 0)",message="needs a serviceAccountName: the runtime-server container gets no token but its template's ServiceAccount's",fieldPath=".automountServiceAccountToken"
 type RuntimeTemplate struct {
 	// Image is the runtime-server container's image (default: Stoke's
 	// own, the controller's --image). It needs bash and python3 on its
@@ -461,12 +466,12 @@ type RuntimeTemplate struct {
 	Env []corev1.EnvVar `json:"env,omitempty"`
 	// Volumes added to the Pod, for volumeMounts. Names may not be
 	// Stoke's own: run, workspace, tls, kube-api-access, stoke-bin,
-	// git-cache.
+	// git-cache, runtime-server-token.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['run', 'workspace', 'tls', 'kube-api-access', 'stoke-bin', 'git-cache']))",message="run, workspace, tls, kube-api-access, stoke-bin and git-cache are the runtime Pod's own volumes"
+	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['run', 'workspace', 'tls', 'kube-api-access', 'stoke-bin', 'git-cache', 'runtime-server-token']))",message="run, workspace, tls, kube-api-access, stoke-bin, git-cache and runtime-server-token are the runtime Pod's own volumes"
 	Volumes []corev1.Volume `json:"volumes,omitempty"`
 	// VolumeMounts of the runtime-server container, each of a volume of
 	// Volumes, neither at nor beneath Stoke's own paths (/var/run/stoke,
@@ -494,6 +499,33 @@ type RuntimeTemplate struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// ServiceAccountName is the ServiceAccount (of the Runtime's
+	// namespace) whose token the runtime-server container gets, for
+	// users' code that calls the API server. The Pod's own ServiceAccount
+	// stays stoke-runtimed, whose token only runtimed mounts: the
+	// controller mints this one (a TokenRequest bound to a Secret it owns,
+	// refreshed at 80 % of its lifetime) and the runtime-server container
+	// alone mounts it, at /var/run/secrets/kubernetes.io/serviceaccount
+	// (token, ca.crt, namespace). Without it the container has no token at
+	// all. Not one of Stoke's own (stoke-runtimed, stoke-controller,
+	// stoke-gateway).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="!(self in ['stoke-runtimed', 'stoke-controller', 'stoke-gateway'])",message="stoke-runtimed, stoke-controller and stoke-gateway are Stoke's own ServiceAccounts: users' code may not have their identity"
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	// AutomountServiceAccountToken says whether the runtime-server
+	// container gets ServiceAccountName's token (default true when
+	// ServiceAccountName is set); true without ServiceAccountName is
+	// refused.
+	// +optional
+	AutomountServiceAccountToken *bool `json:"automountServiceAccountToken,omitempty"`
+}
+
+// MountsServiceAccountToken says whether the runtime-server container
+// gets the template's ServiceAccount's token.
+func (t *RuntimeTemplate) MountsServiceAccountToken() bool {
+	return t != nil && t.ServiceAccountName != "" && (t.AutomountServiceAccountToken == nil || *t.AutomountServiceAccountToken)
 }
 
 // LambdaSpec configures the functions of a lambda Runtime.
