@@ -132,7 +132,10 @@ func TestAggregatedAPIOnARealAPIServer(t *testing.T) {
 	// The gateway's Service is stoke-gateway in the namespace team; its
 	// serving certificate names it, as the chart's does.
 	dir := t.TempDir()
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("stoke-gateway."+e.ns+".svc", nil, nil)
+	const podIP = "127.0.250.2"
+	// The Pod's IP too, for a caller that names the gateway's URL
+	// (--gateway) rather than going through the API server.
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("stoke-gateway."+e.ns+".svc", []net.IP{net.ParseIP(podIP)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +150,6 @@ func TestAggregatedAPIOnARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const podIP = "127.0.250.2"
 	raw, err := net.Listen("tcp", podIP+":0")
 	if err != nil {
 		t.Fatal(err)
@@ -267,6 +269,60 @@ func TestAggregatedAPIOnARealAPIServer(t *testing.T) {
 
 	if n, x := run.invokes.Load(), run.execs.Load(); n != 1 || x != 1 {
 		t.Errorf("%d invokes and %d execs reached the Run; want the editor's one each", n, x)
+	}
+
+	// --gateway URL with --ca-cert (cluster.Config.Gateway, CACertFile):
+	// the editor's invoke, exec and log read go straight to the gateway
+	// with the kubeconfig's token, which the gateway reviews itself; the
+	// same URL without the CA is refused by TLS, before any call.
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gwURL := fmt.Sprintf("https://%s:%d", podIP, port)
+	direct := func(ca string) *cluster.Client {
+		c, err := cluster.New(cluster.Config{REST: &rest.Config{Host: e.cluster.Config.Host, BearerToken: editor,
+			TLSClientConfig: rest.TLSClientConfig{CAData: e.cluster.Config.CAData}}, Gateway: gwURL, CACertFile: ca})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	reviews := e.count.tokenReviews.Load()
+	gw := direct(caFile)
+	res, err = gw.Invoke(ctx, e.ns, "fn", "uid-1", []byte(`{"n":2}`), client.InvokeOptions{InvocationID: "inv-2"})
+	if err != nil || res.StatusCode != http.StatusOK || string(res.Body) != `{"n":2}` || res.InvocationID != "inv-2" {
+		t.Fatalf("the editor's invoke through --gateway: %+v, %v", res, err)
+	}
+	if logs, err = gw.Logs(ctx, e.ns, "fn", false); err != nil {
+		t.Fatalf("the editor's logs through --gateway: %v", err)
+	}
+	rec, err = logs.Next()
+	_ = logs.Close()
+	if err != nil || rec.Line != "hello from fn" {
+		t.Errorf("the editor's log record through --gateway: %+v, %v", rec, err)
+	}
+	if sess, err = gw.Exec().Start(ctx, exec.Request{RunUID: e.ns + "/fn", Command: []string{"sh", "-c", "echo direct"}}); err != nil {
+		t.Fatalf("the editor's exec through --gateway: %v", err)
+	}
+	stdout.Reset()
+	exit, err = sess.Stream(ctx, exec.Streams{Stdout: &stdout, Stderr: io.Discard})
+	_ = sess.Close()
+	if err != nil || exit.Code != 0 || stdout.String() != "direct\n" {
+		t.Errorf("the editor's exec through --gateway: exit %+v, %v, stdout %q", exit, err, stdout.String())
+	}
+	if e.count.tokenReviews.Load() == reviews {
+		t.Error("the gateway reviewed no token: the calls did not go to it directly")
+	}
+	if n, x := run.invokes.Load(), run.execs.Load(); n != 2 || x != 2 {
+		t.Errorf("%d invokes and %d execs reached the Run; want 2 each", n, x)
+	}
+	if _, err := direct("").Invoke(ctx, e.ns, "fn", "uid-1", []byte(`{}`), client.InvokeOptions{}); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("--gateway without the gateway's CA: %v, want a certificate error", err)
+	}
+	if n := run.invokes.Load(); n != 2 {
+		t.Errorf("the refused call reached the Run (%d invokes)", n)
 	}
 }
 
