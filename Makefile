@@ -74,6 +74,7 @@ bench:
 	$(BENCH) 'Kube/FunctionReady' -benchtime 50x -timeout 30m ./e2e/
 	$(BENCH) 'Kube/ScaleFromZero' -benchtime 20x -timeout 30m ./e2e/
 	$(BENCH) 'KubeGateway' -benchtime 300x -timeout 30m ./e2e/
+	$(BENCH) 'DockerOnCluster' -benchtime 20x -timeout 30m ./e2e/
 
 lint:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted; exit 1; fi

@@ -35,7 +35,7 @@ const dockerPort = "2376"
 // stoke-view user lists them and is refused the rest (403); a user bound
 // to nothing, another namespace and a client without a certificate are
 // refused (403, 403, 401), in Docker's error shape, and none of their
-// requests made a Run.
+// requests made a Run. An image a Runtime's Pods run selects that Runtime.
 func TestKubeDocker(t *testing.T) {
 	e := startKube(t)
 	addr := e.dockerForward(t)
@@ -138,6 +138,31 @@ func TestKubeDocker(t *testing.T) {
 		}
 	})
 
+	t.Run("RuntimeImage", func(t *testing.T) {
+		// A Runtime whose Pods run a user's image is what that image
+		// selects: the image's own module is there.
+		rt := &v1alpha1.Runtime{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindRuntime},
+			ObjectMeta: metav1.ObjectMeta{Namespace: runsNamespace, Name: "python-user"},
+			Spec:       v1alpha1.RuntimeSpec{Server: "python", Replicas: 1, Runs: 2, Template: &v1alpha1.RuntimeTemplate{Image: userImage}},
+		}
+		if err := e.stoke.Post().Namespace(runsNamespace).Resource("runtimes").Body(rt).Do(context.Background()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = e.stoke.Delete().Namespace(runsNamespace).Resource("runtimes").Name(rt.Name).Do(context.Background()).Error()
+		}()
+		e.awaitRuntimesReady(t, installBound)
+		d := cli(t, editor, "")
+		out := d.ok("run", "--rm", "--name", "kd-image", userImage, "python3", "-c", "import stokeuserlib; print(stokeuserlib.ANSWER)")
+		if out != "from the user's image\n" {
+			t.Errorf("run --rm of %s: %q, want the image's module's answer", userImage, out)
+		}
+		if out := d.ok("image", "inspect", "-f", `{{index .Config.Labels "dev.stoke.runtime"}}`, userImage); out != "python-user\n" {
+			t.Errorf("image inspect: Runtime %q, want python-user", out)
+		}
+	})
+
 	t.Run("Refused", func(t *testing.T) {
 		ed := cli(t, editor, "")
 		ed.ok("run", "-d", "--name", "kd-view", "bash", "sleep", "600")
@@ -181,7 +206,7 @@ func TestKubeDocker(t *testing.T) {
 // loopback addresses no certificate can name in advance, and the
 // gateway's names 127.0.0.1 (gateway.tls.ipAddresses), which the Docker
 // CLI verifies.
-func (e *kubeEnv) dockerForward(t *testing.T) string {
+func (e *kubeEnv) dockerForward(t testing.TB) string {
 	t.Helper()
 	u := anyGateway(e.gateways(t, 1))
 	host, _, err := net.SplitHostPort(strings.TrimPrefix(u, "https://"))
@@ -232,7 +257,7 @@ func (e *kubeEnv) dockerForward(t *testing.T) string {
 
 // gatewayCA is the CA of the gateway's serving certificate (the chart's
 // gateway.tls.generate), which a Docker client verifies it with.
-func (e *kubeEnv) gatewayCA(t *testing.T) []byte {
+func (e *kubeEnv) gatewayCA(t testing.TB) []byte {
 	t.Helper()
 	s, err := e.kube.CoreV1().Secrets(stokeNamespace).Get(context.Background(), "stoke-gateway-serving", metav1.GetOptions{})
 	if err != nil {
@@ -242,7 +267,7 @@ func (e *kubeEnv) gatewayCA(t *testing.T) []byte {
 }
 
 // bindUser binds the ClusterRole role to the user in runsNamespace.
-func (e *kubeEnv) bindUser(t *testing.T, user, role string) {
+func (e *kubeEnv) bindUser(t testing.TB, user, role string) {
 	t.Helper()
 	if _, err := e.kube.RbacV1().RoleBindings(runsNamespace).Create(context.Background(), &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: user},
@@ -255,7 +280,7 @@ func (e *kubeEnv) bindUser(t *testing.T, user, role string) {
 
 // dockerCerts is a DOCKER_CERT_PATH for the user: a client certificate
 // of the cluster's CA and the gateway's CA.
-func (e *kubeEnv) dockerCerts(t *testing.T, user string, ca []byte) string {
+func (e *kubeEnv) dockerCerts(t testing.TB, user string, ca []byte) string {
 	t.Helper()
 	cert, key, err := e.cluster.IssueClientCert(user)
 	if err != nil {

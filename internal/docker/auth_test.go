@@ -165,3 +165,58 @@ func (a *allowNamespace) Authorize(_ *http.Request, acc gateway.Access) error {
 	}
 	return errdefs.Errorf(errdefs.ErrPermissionDenied, "forbidden")
 }
+
+// withRuntimes is noRuns with Runtimes in memory.
+type withRuntimes struct {
+	noRuns
+	rts []*v1alpha1.Runtime
+}
+
+func (b withRuntimes) CachedRuntime(ns, name string) (*v1alpha1.Runtime, bool) {
+	for _, rt := range b.rts {
+		if rt.Namespace == ns && rt.Name == name {
+			return rt, true
+		}
+	}
+	return nil, false
+}
+
+func (b withRuntimes) CachedRuntimes(ns string) []*v1alpha1.Runtime {
+	var out []*v1alpha1.Runtime
+	for _, rt := range b.rts {
+		if rt.Namespace == ns {
+			out = append(out, rt)
+		}
+	}
+	return out
+}
+
+// A Runtime that names an image (spec.lambda.image, spec.template.image)
+// is selected by it before the table; other images go by the table; a
+// Runtime of another namespace selects nothing here.
+func TestAnImageSelectsTheRuntimeThatRunsIt(t *testing.T) {
+	rt := func(ns, name string, spec v1alpha1.RuntimeSpec) *v1alpha1.Runtime {
+		r := &v1alpha1.Runtime{Spec: spec}
+		r.Namespace, r.Name = ns, name
+		return r
+	}
+	s := New(Config{Backend: withRuntimes{rts: []*v1alpha1.Runtime{
+		rt("default", "lam", v1alpha1.RuntimeSpec{Server: "lambda", Lambda: &v1alpha1.LambdaSpec{Runtime: "python", Image: "123.dkr.ecr.example/team/py:1"}}),
+		rt("default", "kpy", v1alpha1.RuntimeSpec{Server: "bash", Template: &v1alpha1.RuntimeTemplate{Image: "docker.io/library/python:3.12"}}),
+		rt("other", "elsewhere", v1alpha1.RuntimeSpec{Server: "bash", Template: &v1alpha1.RuntimeTemplate{Image: "team/tool:2"}}),
+	}}})
+	for _, tc := range []struct{ ref, runtime, cmd string }{
+		{"123.dkr.ecr.example/team/py:1", "lam", "python3"},
+		{"python:3.12", "kpy", "bash"},
+		{"python:3.11", "python", "python3"}, // the table's
+		{"team/tool:2", "", ""},
+	} {
+		rule, _, err := s.resolve(tc.ref)
+		switch {
+		case tc.runtime == "" && errdefs.HTTPStatus(err) != http.StatusNotFound:
+			t.Errorf("%s: %+v %v, want No such image", tc.ref, rule, err)
+		case tc.runtime != "" && (err != nil || rule.Runtime != tc.runtime || rule.Cmd[0] != tc.cmd):
+			t.Errorf("%s: %+v %v, want Runtime %s running %s", tc.ref, rule, err, tc.runtime, tc.cmd)
+		}
+	}
+}

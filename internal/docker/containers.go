@@ -235,7 +235,7 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	rule, ref, err := s.cfg.Images.Resolve(cfg.Image)
+	rule, ref, err := s.resolve(cfg.Image)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -303,7 +303,7 @@ func (s *Server) toRun(c *ctr) (*v1alpha1.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	rule, _, err := s.cfg.Images.Resolve(c.meta.Image)
+	rule, _, err := s.resolve(c.meta.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -532,7 +532,7 @@ func (s *Server) summary(c *ctr) container.Summary {
 		}
 		status = fmt.Sprintf("Exited (%d) %s ago", c.exitCode(), humanDuration(ago))
 	}
-	rule, n, _ := s.cfg.Images.Resolve(c.meta.Image)
+	rule, n, _ := s.resolve(c.meta.Image)
 	return container.Summary{ID: c.id, Names: []string{"/" + c.name}, Image: c.meta.Image, ImageID: imageID(n, rule),
 		Command: strings.Join(c.argv(), " "), Created: c.meta.Created.Unix(), Labels: c.meta.Labels,
 		State: c.state(), Status: status, Ports: []container.PortSummary{}, Mounts: []container.MountPoint{}}

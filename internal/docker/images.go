@@ -180,7 +180,7 @@ var started = time.Now().UTC()
 
 func (s *Server) imageInspect(w http.ResponseWriter, r *http.Request) {
 	ref := r.PathValue("name")
-	rule, n, err := s.cfg.Images.Resolve(ref)
+	rule, n, err := s.resolve(ref)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -200,7 +200,7 @@ func (s *Server) imageInspect(w http.ResponseWriter, r *http.Request) {
 func (s *Server) imageList(w http.ResponseWriter, _ *http.Request) {
 	out := []image.Summary{}
 	for _, ref := range s.cfg.Images.List() {
-		rule, n, err := s.cfg.Images.Resolve(ref)
+		rule, n, err := s.resolve(ref)
 		if err != nil {
 			continue
 		}
@@ -222,7 +222,7 @@ func (s *Server) imagePull(w http.ResponseWriter, r *http.Request) {
 			ref += ":" + tag
 		}
 	}
-	rule, n, err := s.cfg.Images.Resolve(ref)
+	rule, n, err := s.resolve(ref)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -11,10 +11,12 @@ import (
 )
 
 // RuntimeReader is implemented by a Backend that holds the Runtimes in
-// memory (standalone): the Docker API then refuses, on a container whose
-// Runtime is on AWS Lambda, what Lambda cannot do.
+// memory: the Docker API then refuses, on a container whose Runtime is on
+// AWS Lambda, what Lambda cannot do, and selects a Runtime by the image
+// it names (resolve).
 type RuntimeReader interface {
 	CachedRuntime(namespace, name string) (*v1alpha1.Runtime, bool)
+	CachedRuntimes(namespace string) []*v1alpha1.Runtime
 }
 
 // onLambda reports whether the container's Run runs in a Lambda sandbox.

@@ -56,6 +56,9 @@ type dockerBackend struct {
 	runs     store.Resource[*v1alpha1.Run]
 	runtimes store.Resource[*v1alpha1.Runtime]
 	inf      *informer.Informer[*v1alpha1.Run]
+	// rts are the Runtimes in memory: an image a Runtime names selects
+	// it; a Lambda one refuses what Lambda cannot do (docker.RuntimeReader).
+	rts *informer.Informer[*v1alpha1.Runtime]
 
 	mu sync.Mutex
 	// seen are the Runs created and not yet in the informer, by UID:
@@ -63,7 +66,10 @@ type dockerBackend struct {
 	seen map[types.UID]chan struct{}
 }
 
-var _ docker.Backend = (*dockerBackend)(nil)
+var (
+	_ docker.Backend       = (*dockerBackend)(nil)
+	_ docker.RuntimeReader = (*dockerBackend)(nil)
+)
 
 // cachedBound bounds how long CreateRun waits for the informer to hold
 // the Run it created.
@@ -72,7 +78,8 @@ const cachedBound = 10 * time.Second
 // newDockerBackend is the backend over the Run informer inf; it follows
 // inf until ctx ends.
 func newDockerBackend(ctx context.Context, rt *routes, runs store.Resource[*v1alpha1.Run], runtimes store.Resource[*v1alpha1.Runtime], inf *informer.Informer[*v1alpha1.Run]) *dockerBackend {
-	b := &dockerBackend{routes: rt, runs: runs, runtimes: runtimes, inf: inf, seen: map[types.UID]chan struct{}{}}
+	b := &dockerBackend{routes: rt, runs: runs, runtimes: runtimes, inf: inf, seen: map[types.UID]chan struct{}{},
+		rts: informer.New(runtimes, informer.Options{})}
 	remove := inf.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{
 		AddFunc:    b.held,
 		UpdateFunc: func(_, r *v1alpha1.Run) { b.held(r) },
@@ -151,6 +158,14 @@ func (b *dockerBackend) DeleteRun(ctx context.Context, namespace, name string) (
 
 func (b *dockerBackend) CachedRun(namespace, name string) (*v1alpha1.Run, bool) {
 	return b.inf.Get(namespace, name)
+}
+
+func (b *dockerBackend) CachedRuntime(namespace, name string) (*v1alpha1.Runtime, bool) {
+	return b.rts.Get(namespace, name)
+}
+
+func (b *dockerBackend) CachedRuntimes(namespace string) []*v1alpha1.Runtime {
+	return b.rts.List(func(rt *v1alpha1.Runtime) bool { return rt.Namespace == namespace })
 }
 
 func (b *dockerBackend) CachedRuns(namespace string) []*v1alpha1.Run {
@@ -247,6 +262,7 @@ func dockerCA(file string, client kubernetes.Interface) (caSource, error) {
 
 // dockerPort is the Docker port, served until Run's context ends.
 type dockerPort struct {
+	b     *dockerBackend
 	srv   *http.Server
 	lis   net.Listener
 	ca    caSource
@@ -276,7 +292,7 @@ func newDockerPort(cfg DockerConfig, serving *tls.Config, client kubernetes.Inte
 	}
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	withTLSState(srv)
-	return &dockerPort{srv: srv, lis: tls.NewListener(raw, tc), ca: ca, api: api, log: log, reach: raw.Addr().String()}, nil
+	return &dockerPort{b: b, srv: srv, lis: tls.NewListener(raw, tc), ca: ca, api: api, log: log, reach: raw.Addr().String()}, nil
 }
 
 // Run serves until ctx ends; then it closes the port, hijacked streams
@@ -288,6 +304,7 @@ func (p *dockerPort) Run(ctx context.Context) error {
 	p.srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	var wg sync.WaitGroup
 	wg.Go(func() { p.ca.Run(ctx, 1) })
+	wg.Go(func() { _ = p.b.rts.Run(ctx) })
 	wg.Go(func() { _ = p.api.Run(ctx) })
 	errc := make(chan error, 1)
 	wg.Go(func() { errc <- p.srv.Serve(p.lis) })

@@ -482,6 +482,12 @@ func (s *Standalone) CachedRuntime(namespace, name string) (*v1alpha1.Runtime, b
 	return s.rtInf.Get(namespace, name)
 }
 
+// CachedRuntimes lists the Runtimes of a namespace in the informer's
+// memory.
+func (s *Standalone) CachedRuntimes(namespace string) []*v1alpha1.Runtime {
+	return s.rtInf.List(func(rt *v1alpha1.Runtime) bool { return rt.Namespace == namespace })
+}
+
 // CachedRuns lists the Runs of a namespace in the informer's memory.
 func (s *Standalone) CachedRuns(namespace string) []*v1alpha1.Run {
 	return s.runInf.List(func(r *v1alpha1.Run) bool { return r.Namespace == namespace })
