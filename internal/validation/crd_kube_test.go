@@ -167,6 +167,40 @@ func TestCRD(t *testing.T) {
 		}
 	})
 
+	// The WorkflowRun cases CEL and OpenAPI can say (crd): the API server
+	// refuses exactly those internal/validation refuses, at the same field.
+	// The others (cycles, expressions, calls, a matrix's size) need a
+	// parser, a graph or a lookup: the controller runs the same validation
+	// when a run starts.
+	t.Run("WorkflowRun", func(t *testing.T) {
+		for i, tt := range workflowRunCases {
+			if !tt.crd {
+				continue
+			}
+			t.Run(tt.name, func(t *testing.T) {
+				w := validWorkflowRun()
+				tt.mutate(w)
+				if w.Name == validWorkflowRun().Name {
+					w.Name = fmt.Sprintf("wfr-%d", i)
+				}
+				w.Namespace, w.UID = ns, ""
+				_, err := apiCreate(t, api, "workflowruns", w, &v1alpha1.WorkflowRun{})
+				agree(t, err, tt.field)
+			})
+		}
+		// cancelRequested cannot be unset.
+		w := validWorkflowRun()
+		w.Name, w.Namespace = "cancelled", ns
+		w.Spec.CancelRequested = true
+		stored, err := apiCreate(t, api, "workflowruns", w, &v1alpha1.WorkflowRun{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored.Spec.CancelRequested = false
+		_, err = apiUpdate(t, api, "workflowruns", stored, &v1alpha1.WorkflowRun{})
+		mustRefuse(t, err, "spec.cancelRequested", "cannot be unset once true")
+	})
+
 	t.Run("FunctionUpdate", func(t *testing.T) {
 		for i, tt := range functionUpdateCases {
 			t.Run(tt.name, func(t *testing.T) {

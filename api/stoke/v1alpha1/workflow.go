@@ -65,6 +65,7 @@ func (p JobPhase) Terminal() bool {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 type WorkflowRun struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -74,7 +75,12 @@ type WorkflowRun struct {
 }
 
 // WorkflowRunSpec is what to run: exactly one of workflow (a Workflow's
-// name, with inputs) or jobs.
+// name, with inputs) or jobs. The CRD says what CEL can of
+// internal/validation (which also runs when the run starts): cycles,
+// expressions and calls are not CEL's to check.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.workflow) != has(self.jobs)",message="exactly one of workflow or jobs must be set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancelRequested) || !oldSelf.cancelRequested || (has(self.cancelRequested) && self.cancelRequested)",message="cannot be unset once true",fieldPath=".cancelRequested"
 type WorkflowRunSpec struct {
 	// Workflow names a Workflow in the namespace to run; it excludes jobs
 	// and env, which are then the Workflow's.
@@ -115,6 +121,10 @@ type WorkflowRunSpec struct {
 
 // Job is one node of the DAG: steps run in order in one workspace on one
 // runtime pod of runsOn, or uses: a Workflow called with with:.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.uses) != has(self.steps)",message="exactly one of steps or uses must be set"
+// +kubebuilder:validation:XValidation:rule="has(self.uses) || has(self.runsOn)",message="must name a Runtime",fieldPath=".runsOn"
+// +kubebuilder:validation:XValidation:rule="!has(self.uses) || !has(self.runsOn)",message="must be empty with uses (the called Workflow's jobs say where they run)",fieldPath=".runsOn"
 type Job struct {
 	// ID names the job in needs, in expressions and in status.
 	// +kubebuilder:validation:MinLength=1
@@ -136,9 +146,11 @@ type Job struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	If string `json:"if,omitempty"`
-	// RunsOn names the Runtime the job's steps run in; it excludes uses.
+	// RunsOn names the Runtime the job's steps run in (or is an
+	// expression, ${{ matrix.runtime }}); it excludes uses.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?|.*[$][{][{].*)$`
 	RunsOn string `json:"runsOn,omitempty"`
 	// Env is the job's environment, over the WorkflowRun's.
 	// +optional
@@ -232,6 +244,8 @@ type MatrixAxis struct {
 
 // Step is one step of a job: a task Run on the job's pod, in its
 // workspace. Exactly one of run or uses.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.run) != has(self.uses)",message="exactly one of run or uses must be set"
 type Step struct {
 	// ID names the step in steps.<id> expressions; unique in its job.
 	// +optional
@@ -259,9 +273,12 @@ type Step struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=256
 	Env []EnvVar `json:"env,omitempty"`
-	// WorkingDirectory is relative to the workspace.
+	// WorkingDirectory is relative to the workspace, without '..' (which
+	// internal/validation refuses: a regular expression over 100 steps of
+	// 64 jobs is over CEL's cost budget).
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="must be relative to the working directory"
 	WorkingDirectory string `json:"workingDirectory,omitempty"`
 	// Uses is checkout, upload-artifact or download-artifact.
 	// +optional
