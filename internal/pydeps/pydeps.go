@@ -164,14 +164,18 @@ func (c *Cache) ensure(ctx context.Context, dir string) (final, digest string, _
 		c.touch(digest)
 		return final, digest, nil
 	}
-	unlock, err := c.lock(ctx, digest, unix.LOCK_EX)
+	unlock, err := c.lockToInstall(ctx, digest, final)
 	if err != nil {
 		return "", "", err
+	}
+	if unlock == nil {
+		c.touch(digest)
+		return final, digest, nil // installed while we waited
 	}
 	defer unlock()
 	if _, err := os.Stat(final); err == nil {
 		c.touch(digest)
-		return final, digest, nil // installed while we waited
+		return final, digest, nil // installed while we took the lock
 	}
 	if err := c.install(ctx, dir, req, final); err != nil {
 		return "", "", err
@@ -220,12 +224,25 @@ func (c *Cache) digest(text []byte) (string, error) {
 
 // lockShared holds the digest's lock shared (in use) within ctx.
 func (c *Cache) lockShared(ctx context.Context, digest string) (func(), error) {
-	return c.lock(ctx, digest, unix.LOCK_SH)
+	return c.lock(ctx, digest, unix.LOCK_SH, nil)
+}
+
+// lockToInstall takes the digest's lock exclusively, to install, within
+// ctx; it stops waiting (nil unlock, nil error) once final exists. The
+// registrations that use final hold the lock shared for as long as they
+// live, so a waiter that went on asking for it exclusively after another's
+// install had finished would wait for them all to end.
+func (c *Cache) lockToInstall(ctx context.Context, digest, final string) (func(), error) {
+	return c.lock(ctx, digest, unix.LOCK_EX, func() bool {
+		_, err := os.Stat(final)
+		return err == nil
+	})
 }
 
 // lock takes the digest's file lock (how: unix.LOCK_EX or LOCK_SH)
-// within ctx.
-func (c *Cache) lock(ctx context.Context, digest string, how int) (func(), error) {
+// within ctx. If done is not nil and reports true while the lock is
+// held by others, lock gives up waiting and returns a nil unlock.
+func (c *Cache) lock(ctx context.Context, digest string, how int, done func() bool) (func(), error) {
 	f, err := os.OpenFile(c.lockPath(digest), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("pydeps: %w", err)
@@ -234,6 +251,10 @@ func (c *Cache) lock(ctx context.Context, digest string, how int) (func(), error
 		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			return func() { f.Close() }, nil // closing releases the lock
+		}
+		if done != nil && errors.Is(err, unix.EWOULDBLOCK) && done() {
+			f.Close()
+			return nil, nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
