@@ -35,8 +35,15 @@ type Config struct {
 	Git string
 	// Timeout bounds one git command (default 10 minutes).
 	Timeout time.Duration
+	// MaxBytes bounds the cached trees' size (default DefaultMaxBytes);
+	// the least recently used go first.
+	MaxBytes int64
+	// MaxAge removes a tree not used for this long (default DefaultMaxAge).
+	MaxAge time.Duration
 	// Logger: nil discards.
 	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
 }
 
 // Cache is the git cache of one process; it may share Dir with others.
@@ -56,12 +63,23 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Minute
 	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "trees"), filepath.Join(cfg.Dir, "locks"), filepath.Join(cfg.Dir, "tmp")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gitsource: %w", err)
 		}
 	}
-	return &Cache{cfg: cfg, log: logging.OrDiscard(cfg.Logger)}, nil
+	c := &Cache{cfg: cfg, log: logging.OrDiscard(cfg.Logger)}
+	c.Prune()
+	return c, nil
 }
 
 // Auth is what a fetch authenticates with: an Authorization header value,
@@ -108,41 +126,64 @@ func (c *Cache) Resolve(ctx context.Context, url, ref string, auth Auth) (string
 }
 
 // Tree returns the directory that holds commit's tree of the repository
-// at url, fetching it first unless the cache has it. Callers only read it.
-func (c *Cache) Tree(ctx context.Context, url, commit string, auth Auth) (string, error) {
+// at url, fetching it first unless the cache has it. Callers only read
+// it, and call release when done: until then Prune leaves it (a shared
+// lock of the commit's use lock).
+func (c *Cache) Tree(ctx context.Context, url, commit string, auth Auth) (dir string, release func(), err error) {
 	if !commitRE.MatchString(commit) {
-		return "", errdefs.InvalidArgument("commit", "%s is not a full commit ID", bounds.Quote(commit))
+		return "", nil, errdefs.InvalidArgument("commit", "%s is not a full commit ID", bounds.Quote(commit))
 	}
 	sum := sha256.Sum256([]byte(url))
 	key := hex.EncodeToString(sum[:8])
-	dir := filepath.Join(c.cfg.Dir, "trees", key, commit)
-	if _, err := os.Lstat(dir); err == nil {
-		return dir, nil
-	}
-	unlock, err := c.lock(ctx, key+"-"+commit)
+	dir = filepath.Join(c.cfg.Dir, "trees", key, commit)
+	release, err = c.lock(ctx, useLock(key, commit), unix.LOCK_SH)
 	if err != nil {
-		return "", err
+		return "", nil, err
+	}
+	if err := c.tree(ctx, url, commit, auth, key, dir); err != nil {
+		release()
+		return "", nil, err
+	}
+	// The directory's mtime is its last use, which Prune orders by.
+	now := c.cfg.Now()
+	if err := os.Chtimes(dir, now, now); err != nil {
+		release()
+		return "", nil, fmt.Errorf("gitsource: %w", err)
+	}
+	return dir, release, nil
+}
+
+// tree fetches commit into dir unless it is there.
+func (c *Cache) tree(ctx context.Context, url, commit string, auth Auth, key, dir string) error {
+	if _, err := os.Lstat(dir); err == nil {
+		return nil
+	}
+	unlock, err := c.lock(ctx, key+"-"+commit, unix.LOCK_EX)
+	if err != nil {
+		return err
 	}
 	defer unlock()
 	if _, err := os.Lstat(dir); err == nil {
-		return dir, nil // fetched while this one waited
+		return nil // fetched while this one waited
 	}
 	started := time.Now()
 	if err := c.fetch(ctx, url, commit, auth, dir); err != nil {
-		return "", err
+		return err
 	}
 	c.log.Info("git: fetched", "url", url, "commit", commit, "duration", time.Since(started))
-	return dir, nil
+	c.Prune()
+	return nil
 }
 
-// lock takes the cache's lock of name, waiting for another holder.
-func (c *Cache) lock(ctx context.Context, name string) (func(), error) {
+// lock takes the cache's lock of name (how: unix.LOCK_EX or LOCK_SH),
+// waiting for another holder.
+func (c *Cache) lock(ctx context.Context, name string, how int) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(c.cfg.Dir, "locks", name), os.O_CREATE|os.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("gitsource: %w", err)
 	}
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
 			return func() { f.Close() }, nil // closing releases the lock
 		}

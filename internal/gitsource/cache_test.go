@@ -41,7 +41,11 @@ func TestTreeIsFetchedOncePerCommit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dirs[i], errs[i] = c.Tree(ctx, url, first, "")
+			var release func()
+			dirs[i], release, errs[i] = c.Tree(ctx, url, first, "")
+			if errs[i] == nil {
+				release()
+			}
 		}()
 	}
 	wg.Wait()
@@ -67,8 +71,10 @@ func TestTreeIsFetchedOncePerCommit(t *testing.T) {
 		t.Errorf("the tree holds .git: %v", err)
 	}
 	// Asked again: from the cache, no fetch.
-	if again, err := c.Tree(ctx, url, first, ""); err != nil || again != dir || srv.Fetches.Load() != 1 {
+	if again, release, err := c.Tree(ctx, url, first, ""); err != nil || again != dir || srv.Fetches.Load() != 1 {
 		t.Errorf("again: %q, %v, %d fetches", again, err, srv.Fetches.Load())
+	} else {
+		release()
 	}
 
 	for ref, want := range map[string]string{"main": second, "refs/heads/main": second, "v1": first, "refs/tags/v1": first} {
@@ -100,7 +106,7 @@ func TestBadSourcesLeaveNothing(t *testing.T) {
 		{"link out", badURL, bad, `the link "out" points outside the tree`},
 		{"absolute link", badURL, abs, `the link "out" points outside the tree (to "/etc/passwd")`},
 	} {
-		if _, err := c.Tree(ctx, tc.url, tc.commit, ""); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := c.Tree(ctx, tc.url, tc.commit, ""); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
 		}
 	}
@@ -133,7 +139,7 @@ func TestCredentialsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := newCache(t, nil).Tree(ctx, url, commit, ""); err == nil {
+	if _, _, err := newCache(t, nil).Tree(ctx, url, commit, ""); err == nil {
 		t.Fatal("fetched without credentials")
 	}
 	c := newCache(t, creds)
@@ -141,9 +147,11 @@ func TestCredentialsFile(t *testing.T) {
 	if want := "Basic " + base64.StdEncoding.EncodeToString([]byte("ci:s3cret-pw")); string(auth) != want {
 		t.Fatalf("AuthFor = %q", auth)
 	}
-	if _, err := c.Tree(ctx, url, commit, auth); err != nil {
+	_, release, err := c.Tree(ctx, url, commit, auth)
+	if err != nil {
 		t.Fatal(err)
 	}
+	release()
 	if got, err := c.Resolve(ctx, url, "main", auth); err != nil || got != commit {
 		t.Errorf("Resolve = %s, %v", got, err)
 	}

@@ -33,12 +33,13 @@ func BenchmarkGitCheckout(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	tree, err := cache.Tree(ctx, url, commit, "")
+	tree, release, err := cache.Tree(ctx, url, commit, "")
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer release()
 	src := &v1alpha1.Source{Git: &v1alpha1.GitSource{URL: url, Commit: commit}}
-	fetch := func(ctx context.Context, g *v1alpha1.GitSource) (string, error) {
+	fetch := func(ctx context.Context, g *v1alpha1.GitSource) (string, func(), error) {
 		return cache.Tree(ctx, g.URL, g.Commit, "")
 	}
 	work := b.TempDir()

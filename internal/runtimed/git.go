@@ -10,8 +10,8 @@ import (
 )
 
 // gitFetch gives the directory in the git cache that holds the tree of a
-// Run's source.git.
-type gitFetch func(ctx context.Context, g *v1alpha1.GitSource) (string, error)
+// Run's source.git, kept from the cache's pruning until release.
+type gitFetch func(ctx context.Context, g *v1alpha1.GitSource) (dir string, release func(), err error)
 
 // errGitFetch marks a failure of git itself (the repository, the
 // network, the credentials), apart from a tree that is refused
@@ -23,10 +23,10 @@ var errGitFetch = errors.New("git")
 // or its ref resolved now and recorded there before anything is checked
 // out, so that every attempt checks out the same commit.
 func (w *worker) gitTree(run *v1alpha1.Run) gitFetch {
-	return func(ctx context.Context, g *v1alpha1.GitSource) (string, error) {
+	return func(ctx context.Context, g *v1alpha1.GitSource) (string, func(), error) {
 		cache := w.d.cfg.Git
 		if cache == nil {
-			return "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "this runtime pod has no git cache")
+			return "", nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "this runtime pod has no git cache")
 		}
 		auth := cache.AuthFor(g.URL)
 		commit := g.Commit
@@ -36,7 +36,7 @@ func (w *worker) gitTree(run *v1alpha1.Run) gitFetch {
 		if commit == "" {
 			c, err := cache.Resolve(ctx, g.URL, g.Ref, auth)
 			if err != nil {
-				return "", fmt.Errorf("%w: %w", errGitFetch, err)
+				return "", nil, fmt.Errorf("%w: %w", errGitFetch, err)
 			}
 			commit = c
 		}
@@ -48,13 +48,13 @@ func (w *worker) gitTree(run *v1alpha1.Run) gitFetch {
 				r.Status.SourceCommit = commit
 				return true
 			}); err != nil {
-				return "", fmt.Errorf("recording status.sourceCommit: %w", err)
+				return "", nil, fmt.Errorf("recording status.sourceCommit: %w", err)
 			}
 		}
-		dir, err := cache.Tree(ctx, g.URL, commit, auth)
+		dir, release, err := cache.Tree(ctx, g.URL, commit, auth)
 		if err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) && !errors.Is(err, errdefs.ErrTooLarge) {
 			err = fmt.Errorf("%w: %w", errGitFetch, err)
 		}
-		return dir, err
+		return dir, release, err
 	}
 }

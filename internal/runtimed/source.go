@@ -55,11 +55,13 @@ func materialise(ctx context.Context, dirs *runtime.DirPool, dir string, shared 
 	}
 	defer w.close()
 	if g := src.Git; g != nil {
-		cached, err := fetch(ctx, g)
+		cached, release, err := fetch(ctx, g)
 		if err != nil {
 			return err
 		}
-		if err := w.copyTree(cached, gitPath(g.Path)); err != nil {
+		err = w.copyTree(cached, gitPath(g.Path))
+		release()
+		if err != nil {
 			return fmt.Errorf("checking out %s: %w", g.URL, err)
 		}
 	}
