@@ -60,6 +60,8 @@ bench:
 	$(BENCH) 'GitCheckout' -benchtime 100x ./internal/runtimed/
 	$(BENCH) 'ArtifactStore' -benchtime 3x ./internal/artifact/
 	$(BENCH) 'ArtifactMover' -benchtime 3x ./internal/artifact/
+	$(BENCH) 'UpWorkflowSteps20' -benchtime 20x ./internal/up/
+	$(BENCH) 'UpWorkflowFanOut100' -benchtime 3x ./internal/up/
 	$(BENCH) . -benchtime $(BENCHTIME) ./internal/store/sqlite/
 	$(BENCH) 'RunLifecycle' -benchtime 200x ./internal/store/kube/
 	$(BENCH) 'BootstrapEcho' -benchtime 500x ./internal/lambda/bootstrap/

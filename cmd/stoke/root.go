@@ -33,7 +33,7 @@ func newRootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: "+strings.Join([]string{"debug", "info", "warn", "error"}, ", "))
 	root.AddCommand(newRuntimeServerCommand(), newLambdaRelayCommand(), newInstallBinaryCommand())
 	root.AddCommand(newRunCommand(), newApplyCommand(), newGetCommand(), newDescribeCommand(),
-		newLogsCommand(), newInvokeCommand(), newExecCommand(), newCancelCommand(), newDeleteCommand(), newArtifactsCommand())
+		newLogsCommand(), newInvokeCommand(), newExecCommand(), newCancelCommand(), newDeleteCommand(), newWorkflowCommand(), newArtifactsCommand())
 	root.AddCommand(newUpCommand(), newControllerCommand(), newGatewayCommand(), newRuntimedCommand(), newVersionCommand(), newDebugCommand())
 	return root
 }
