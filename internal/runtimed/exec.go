@@ -58,10 +58,13 @@ func (h *execHop) Start(ctx context.Context, req exec.Request) (exec.Session, er
 			return nil, errdefs.Errorf(errdefs.ErrNotRunning, "run %s: the function is not registered on pod %s", req.RunUID, h.d.cfg.Pod.Name)
 		}
 		req.RegistrationID = reg.GetRegistrationId()
-	case run.Status.Phase != v1alpha1.PhaseRunning:
+	case run.Status.Phase != v1alpha1.PhaseRunning && run.Status.Phase != v1alpha1.PhaseScheduled:
 		return nil, errdefs.Errorf(errdefs.ErrNotRunning, "run %s is %s, not Running", req.RunUID, run.Status.Phase)
 	default:
 		// Running is recorded before the execution starts: wait for it.
+		// Scheduled too: the caller may have seen this worker's own
+		// Running write (a watch event can beat the write's answer here),
+		// and the execution is this worker's to start.
 		t := time.NewTimer(execStartWait)
 		defer t.Stop()
 		select {
