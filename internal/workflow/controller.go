@@ -17,6 +17,7 @@ import (
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/loop"
 	"stoke.dev/stoke/internal/store"
+	"stoke.dev/stoke/internal/validation"
 )
 
 // errorRetry is when a WorkflowRun whose writes failed is decided again.
@@ -160,12 +161,18 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 		m.inflight, m.done, m.notBefore = map[string]bool{}, map[string]artifactResult{}, map[string]time.Time{}
 		return c.expire(ctx, k, wf)
 	}
-	spec, snapshot, err := c.spec(ctx, wf)
+	invalid, err := c.validate(ctx, wf)
 	if err != nil {
 		return err
 	}
+	spec, snapshot := &v1alpha1.WorkflowSpec{}, (*v1alpha1.WorkflowSnapshot)(nil)
+	if invalid == "" {
+		if spec, snapshot, err = c.spec(ctx, wf); err != nil {
+			return err
+		}
+	}
 	w := &world{
-		now: c.clk.Now(), wf: wf, spec: spec,
+		now: c.clk.Now(), wf: wf, spec: spec, invalid: invalid,
 		run: func(name string) (*v1alpha1.Run, bool) {
 			run, ok := c.cfg.RunInformer.Get(k.Namespace, name)
 			if ok && !ownedBy(run, string(wf.UID)) {
@@ -248,6 +255,39 @@ func (c *Controller) expire(ctx context.Context, k informer.Key, wf *v1alpha1.Wo
 	}
 	c.log.Info("workflow: deleted a finished workflowrun (ttlSecondsAfterFinished)", "workflowrun", k.String(), "uid", wf.UID)
 	return nil
+}
+
+// validate runs internal/validation's ValidateWorkflowRun, with the
+// Workflows it calls read from the store, on a WorkflowRun that has not
+// started: a client other than stoke's (kubectl) gets only the CRD's
+// checks when it writes one. It returns the refusal (which names the
+// field), or an error when a Workflow could not be read (tried again).
+func (c *Controller) validate(ctx context.Context, wf *v1alpha1.WorkflowRun) (string, error) {
+	if wf.Status.StartTime != nil || len(wf.Status.Jobs) > 0 {
+		return "", nil // validated when it started; its snapshot is fixed
+	}
+	var readErr error
+	var get validation.WorkflowGetter
+	if c.cfg.Workflows != nil {
+		get = func(ctx context.Context, namespace, name string) (*v1alpha1.Workflow, error) {
+			w, err := c.cfg.Workflows.Get(ctx, namespace, name)
+			if err != nil && !errors.Is(err, errdefs.ErrNotFound) && readErr == nil {
+				readErr = fmt.Errorf("workflowrun %s/%s (uid %s): %w", wf.Namespace, wf.Name, wf.UID, err)
+			}
+			return w, err
+		}
+	}
+	// Stoke's own finalizers are refused from clients, not from Stoke.
+	check := wf.DeepCopy()
+	check.Finalizers = nil
+	err := validation.ValidateWorkflowRun(ctx, check, get)
+	switch {
+	case readErr != nil:
+		return "", readErr
+	case err != nil:
+		return err.Error(), nil
+	}
+	return "", nil
 }
 
 // spec is what the WorkflowRun executes: its own jobs, or the Workflow it

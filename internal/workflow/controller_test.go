@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -143,9 +144,9 @@ func TestControllerRunsAWorkflowRunOnTheStore(t *testing.T) {
 	dir := t.TempDir()
 	e := newEnv(t, dir)
 	wf := &v1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Name: "ci", Namespace: "default"}, Spec: v1alpha1.WorkflowRunSpec{Jobs: []v1alpha1.Job{
-		{ID: "a", Steps: []v1alpha1.Step{{ID: "s", Run: "echo x=1 >> $GITHUB_OUTPUT"}, {Run: "true"}},
+		{ID: "a", RunsOn: "bash", Steps: []v1alpha1.Step{{ID: "s", Run: "echo x=1 >> $GITHUB_OUTPUT"}, {Run: "true"}},
 			Outputs: []v1alpha1.NameValue{{Name: "x", Value: "${{ steps.s.outputs.x }}"}}},
-		{ID: "b", Needs: []string{"a"}, Steps: []v1alpha1.Step{{Run: `echo "${{ needs.a.outputs.x }}"`}}},
+		{ID: "b", RunsOn: "bash", Needs: []string{"a"}, Steps: []v1alpha1.Step{{Run: `echo "${{ needs.a.outputs.x }}"`}}},
 	}}}
 	created, err := e.st.WorkflowRuns().Create(e.ctx, wf)
 	if err != nil {
@@ -185,4 +186,31 @@ func TestControllerRunsAWorkflowRunOnTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.until("its step Runs deleted", func() bool { return len(e.stepRuns()) == 0 })
+}
+
+// A WorkflowRun written past the validation (as kubectl writes one: the
+// CRD checks no expression, DAG or call) ends Failed when it starts, with
+// the validation's message naming the field, and makes no step Run.
+func TestControllerRefusesAnInvalidWorkflowRunAtStart(t *testing.T) {
+	e := newEnv(t, t.TempDir())
+	wf := &v1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Name: "ci", Namespace: "default"}, Spec: v1alpha1.WorkflowRunSpec{Jobs: []v1alpha1.Job{
+		{ID: "a", RunsOn: "bash", Steps: []v1alpha1.Step{{Run: "true"}}},
+		{ID: "b", RunsOn: "bash", Needs: []string{"a"}, Steps: []v1alpha1.Step{{Run: "echo ${{ needs.a.outputs.x "}}},
+	}}}
+	if _, err := e.st.WorkflowRuns().Create(e.ctx, wf); err != nil {
+		t.Fatal(err)
+	}
+	e.until("Failed", func() bool { return e.wf().Status.Phase == v1alpha1.WorkflowFailed })
+	st := e.wf().Status
+	for _, want := range []string{"spec.jobs[1].steps[0].run: an expression does not parse"} {
+		if !strings.Contains(st.Message, want) {
+			t.Errorf("message %q does not name %q", st.Message, want)
+		}
+	}
+	if st.Reason != "InvalidSpec" || st.StartTime == nil || st.CompletionTime == nil || len(st.Jobs) != 0 {
+		t.Errorf("status %+v", st)
+	}
+	if runs := e.stepRuns(); len(runs) != 0 {
+		t.Errorf("%d step Runs made", len(runs))
+	}
 }

@@ -48,6 +48,9 @@ type world struct {
 	// artifact returns what became of an artifact step started earlier
 	// (by its key), if anything did yet.
 	artifact func(key string) (artifactResult, bool)
+	// invalid is why validation refuses the WorkflowRun, when it has not
+	// started yet; "" when it does not.
+	invalid string
 	// notBefore returns when a job instance waiting for its next attempt
 	// may start it (kept in memory: after a restart it starts at once).
 	notBefore func(instance string) time.Time
@@ -88,6 +91,10 @@ func decide(w *world) *plan {
 		st.StartTime = &t
 	}
 	st.ObservedGeneration = w.wf.Generation
+	if w.invalid != "" {
+		finish(st, w.now, v1alpha1.WorkflowFailed, "InvalidSpec", w.invalid)
+		return p
+	}
 	if len(st.Jobs) == 0 {
 		jobs, err := expandJobs(w.spec)
 		if err != nil {
