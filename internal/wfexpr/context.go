@@ -1,7 +1,6 @@
 package wfexpr
 
 import (
-	"context"
 	"runtime"
 	"strconv"
 )
@@ -30,11 +29,6 @@ type Context struct {
 	Status string
 	// Cancelled is what cancelled() reads: the WorkflowRun is cancelling.
 	Cancelled bool
-	// HashFiles answers hashFiles(patterns...): the engine hashes the
-	// workspace's files matching them. Nil makes hashFiles an error.
-	HashFiles func(ctx context.Context, patterns []string) (string, error)
-	// Ctx bounds HashFiles.
-	Ctx context.Context
 }
 
 // WorkflowInfo names a WorkflowRun and its attempt.

@@ -1,8 +1,6 @@
 package wfexpr
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -30,6 +28,16 @@ func (f function) arity() string {
 	return fmt.Sprintf("%d to %d arguments", f.min, f.max)
 }
 
+// unsupported are GitHub's built-ins a WorkflowRun refuses, and why.
+// hashFiles hashes files in the workspace, which is on the job's pod while
+// expressions are evaluated by the controller: a half-working stand-in
+// (hashing in a separate step Run, only in some fields) would be a second
+// way to do what a step does already.
+var unsupported = map[string]string{
+	"hashfiles": "hashFiles is not supported yet: expressions are evaluated by the controller, which has no workspace; " +
+		"hash in a step (run: sha256sum ... >> $GITHUB_OUTPUT) and use its output",
+}
+
 // functions are GitHub's built-ins, by lower-cased name (GitHub's names
 // are case-insensitive).
 var functions = map[string]function{
@@ -48,7 +56,6 @@ var functions = map[string]function{
 		}
 		return v, nil
 	}},
-	"hashfiles": {min: 1, max: -1, call: hashFiles},
 	"success": {max: 0, status: true, call: func(c *Context, _ []any) (any, error) {
 		return !c.Cancelled && c.status() == "success", nil
 	}},
@@ -168,20 +175,4 @@ func join(_ *Context, a []any) (any, error) {
 		}
 	}
 	return b.String(), nil
-}
-
-// hashFiles(patterns...) asks the engine's callback.
-func hashFiles(c *Context, a []any) (any, error) {
-	if c.HashFiles == nil {
-		return nil, errors.New("hashFiles is not available here")
-	}
-	patterns := make([]string, len(a))
-	for i, v := range a {
-		patterns[i] = ToString(v)
-	}
-	ctx := c.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	return c.HashFiles(ctx, patterns)
 }

@@ -124,7 +124,10 @@ func (e *Expr) check(off int) error {
 			}
 		case *actionlint.FuncCallNode:
 			f, ok := functions[strings.ToLower(n.Callee)]
+			why, no := unsupported[strings.ToLower(n.Callee)]
 			switch {
+			case no:
+				err = &Error{Offset: off + n.Token().Offset, Msg: why}
 			case !ok:
 				err = &Error{Offset: off + n.Token().Offset, Msg: fmt.Sprintf("unknown function %q", n.Callee)}
 			case len(n.Args) < f.min || (f.max >= 0 && len(n.Args) > f.max):
