@@ -409,6 +409,11 @@ func (d *jobDecider) pending() {
 			return
 		}
 	}
+	if d.job.Uses != "" {
+		// Not run yet: fail, rather than succeed having run nothing.
+		d.end(v1alpha1.JobFailed, fmt.Sprintf("calls Workflow %q: Workflow calls are not run yet", d.job.Uses))
+		return
+	}
 	if mp := d.maxParallel(); mp > 0 && d.runningInstances() >= mp {
 		return
 	}
