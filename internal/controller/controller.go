@@ -49,13 +49,17 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/artifact"
+	"stoke.dev/stoke/internal/client/cluster"
 	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/kubepods"
 	"stoke.dev/stoke/internal/loadreport"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/probe"
 	"stoke.dev/stoke/internal/runtimeset"
+	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/kube"
+	"stoke.dev/stoke/internal/workflow"
 )
 
 // LeaseName is the leader-election Lease, in the controller's namespace.
@@ -116,6 +120,15 @@ type Config struct {
 	// FinishedRunTTL is how long a finished Run that sets no
 	// ttlSecondsAfterFinished is kept; zero keeps it until deleted.
 	FinishedRunTTL time.Duration
+	// ArtifactS3 is the workflow artifact store (internal/artifact's S3
+	// backend); without a Bucket there is none and upload-artifact and
+	// download-artifact steps fail. The copies go through the gateway's
+	// exec route, as the aggregated API, with the controller's own
+	// identity (artifact.ThroughGateway).
+	ArtifactS3 artifact.S3Config
+	// ArtifactRetention is how long an artifact is kept at most (0:
+	// bounds.ArtifactRetentionDefault); a deleted WorkflowRun's go sooner.
+	ArtifactRetention time.Duration
 	// OnScheduled observes each assignment's scheduling latency.
 	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
 	// Logger: nil discards (internal/logging).
@@ -287,15 +300,20 @@ func (c *Controller) lead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	core, err = controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: pods, PodsSynced: pods.Synced(),
-		Logger: c.log, OnScheduled: c.cfg.OnScheduled, Metrics: c.sched, FinishedRunTTL: c.cfg.FinishedRunTTL,
-		FunctionLoad: loads.Load})
+	arts, artComponents, closeArts, err := c.artifacts(ctx, st)
 	if err != nil {
 		return err
 	}
-	return controlplane.Run(ctx, c.log, append(core.Components(),
+	defer closeArts()
+	core, err = controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: pods, PodsSynced: pods.Synced(),
+		Logger: c.log, OnScheduled: c.cfg.OnScheduled, Metrics: c.sched, FinishedRunTTL: c.cfg.FinishedRunTTL,
+		FunctionLoad: loads.Load, WorkflowArtifacts: arts})
+	if err != nil {
+		return err
+	}
+	return controlplane.Run(ctx, c.log, append(append(core.Components(),
 		controlplane.Component{Name: "pods", Run: pods.Run},
-		controlplane.Component{Name: "gateway loads", Run: loads.Run})...)
+		controlplane.Component{Name: "gateway loads", Run: loads.Run}), artComponents...)...)
 }
 
 // schedulerMetrics are the scheduler's metrics on controller-runtime's
@@ -314,4 +332,36 @@ func schedulerMetrics() *controlplane.Metrics {
 		panic(fmt.Sprintf("controller: scheduler metrics: %v", err)) // names clash: a programming error
 	}
 	return m
+}
+
+// artifactSweepPeriod is how often the artifacts of deleted WorkflowRuns
+// and those past their retention are looked for (as in standalone).
+const artifactSweepPeriod = time.Minute
+
+// artifacts is the workflow engine's artifact copier over the S3 store
+// ArtifactS3 names, and its sweep; nil and none without a bucket. The
+// copies reach a step's Run through the gateway (the aggregated API,
+// with the controller's identity): only runtimed's hop reaches a pod,
+// and the gateway holds the hop's client certificate.
+func (c *Controller) artifacts(ctx context.Context, st store.Store) (workflow.Artifacts, []controlplane.Component, func(), error) {
+	if c.cfg.ArtifactS3.Bucket == "" {
+		c.log.Info("controller: no artifact store (--artifact-s3-bucket); upload-artifact and download-artifact steps fail")
+		return nil, nil, func() {}, nil
+	}
+	backend, err := artifact.NewS3(ctx, c.cfg.ArtifactS3)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("controller: %w", err)
+	}
+	arts := artifact.NewStore(artifact.StoreConfig{Backend: backend, Logger: c.log})
+	gw, err := cluster.New(cluster.Config{REST: c.cfg.REST})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("controller: the gateway's exec: %w", err)
+	}
+	live := workflow.LiveWorkflowRuns(st.WorkflowRuns())
+	sweep := controlplane.Component{Name: "artifact sweep", Run: func(ctx context.Context) error {
+		arts.SweepEvery(ctx, artifactSweepPeriod, live, c.cfg.ArtifactRetention)
+		return nil
+	}}
+	mover := artifact.NewMover(arts, artifact.ThroughGateway(gw.Exec()))
+	return workflow.MoverArtifacts(mover), []controlplane.Component{sweep}, func() { _ = gw.Close() }, nil
 }

@@ -36,6 +36,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	certutil "k8s.io/client-go/util/cert"
 
+	"stoke.dev/stoke/internal/artifact"
 	"stoke.dev/stoke/internal/dispatch"
 	"stoke.dev/stoke/internal/gateway"
 	"stoke.dev/stoke/internal/informer"
@@ -46,6 +47,7 @@ import (
 	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/runtimeset"
 	"stoke.dev/stoke/internal/store/kube"
+	"stoke.dev/stoke/internal/workflow"
 )
 
 // DefaultHopPort is runtimed's hop port on a runtime Pod's IP.
@@ -87,6 +89,11 @@ type Config struct {
 	Logger *slog.Logger
 	// OnListen, when set, is told the bound address.
 	OnListen func(net.Addr)
+	// ArtifactS3 is the workflow artifact store `stoke controller` writes
+	// (internal/artifact's S3 backend); with a Bucket the gateway serves
+	// WorkflowRuns' artifacts from it (`stoke artifacts`), without one
+	// those routes are not served.
+	ArtifactS3 artifact.S3Config
 	// Pod is the gateway's own Pod (the downward API's POD_NAMESPACE,
 	// POD_NAME and POD_UID): its Function load record is written there
 	// (internal/loadreport) for the autoscaler. Without a name, no record
@@ -197,8 +204,17 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		log.Warn("gateway: its Pod is not known (POD_NAMESPACE, POD_NAME); the autoscaler does not see this gateway's Function load")
 	}
+	var arts gateway.Artifacts
+	if cfg.ArtifactS3.Bucket != "" {
+		backend, err := artifact.NewS3(ctx, cfg.ArtifactS3)
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		arts = artifact.Reader{Store: artifact.NewStore(artifact.StoreConfig{Backend: backend, Logger: log}),
+			Lookup: workflow.ArtifactLookup(st.WorkflowRuns())}
+	}
 	g := gateway.New(gateway.Config{
-		Router: rt, Exec: rt, Functions: fns, Logs: rt, Auth: auth, Metrics: metrics, Logger: log, Timeouts: cfg.Timeouts, Aggregated: true,
+		Router: rt, Exec: rt, Functions: fns, Logs: rt, Auth: auth, Artifacts: arts, Metrics: metrics, Logger: log, Timeouts: cfg.Timeouts, Aggregated: true,
 		Ready: func(context.Context) error {
 			if !runs.HasSynced() || !pods.HasSynced() || !fnObjs.HasSynced() {
 				return errors.New("the Run, Function and Pod informers have not synced yet")

@@ -2,8 +2,11 @@ package workflow
 
 import (
 	"context"
+	"fmt"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/artifact"
+	"stoke.dev/stoke/internal/store"
 )
 
 // Artifacts copies files between a job's workspace and the WorkflowRun's
@@ -53,4 +56,32 @@ type artifactOp struct {
 type artifactResult struct {
 	err     error
 	message string
+}
+
+// ArtifactLookup finds a WorkflowRun's artifacts by its name in wfs (the
+// Lookup of artifact.Reader, in both modes).
+func ArtifactLookup(wfs store.Reader[*v1alpha1.WorkflowRun]) artifact.Lookup {
+	return func(ctx context.Context, namespace, name string) (artifact.Run, error) {
+		wf, err := wfs.Get(ctx, namespace, name)
+		if err != nil {
+			return artifact.Run{}, err
+		}
+		return artifact.Run{Namespace: wf.Namespace, UID: string(wf.UID), Name: wf.Name}, nil
+	}
+}
+
+// LiveWorkflowRuns are the WorkflowRuns wfs has, for the artifact sweep
+// (artifact.Live, in both modes).
+func LiveWorkflowRuns(wfs store.Reader[*v1alpha1.WorkflowRun]) artifact.Live {
+	return func(ctx context.Context) (map[string]bool, error) {
+		items, _, err := wfs.List(ctx, store.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list workflowruns: %w", err)
+		}
+		live := make(map[string]bool, len(items))
+		for _, wf := range items {
+			live[wf.Namespace+"/"+string(wf.UID)] = true
+		}
+		return live, nil
+	}
 }
