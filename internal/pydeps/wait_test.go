@@ -44,8 +44,9 @@ func TestWaiterGoesOnWhenTheInstallIsThere(t *testing.T) {
 	done := make(chan result, 1)
 	waitCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	src := source(t, "tinydep==1.0\n")
 	go func() {
-		dir, release, err := c.Use(waitCtx, source(t, "tinydep==1.0\n"))
+		dir, release, err := c.Use(waitCtx, src)
 		release()
 		done <- result{dir, err}
 	}()

@@ -145,7 +145,9 @@ func TestAdoptAfterRestart(t *testing.T) {
 			}
 			break
 		}
-		if errdefs.Code(err) != codes.NotFound || time.Now().After(deadline) {
+		// NotFound until the worker is adopted, FailedPrecondition while it
+		// registers again.
+		if c := errdefs.Code(err); (c != codes.NotFound && c != codes.FailedPrecondition) || time.Now().After(deadline) {
 			t.Fatalf("adopted function: %v", err)
 		}
 	}
