@@ -102,7 +102,8 @@ func startKube(t testing.TB) *kubeEnv {
 	// What `helm install stoke deploy/helm/stoke -n stoke-system
 	// --create-namespace` installs, rendered by Helm's own packages: the
 	// controller's objects first, the Runtimes once a replica leads.
-	controllerObjs, runtimeObjs := e.renderChart(t)
+	// The workflow artifact store (kube_workflow_test.go).
+	controllerObjs, runtimeObjs := e.renderChart(t, startKubeS3(t))
 	e.applyFile(t, controllerObjs)
 	e.awaitLeader(t, installBound)
 	e.applyFile(t, runtimeObjs)
@@ -168,9 +169,10 @@ func repoPath(path string) string { return filepath.Join("..", filepath.FromSlas
 
 // renderChart writes the chart's objects (deploy.Render, default values
 // but the Namespace, a generated gateway certificate and the gateway's
-// Docker port, into stokeNamespace) to two files: the Runtimes', and
+// Docker port, the artifact store at s3URL and its credentials' Secret,
+// into stokeNamespace) to two files: the Runtimes', and
 // everything else's.
-func (e *kubeEnv) renderChart(t testing.TB) (others, runtimes string) {
+func (e *kubeEnv) renderChart(t testing.TB, s3URL string) (others, runtimes string) {
 	t.Helper()
 	// The gateway's serving certificate from the chart's CA, which the
 	// APIService then verifies it with.
@@ -178,15 +180,21 @@ func (e *kubeEnv) renderChart(t testing.TB) (others, runtimes string) {
 		// The Docker port too (kube_docker_test.go), its certificate for
 		// 127.0.0.1, where the test forwards a port to it.
 		"gateway": map[string]any{"tls": map[string]any{"generate": true, "ipAddresses": []any{"127.0.0.1"}},
-			"docker": map[string]any{"enabled": true}}})
+			"docker": map[string]any{"enabled": true}},
+		"artifacts": kubeS3Values(s3URL)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var o, r []string
 	for _, m := range ms {
-		if filepath.Base(m.Template) == "runtimes.yaml" {
+		switch filepath.Base(m.Template) {
+		case "runtimes.yaml":
 			r = append(r, m.Content)
-		} else {
+		case "namespace.yaml":
+			// The artifact store's credentials before the Pods that read
+			// them, in the namespace the chart makes.
+			o = append(o, m.Content, kubeS3SecretYAML())
+		default:
 			o = append(o, m.Content)
 		}
 	}

@@ -30,6 +30,7 @@ func TestKube(t *testing.T) {
 		{"UserImage", testUserImage},
 		{"ServiceAccountToken", testServiceAccountToken},
 		{"LeaderKilled", testLeaderKilled},
+		{"WorkflowPipeline", testWorkflowPipeline},
 		{"APIServerStopped", testAPIServerStopped},
 	} {
 		t.Run(st.name, func(t *testing.T) { st.test(t, e) })
