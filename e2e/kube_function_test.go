@@ -115,21 +115,6 @@ func (g *gatewayUsers) invokeFn(base, name, id string, sleep float64) fnAnswer {
 	return a
 }
 
-// invokeKnown is invokeFn, asked again while the gateway answers 404
-// because its Function informer has not seen the new Function yet (the
-// gateway learns Functions from its watch; the bound is generous).
-func (g *gatewayUsers) invokeKnown(t testing.TB, base, name, id string) fnAnswer {
-	t.Helper()
-	deadline := time.Now().Add(runBound)
-	for {
-		a := g.invokeFn(base, name, id, 0)
-		if a.status != http.StatusNotFound || time.Now().After(deadline) {
-			return a
-		}
-		time.Sleep(10 * time.Millisecond) // no event of the gateway's informer to await from here
-	}
-}
-
 // checkMarks reads every registration's marker file in dir: each start
 // is followed by its own end; it returns the invocations each ran.
 func checkMarks(t *testing.T, dir string) map[string]int {
@@ -188,7 +173,7 @@ func testKubeScaleFromZero(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 		t.Fatalf("an idle min-0 Function has %d replicas", all)
 	}
 	start := time.Now()
-	a := g.invokeKnown(t, base, "zero", "first")
+	a := g.invokeFn(base, "zero", "first", 0)
 	if a.status != http.StatusOK || a.ID != "first" {
 		t.Fatalf("the first invocation of a Function at zero: %s", a)
 	}
@@ -215,7 +200,7 @@ func testKubeScaleUpAndDown(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 	fns := e.watchFunctions(t)
 	defer fns.close()
 	_, marksDir := e.kubeFunction(t, "updown", v1alpha1.FunctionScale{Min: 0, Max: 3, IdleSeconds: 2})
-	if a := g.invokeKnown(t, bases[0], "updown", "warm"); a.status != http.StatusOK {
+	if a := g.invokeFn(bases[0], "updown", "warm", 0); a.status != http.StatusOK {
 		t.Fatalf("first call: %s", a)
 	}
 
