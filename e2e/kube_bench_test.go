@@ -174,7 +174,7 @@ func BenchmarkKube(b *testing.B) {
 // lifecycles/s, the API server's writes per lifecycle (4, as a check), and
 // the cluster's CPU per lifecycle, for comparison with Throughput's
 // runs/s and cluster-cpu-ms/run. The sub-benchmark is named Throughput so
-// that `-bench 'Kube/Throughput'` runs it after BenchmarkKube/Throughput,
+// that `-bench 'Kube(Ceiling)?$/Throughput'` runs it after BenchmarkKube/Throughput,
 // once that cluster is gone.
 func BenchmarkKubeCeiling(b *testing.B) {
 	e := startCluster(b)

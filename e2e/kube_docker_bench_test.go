@@ -13,7 +13,7 @@ import (
 // certificate, through the test's port forward), the whole CLI process,
 // beside `stoke run --rm --runtime bash -- true` on the same cluster
 // through the admin's kubeconfig, alternating, in the same run. (Not
-// named Kube…: `make bench`'s Kube/… lines would start its cluster too.)
+// named Kube…: a `-bench 'Kube/…'` pattern would start its cluster too.)
 func BenchmarkDockerOnCluster(b *testing.B) {
 	e := startKube(b)
 	addr := e.dockerForward(b)
