@@ -70,6 +70,8 @@ var forbidden = map[string][]string{
 	// The Runs' user is a leaf too: the Runtime Server, the pool and the
 	// data directory use it.
 	"stoke.dev/stoke/internal/runuser": {"stoke.dev/stoke/internal/"},
+	// The caches' one eviction policy is a leaf.
+	"stoke.dev/stoke/internal/cacheprune": {"stoke.dev/stoke/internal/"},
 	// The requirements cache is a leaf the Python adapter uses.
 	"stoke.dev/stoke/internal/pydeps":         {"stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/lambda", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/store"},
 	"stoke.dev/stoke/internal/proc":           {"stoke.dev/stoke/internal/runtime"},

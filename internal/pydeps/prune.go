@@ -1,19 +1,16 @@
 package pydeps
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/cacheprune"
 )
 
 // The cache's bounds, when Config leaves them at zero.
@@ -46,40 +43,31 @@ func (c *Cache) touch(digest string) {
 	}
 }
 
-// entry is one installed digest, for Prune.
-type entry struct {
-	digest  string
-	lastUse time.Time
-	size    int64
-}
-
-// Prune removes what the cache's bounds say must go: directories not used
-// for MaxAge, then, while the cache is over MaxBytes, the least recently
-// used first, but never one used within the longest task's time, and
-// never one a registration holds (Use), nor one being installed: each is
-// removed under its digest's exclusive lock, taken without waiting (a
-// directory whose lock is held is in use and stays). Installs prune after
-// they finish, and New prunes once, so the cache's size is bounded where
-// it grows. It returns how many directories went and their size.
+// Prune removes what the cache's bounds say must go (internal/cacheprune's
+// policy): directories not used for MaxAge, then, while the cache is over
+// MaxBytes, the least recently used first, but never one used within the
+// longest task's time, and never one a registration holds (Use), nor one
+// being installed: both hold the digest's lock. Installs prune after they
+// finish, and New prunes once, so the cache's size is bounded where it
+// grows. It returns how many directories went and their size.
 func (c *Cache) Prune(now time.Time) (removed int, freed int64, err error) {
 	ents, err := os.ReadDir(c.cfg.Root)
 	if err != nil {
 		return 0, 0, fmt.Errorf("pydeps: prune: %w", err)
 	}
-	var all []entry
-	var total int64
+	var all []cacheprune.Entry
 	for _, de := range ents {
 		name := de.Name()
 		switch {
 		case de.IsDir() && isDigest(name):
-			e := entry{digest: name, size: dirSize(filepath.Join(c.cfg.Root, name))}
-			if fi, err := os.Stat(c.lockPath(name)); err == nil {
-				e.lastUse = fi.ModTime()
+			e := cacheprune.Entry{Key: name, Dir: filepath.Join(c.cfg.Root, name), Lock: c.lockPath(name)}
+			e.Bytes = cacheprune.DirSize(e.Dir)
+			if fi, err := os.Stat(e.Lock); err == nil {
+				e.LastUse = fi.ModTime()
 			} else if fi, err := de.Info(); err == nil {
-				e.lastUse = fi.ModTime()
+				e.LastUse = fi.ModTime()
 			}
 			all = append(all, e)
-			total += e.size
 		case de.IsDir() && strings.HasPrefix(name, ".install-"):
 			// Left by a server that died installing: nothing renames it
 			// into place any more once the longest install is over.
@@ -88,57 +76,14 @@ func (c *Cache) Prune(now time.Time) (removed int, freed int64, err error) {
 			}
 		}
 	}
-	slices.SortFunc(all, func(a, b entry) int { return cmp.Or(a.lastUse.Compare(b.lastUse), strings.Compare(a.digest, b.digest)) })
-	for _, e := range all {
-		age := now.Sub(e.lastUse)
-		if age <= c.maxAge && total <= c.maxBytes {
-			break // the rest are newer
-		}
-		if age <= minAge {
-			continue
-		}
-		ok, rerr := c.remove(e.digest)
-		if rerr != nil {
-			err = errors.Join(err, rerr)
-			continue
-		}
-		if ok {
-			removed++
-			freed += e.size
-			total -= e.size
-		}
-	}
-	if removed > 0 {
-		c.log.Info("python requirements cache pruned", "removed", removed, "freed_bytes", freed, "left_bytes", total)
-	}
-	return removed, freed, err
-}
-
-// remove deletes the digest's directory if nobody holds its lock; false
-// when it is in use.
-func (c *Cache) remove(digest string) (bool, error) {
-	f, err := os.OpenFile(c.lockPath(digest), os.O_RDWR|os.O_CREATE, 0o600)
+	res, err := cacheprune.Prune(all, cacheprune.Policy{MaxBytes: c.maxBytes, MaxAge: c.maxAge, MinAge: minAge, Trash: c.cfg.Root}, now)
 	if err != nil {
-		return false, fmt.Errorf("pydeps: prune: %w", err)
+		err = fmt.Errorf("pydeps: %w", err)
 	}
-	defer f.Close() // releases the lock
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return false, nil
-		}
-		return false, fmt.Errorf("pydeps: prune: lock: %w", err)
+	if res.Removed > 0 {
+		c.log.Info("python requirements cache pruned", "removed", res.Removed, "freed_bytes", res.Freed, "left_bytes", res.Left)
 	}
-	// Out of the way under the lock (a Use that waits for it then finds
-	// nothing and installs again), removed at leisure.
-	gone, err := os.MkdirTemp(c.cfg.Root, ".prune-")
-	if err != nil {
-		return false, fmt.Errorf("pydeps: prune: %w", err)
-	}
-	defer os.RemoveAll(gone)
-	if err := os.Rename(filepath.Join(c.cfg.Root, digest), filepath.Join(gone, digest)); err != nil {
-		return false, fmt.Errorf("pydeps: prune: %w", err)
-	}
-	return true, nil
+	return res.Removed, res.Freed, err
 }
 
 // isDigest says whether name is a digest's directory name.
@@ -152,18 +97,4 @@ func isDigest(name string) bool {
 		}
 	}
 	return true
-}
-
-// dirSize is the size of the regular files under dir.
-func dirSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }
