@@ -23,6 +23,7 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/tarsafe"
 )
 
 // Config configures a Cache.
@@ -251,6 +252,7 @@ func unpack(archive, dir string) error {
 	}
 	defer root.Close()
 	tr := tar.NewReader(f)
+	check := tarsafe.New(tarsafe.Policy{Field: "source.git", Links: true})
 	var total int64
 	for {
 		h, err := tr.Next()
@@ -260,19 +262,17 @@ func unpack(archive, dir string) error {
 		if err != nil {
 			return fmt.Errorf("reading the tree: %w", err)
 		}
-		name := path.Clean(h.Name)
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
+		name, err := check.Check(h)
+		if err != nil {
+			return err
 		}
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return errdefs.InvalidArgument("source.git", "the tree's path %s leaves it", bounds.Quote(h.Name))
+		if name == "" {
+			continue
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if name != "." {
-				if err := root.MkdirAll(name, 0o755); err != nil {
-					return err
-				}
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return err
 			}
 		case tar.TypeReg:
 			if total += h.Size; total > bounds.GitTree {
@@ -297,15 +297,10 @@ func unpack(archive, dir string) error {
 				return err
 			}
 		case tar.TypeSymlink:
-			target := h.Linkname
-			resolved := path.Clean(path.Join(path.Dir(name), target))
-			if path.IsAbs(target) || resolved == ".." || strings.HasPrefix(resolved, "../") {
-				return errdefs.InvalidArgument("source.git", "the link %s points outside the tree (to %s)", bounds.Quote(name), bounds.Quote(target))
-			}
 			if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 				return err
 			}
-			if err := root.Symlink(target, name); err != nil {
+			if err := root.Symlink(h.Linkname, name); err != nil {
 				return err
 			}
 		default:

@@ -10,7 +10,7 @@
 // DIR/trees/<url key>/<commit>, made in a temporary directory and renamed
 // into place, so a reader sees a whole tree or none; an flock per commit
 // lets one fetch run while the others wait for it, in this process and in
-// others sharing DIR. A tree's entries are checked as they are unpacked:
+// others sharing DIR. A tree's entries are checked as they are unpacked (internal/tarsafe):
 // a link that points outside the tree, or a path that leaves it, fails the
 // fetch, which then leaves nothing.
 //

@@ -11,29 +11,6 @@ import (
 	"stoke.dev/stoke/internal/errdefs"
 )
 
-func TestCheckEntry(t *testing.T) {
-	ok := []tar.Header{
-		{Name: "a", Typeflag: tar.TypeReg}, {Name: "d/", Typeflag: tar.TypeDir}, {Name: "d/l", Typeflag: tar.TypeSymlink, Linkname: "../a"},
-		{Name: "h", Typeflag: tar.TypeLink, Linkname: "d/x"}, {Name: "./x/../y", Typeflag: tar.TypeReg},
-	}
-	bad := []tar.Header{
-		{Name: "../a", Typeflag: tar.TypeReg}, {Name: "/etc/x", Typeflag: tar.TypeReg}, {Name: "a/../../b", Typeflag: tar.TypeReg},
-		{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/"}, {Name: "d/l", Typeflag: tar.TypeSymlink, Linkname: "../../x"},
-		{Name: "h", Typeflag: tar.TypeLink, Linkname: "../x"}, {Name: "null", Typeflag: tar.TypeChar}, {Name: "f", Typeflag: tar.TypeFifo},
-		{Name: "b", Typeflag: tar.TypeBlock},
-	}
-	for _, h := range ok {
-		if err := CheckEntry(&h); err != nil {
-			t.Errorf("%s: %v", h.Name, err)
-		}
-	}
-	for _, h := range bad {
-		if err := CheckEntry(&h); errdefs.HTTPStatus(err) != http.StatusBadRequest {
-			t.Errorf("%s (%c → %s): %v, want 400", h.Name, h.Typeflag, h.Linkname, err)
-		}
-	}
-}
-
 // tarOf writes headers (regular files get body "x").
 func tarOf(t *testing.T, hdrs ...tar.Header) []byte {
 	t.Helper()

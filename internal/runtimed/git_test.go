@@ -51,7 +51,7 @@ func TestGitSource(t *testing.T) {
 		{"not-a-repo", v1alpha1.GitSource{URL: srv.URL + "/none.git", Ref: "main"}, "SourceFetchFailed", "none.git"},
 		{"unknown-commit", v1alpha1.GitSource{URL: url, Commit: strings.Repeat("0", 40)}, "SourceFetchFailed", "not our ref"},
 		{"unknown-ref", v1alpha1.GitSource{URL: url, Ref: "nope"}, "SourceFetchFailed", `ref "nope" is not in`},
-		{"link-out", v1alpha1.GitSource{URL: badURL, Commit: bad}, "InvalidSpec", `the link "out" points outside the tree`},
+		{"link-out", v1alpha1.GitSource{URL: badURL, Commit: bad}, "InvalidSpec", `entry "out": a link to`},
 	} {
 		run := taskRun(tc.name, "true")
 		run.Spec.Source.Git = &tc.src

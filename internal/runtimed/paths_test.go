@@ -69,3 +69,23 @@ func TestStatusHoldsNoServerPath(t *testing.T) {
 		}
 	}
 }
+
+// A source archive entry that names a path outside the Run's directory
+// fails the Run, saying so, and writes nothing there (it was once
+// silently confined: "../x" became "x").
+func TestSourceArchiveRefusesEscapes(t *testing.T) {
+	e := newEnv(t, "bash")
+	run := taskRun("escape", "true")
+	run.Spec.Mode.Task.Entrypoint = "a"
+	run.Spec.Source = &v1alpha1.Source{Archive: &v1alpha1.ArchiveSource{TarGz: tarGz(t, "a", "../escaped")}}
+	e.submit(run)
+	got := e.waitPhase("escape", v1alpha1.PhaseFailed, v1alpha1.PhaseSucceeded)
+	if got.Status.Phase != v1alpha1.PhaseFailed || !strings.Contains(got.Status.Message, "names outside the destination") {
+		t.Errorf("%s %q, want Failed naming the escape", got.Status.Phase, got.Status.Message)
+	}
+	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(e.pod.WorkspaceRoot), "**", "escaped"))
+	more, _ := filepath.Glob(filepath.Join(filepath.Dir(e.pod.WorkspaceRoot), "escaped"))
+	if len(matches)+len(more) != 0 {
+		t.Errorf("written outside: %v %v", matches, more)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/runtime"
+	"stoke.dev/stoke/internal/tarsafe"
 	"stoke.dev/stoke/internal/validation"
 )
 
@@ -263,6 +264,7 @@ func (t *tree) extract(tgz []byte) error {
 		return errdefs.InvalidArgument("spec.source.archive", "not a gzip stream: %v", err)
 	}
 	tr := tar.NewReader(zr)
+	check := tarsafe.New(tarsafe.Policy{Field: "spec.source.archive"})
 	var total int64
 	for {
 		h, err := tr.Next()
@@ -272,15 +274,15 @@ func (t *tree) extract(tgz []byte) error {
 		if err != nil {
 			return errdefs.InvalidArgument("spec.source.archive", "bad tar: %v", err)
 		}
-		name := strings.TrimPrefix(filepath.Clean("/"+h.Name), "/")
+		name, err := check.Check(h)
+		if err != nil {
+			return err
+		}
 		if name == "" {
 			continue
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := validation.RelativePath("spec.source.archive", name); err != nil {
-				return err
-			}
 			if err := t.mkdirs(name); err != nil {
 				return fmt.Errorf("source: %w", err)
 			}
