@@ -116,7 +116,8 @@ func startKube(t testing.TB) *kubeEnv {
 // nothing else, with the admin's clients; it stops when t ends.
 func startCluster(t testing.TB) *kubeEnv {
 	t.Helper()
-	c := kubetest.Start(t, kubetest.Options{ControllerManager: true, Scheduler: true})
+	// -kube-pprof profiles the API server too.
+	c := kubetest.Start(t, kubetest.Options{ControllerManager: true, Scheduler: true, Profiling: *kubePprof != ""})
 	e := &kubeEnv{cluster: c}
 	var err error
 	if e.kube, err = kubernetes.NewForConfig(c.Config); err != nil {

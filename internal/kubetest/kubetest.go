@@ -50,6 +50,9 @@ type Options struct {
 	ControllerManager bool
 	// Scheduler runs kube-scheduler.
 	Scheduler bool
+	// Profiling serves the API server's /debug/pprof on its own port to
+	// the admin (off otherwise): the benchmarks' CPU profiles.
+	Profiling bool
 }
 
 // Controllers are the kube-controller-manager controllers the cluster runs:
@@ -265,7 +268,7 @@ func (c *Cluster) configure(opts Options) error {
 			"--service-cluster-ip-range=10.0.0.0/24",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 			"--service-account-key-file=" + saPub, "--service-account-signing-key-file=" + saKey,
-			"--profiling=false",
+			"--profiling=" + strconv.FormatBool(opts.Profiling),
 			// The aggregation layer, as kubeadm configures it: the API
 			// server authenticates and authorizes the caller of an
 			// aggregated API, then proxies with the front-proxy client

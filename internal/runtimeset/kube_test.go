@@ -14,13 +14,16 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -523,4 +526,129 @@ func TestStatusFollowsPodsAndRuns(t *testing.T) {
 
 	setReady(pods[0], "127.0.0.10", corev1.ConditionFalse)
 	status("the Pod holding a Run NotReady", 1, 3)
+}
+
+// The runtime-server token the controller mints for a template's
+// ServiceAccount is bound to the namespace's token Secret, so it stops
+// authenticating on the API server (TokenReview) once the Runtime no
+// longer asks for it: when the Runtime turns the token off, names another
+// ServiceAccount, or is deleted, the Secret is removed or made anew, and
+// the old token is refused although its ServiceAccount is still there (a
+// token not bound to the Secret would still pass); the other
+// ServiceAccount's new token passes.
+func TestRuntimeServerTokenDiesWithItsSecret(t *testing.T) {
+	c := kubetest.Shared(t)
+	startController(t, c)
+	cl, err := client.NewWithWatch(c.Config, client.Options{Scheme: newScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// review answers whom token authenticates as ("" for nobody).
+	review := func(t *testing.T, token string) string {
+		t.Helper()
+		tr, err := kc.AuthenticationV1().TokenReviews().Create(t.Context(), &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tr.Status.Authenticated {
+			return ""
+		}
+		return tr.Status.User.Username
+	}
+	const name = "sa"
+	for _, tc := range []struct {
+		name   string
+		change func(ctx context.Context, rt *v1alpha1.Runtime) error
+		newSA  string // the ServiceAccount a new token is for, if any
+	}{
+		{"TokenOff", func(ctx context.Context, rt *v1alpha1.Runtime) error {
+			rt.Spec.Template.AutomountServiceAccountToken = ptr.To(false)
+			return cl.Update(ctx, rt)
+		}, ""},
+		{"AnotherServiceAccount", func(ctx context.Context, rt *v1alpha1.Runtime) error {
+			rt.Spec.Template.ServiceAccountName = "writer"
+			return cl.Update(ctx, rt)
+		}, "writer"},
+		{"RuntimeDeleted", func(ctx context.Context, rt *v1alpha1.Runtime) error {
+			return cl.Delete(ctx, rt)
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			ns := c.Namespace(t)
+			for _, sa := range []string{"reader", "writer"} {
+				if err := cl.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rt := &v1alpha1.Runtime{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: v1alpha1.RuntimeSpec{Server: "bash", Replicas: 1, Runs: 1,
+					Template: &v1alpha1.RuntimeTemplate{ServiceAccountName: "reader"}},
+			}
+			if err := cl.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			// tokenIn waits for the Secret to hold a token for the
+			// Runtime, other than not, and returns it.
+			tokenIn := func(what string, not types.UID) (string, types.UID) {
+				var tok string
+				var uid types.UID
+				until(t, cl, ns, &corev1.SecretList{}, &corev1.Secret{}, what, func(items []client.Object) bool {
+					for _, o := range items {
+						if s := o.(*corev1.Secret); s.Name == runtimeset.TokenSecret && s.UID != not && len(s.Data[name+".token"]) > 0 {
+							tok, uid = string(s.Data[name+".token"]), s.UID
+							return true
+						}
+					}
+					return false
+				})
+				return tok, uid
+			}
+			old, oldUID := tokenIn("the reader's token in "+runtimeset.TokenSecret, "")
+			if got, want := review(t, old), "system:serviceaccount:"+ns+":reader"; got != want {
+				t.Fatalf("the minted token reviews as %q, want %q", got, want)
+			}
+
+			if err := tc.change(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			if tc.newSA != "" {
+				tok, _ := tokenIn("a new Secret holding the "+tc.newSA+"'s token", oldUID)
+				if got, want := review(t, tok), "system:serviceaccount:"+ns+":"+tc.newSA; got != want {
+					t.Errorf("the new token reviews as %q, want %q", got, want)
+				}
+			} else {
+				until(t, cl, ns, &corev1.SecretList{}, &corev1.Secret{}, runtimeset.TokenSecret+" gone", func(items []client.Object) bool {
+					return !slices.ContainsFunc(items, func(o client.Object) bool { return o.GetName() == runtimeset.TokenSecret })
+				})
+			}
+			// The API server keeps a token's successful authentication
+			// for 10 s (kube-apiserver's TokenSuccessCacheTTL) and reads
+			// the bound Secret from its informer, and neither tells
+			// anyone when it lets go: so the old token is reviewed again
+			// until refused, within a bound that only a token not bound
+			// to the Secret (refused never) exceeds.
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			for got := review(t, old); got != ""; got = review(t, old) {
+				select {
+				case <-ctx.Done():
+					t.Fatalf("a minute after the change the old token still authenticates, as %q", got)
+				case <-tick.C:
+				}
+			}
+			// The old token's ServiceAccount is still there: only the
+			// binding to the Secret refuses the token.
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "reader"}, &corev1.ServiceAccount{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
