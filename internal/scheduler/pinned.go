@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 )
 
@@ -31,6 +34,26 @@ func (s *Scheduler) decidePinned(ctx context.Context, rs *runState, run *v1alpha
 		s.enqueue(q, rs)
 	}
 	s.dirty[p.key] = struct{}{}
+	if waitingForPodWritten(run) || s.used[ps.pod.UID] < int(ps.pod.Slots) {
+		return
+	}
+	if at := rs.since.Add(s.cfg.UnschedulableAfter); s.clk.Now().Before(at) {
+		s.after(rs, at)
+		return
+	}
+	s.unwait(rs)
+	s.write(ctx, rs, run, job{kind: jobPinnedWaiting, message: fmt.Sprintf(
+		"waiting for a slot of pod %s (spec.placement.podUID), whose %d slots other Runs hold", ps.pod.Name, ps.pod.Slots)})
+}
+
+// waitingForPodWritten reports whether run already says it waits for its
+// pinned pod.
+func waitingForPodWritten(run *v1alpha1.Run) bool {
+	if run.Status.Phase != v1alpha1.PhasePending {
+		return false
+	}
+	c := meta.FindStatusCondition(run.Status.Conditions, ConditionScheduled)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonWaitingForPod
 }
 
 // schedulePinned gives ps's free slots to the Runs pinned to it.

@@ -4,9 +4,13 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
+	"stoke.dev/stoke/internal/scheduler"
 )
 
 func pinnedTo(p podsource.Pod) func(*v1alpha1.Run) {
@@ -14,8 +18,9 @@ func pinnedTo(p podsource.Pod) func(*v1alpha1.Run) {
 }
 
 // A pinned Run goes only to its pod, waits there while the pod is full
-// (although another pod of the pool is free), and takes the slot the
-// pod frees before an older Run of the pool does.
+// (although another pod of the pool is free), saying so once it has
+// waited UnschedulableAfter, and takes the slot the pod frees before an
+// older Run of the pool does.
 func TestPinnedRunWaitsForItsPod(t *testing.T) {
 	a, b := pod("bash", "a", 1), pod("bash", "b", 1)
 	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []podsource.Pod{a, b}, unschedulableAfter: -1})
@@ -31,11 +36,20 @@ func TestPinnedRunWaitsForItsPod(t *testing.T) {
 	if got := e.track.get("second").Status.Phase; got != "" && got != v1alpha1.PhasePending {
 		t.Fatalf("second is %s while its pod is full", got)
 	}
+	// Waiting past UnschedulableAfter for its full pod, it says so.
+	e.track.waitFor("second waiting for its pod", func(m map[string]*v1alpha1.Run) bool {
+		c := meta.FindStatusCondition(m["second"].Status.Conditions, scheduler.ConditionScheduled)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == scheduler.ReasonWaitingForPod
+	})
+	if r := e.track.get("second"); r.Status.Phase != v1alpha1.PhasePending ||
+		!strings.Contains(meta.FindStatusCondition(r.Status.Conditions, scheduler.ConditionScheduled).Message, "pod a ") {
+		t.Errorf("second: phase %s, conditions %+v; want Pending naming pod a", r.Status.Phase, r.Status.Conditions)
+	}
 	// a's slot frees: the pinned Run takes it, not the pool's Run.
 	e.setStatus("first", func(st *v1alpha1.RunStatus) { st.Phase = v1alpha1.PhaseSucceeded })
 	e.track.waitFor("second scheduled", phaseIs("second", v1alpha1.PhaseScheduled))
-	if got := e.track.get("second").Status.AssignedPodUID; got != a.UID {
-		t.Errorf("second went to %s, want %s", got, a.UID)
+	if got := e.track.get("second"); got.Status.AssignedPodUID != a.UID || !meta.IsStatusConditionTrue(got.Status.Conditions, scheduler.ConditionScheduled) {
+		t.Errorf("second went to %s (conditions %+v), want %s, Scheduled", got.Status.AssignedPodUID, got.Status.Conditions, a.UID)
 	}
 	if got := e.track.get("older").Status.Phase; got == v1alpha1.PhaseScheduled {
 		t.Errorf("older was scheduled on a full pool")

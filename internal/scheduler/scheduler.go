@@ -61,8 +61,11 @@
 // pods of its Runtime (it went, or never was one: the scheduler starts
 // once the pod source knows every live pod) ends Failed with reason
 // Unschedulable, through the retry engine, and a message naming the pod.
-// Pinned Runs waiting for a slot of a live pod get no Unschedulable
-// condition: the pod is alive, so they are waiting their turn.
+// A pinned Run waiting for a slot of a live pod is not Unschedulable (the
+// pod is alive: it waits its turn), but one that has waited
+// UnschedulableAfter while its pod is full says so, once, with
+// Scheduled=False and reason WaitingForPod naming the pod: a workflow
+// step stuck behind another Run on its job's pod is not silent.
 //
 // A conflicting write is never retried blindly: the Run is decided again
 // from the informer once it shows the newer version.
@@ -103,6 +106,9 @@ const (
 	// ReasonUnschedulable is the reason of Scheduled=False while no ready
 	// pod of the Runtime has a free slot.
 	ReasonUnschedulable = string(retry.Unschedulable)
+	// ReasonWaitingForPod is the reason of Scheduled=False while a pinned
+	// Run waits for a slot of its pod, which other Runs hold.
+	ReasonWaitingForPod = "WaitingForPod"
 )
 
 // Default tunables.

@@ -29,6 +29,9 @@ const (
 	jobRuntimeCheck
 	// jobPinnedGone ends a Run pinned to a pod that is not there.
 	jobPinnedGone
+	// jobPinnedWaiting writes Scheduled=False, WaitingForPod: a pinned
+	// Run waits for its full pod.
+	jobPinnedWaiting
 )
 
 // job is one status write for one Run. run is the informer's shared copy
@@ -60,10 +63,14 @@ func (s *Scheduler) do(ctx context.Context, j job) result {
 		assign(run, j.pod, now)
 	case jobCancel:
 		retry.Apply(run, retry.Decide(run, retry.Cancelled, "cancelled before it was scheduled", now))
-	case jobUnschedulable:
+	case jobUnschedulable, jobPinnedWaiting:
+		reason := ReasonUnschedulable
+		if j.kind == jobPinnedWaiting {
+			reason = ReasonWaitingForPod
+		}
 		run.Status.Phase = v1alpha1.PhasePending
 		meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
-			Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonUnschedulable,
+			Type: ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason,
 			Message: j.message, ObservedGeneration: run.Generation, LastTransitionTime: metav1.NewTime(now),
 		})
 	case jobPinnedGone:
