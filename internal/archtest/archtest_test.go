@@ -162,7 +162,7 @@ var forbidden = map[string][]string{
 
 // testOnly are packages that only tests, their own commands and other
 // test-only packages import (and the packages below them).
-var testOnly = []string{"stoke.dev/stoke/internal/lambda/lambdasim", "stoke.dev/stoke/internal/invokefloor", "stoke.dev/stoke/internal/testdeps", "stoke.dev/stoke/internal/kubetest", "stoke.dev/stoke/internal/kubepods/kubepodstest", "stoke.dev/stoke/internal/syncbuf", "stoke.dev/stoke/internal/pydeps/pydepstest"}
+var testOnly = []string{"stoke.dev/stoke/internal/lambda/lambdasim", "stoke.dev/stoke/internal/invokefloor", "stoke.dev/stoke/internal/testdeps", "stoke.dev/stoke/internal/kubetest", "stoke.dev/stoke/internal/kubepods/kubepodstest", "stoke.dev/stoke/internal/syncbuf", "stoke.dev/stoke/internal/pydeps/pydepstest", "stoke.dev/stoke/internal/artifact/s3test"}
 
 func isTestOnly(pkg string) bool {
 	return slices.ContainsFunc(testOnly, func(only string) bool { return pkg == only || strings.HasPrefix(pkg, only+"/") })

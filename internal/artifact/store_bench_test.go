@@ -37,8 +37,8 @@ func benchTar(b *testing.B) []byte {
 // checks, the SHA-256, the backend's write) and download (Store.Get read
 // to its end, the digest checked) on loopback, each beside its floor in
 // the same run: for the local directory, the same bytes written to one
-// file and fsynced, and read back; for S3 (gofakes3 in-process on a
-// loopback port), one raw PutObject of the same bytes, and its GetObject.
+// file and fsynced, and read back; for S3 (versitygw's posix backend on a
+// loopback address, internal/artifact/s3test), one raw PutObject of the same bytes, and its GetObject.
 func BenchmarkArtifactStore(b *testing.B) {
 	data := benchTar(b)
 	ctx := context.Background()

@@ -1,9 +1,10 @@
 // Package testdeps builds the outside programs Stoke's tests run from the
 // versions pinned in the project's tool modules, once per machine: the
 // tools set (the AWS Lambda Runtime Interface Emulator and a baseline
-// function, pinned in tools/go.mod) and the kube set (etcd, kube-apiserver,
+// function, pinned in tools/go.mod), the kube set (etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler and kubectl, pinned in
-// tools/kube/go.mod). Each set lands in a directory of the user's cache
+// tools/kube/go.mod) and the s3 set (versitygw, an S3-compatible server,
+// pinned in tools/s3/go.mod). Each set lands in a directory of the user's cache
 // directory (os.UserCacheDir()/stoke/testdeps) whose name changes whenever
 // the set's go.mod or go.sum does; a file lock lets concurrent test binaries
 // build it only once, and a build is renamed into place whole. Tests call
@@ -45,6 +46,12 @@ var KubePrograms = map[string]string{
 	"kubectl":                 "k8s.io/kubernetes/cmd/kubectl",
 }
 
+// S3Programs maps the s3 set's programs to their packages in the s3 module
+// (tools/s3/go.mod).
+var S3Programs = map[string]string{
+	"versitygw": "github.com/versity/versitygw/cmd/versitygw",
+}
+
 // A set is the programs of one tool module, built together by one go build
 // (so that they share its compilations) into one cache directory.
 type set struct {
@@ -58,6 +65,7 @@ type set struct {
 var sets = map[string]set{
 	"tools": {name: "tools", module: "tools", programs: Programs},
 	"kube":  {name: "kube", module: filepath.Join("tools", "kube"), programs: KubePrograms, ldflags: kubeLDFlags},
+	"s3":    {name: "s3", module: filepath.Join("tools", "s3"), programs: S3Programs, ldflags: versitygwLDFlags},
 }
 
 // Sets lists the names Dir accepts, sorted.
@@ -98,6 +106,16 @@ func Path(name string) (string, error) {
 // build for the current pins. A cold build takes tens of minutes.
 func KubeDir() (string, error) {
 	return Dir("kube")
+}
+
+// S3Path returns the path of versitygw, building the s3 set first when the
+// cache does not hold the build for the current pins (about 2 CPU-minutes).
+func S3Path() (string, error) {
+	dir, err := Dir("s3")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "versitygw"), nil
 }
 
 // Dir returns the directory holding the named set's programs, building the
@@ -227,6 +245,17 @@ func kubeLDFlags(modDir string) (string, error) {
 	const pkg = "k8s.io/component-base/version"
 	return fmt.Sprintf("-s -w -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=%[3]s -X %[1]s.gitMinor=%[4]s",
 		pkg, v, parts[0], parts[1]), nil
+}
+
+// versitygwLDFlags strips the symbol tables (the binary is large and no
+// test debugs it) and stamps the pinned version where versitygw's own
+// Makefile does, so that its --version says it.
+func versitygwLDFlags(modDir string) (string, error) {
+	v, err := moduleVersion(modDir, "github.com/versity/versitygw")
+	if err != nil {
+		return "", err
+	}
+	return "-s -w -X main.Version=" + v, nil
 }
 
 // moduleVersion returns the version of module mod in the build list of the

@@ -134,3 +134,24 @@ func TestSetBuildsOnceWhole(t *testing.T) {
 		t.Errorf("temporary directories left: %q", tmps)
 	}
 }
+
+// TestS3PathIsThePinnedVersitygw proves the s3 set builds versitygw with
+// its version stamped (unstamped, it says "git").
+func TestS3PathIsThePinnedVersitygw(t *testing.T) {
+	p, err := S3Path()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := moduleVersion(filepath.Join(root, "tools", "s3"), "github.com/versity/versitygw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(p, "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Version  : "+v+"\n") {
+		t.Fatalf("%s --version: %v, printed %q; want version %s", p, err, out, v)
+	}
+}

@@ -1,12 +1,14 @@
 // Command testdeps builds the test dependency sets named on its command
-// line (all of them without arguments: the tools set and the kube set) into
-// the user's cache directory and prints their directories; .ci/run uses it
-// to build them before the tests.
+// line (all of them without arguments: the tools, kube and s3 sets) into
+// the user's cache directory, each set's build beside the others', and
+// prints their directories; .ci/run uses it to build them before the
+// tests.
 package main
 
 import (
 	"fmt"
 	"os"
+	"sync"
 
 	"stoke.dev/stoke/internal/testdeps"
 )
@@ -16,12 +18,25 @@ func main() {
 	if len(names) == 0 {
 		names = testdeps.Sets()
 	}
-	for _, n := range names {
-		dir, err := testdeps.Dir(n)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+	// At the same time: a go build leaves cores idle while it links one
+	// program after another, and the kube set's links are long.
+	dirs := make([]string, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() { dirs[i], errs[i] = testdeps.Dir(n) })
+	}
+	wg.Wait()
+	failed := false
+	for i := range names {
+		if errs[i] != nil {
+			fmt.Fprintln(os.Stderr, errs[i])
+			failed = true
+			continue
 		}
-		fmt.Println(dir)
+		fmt.Println(dirs[i])
+	}
+	if failed {
+		os.Exit(1)
 	}
 }
