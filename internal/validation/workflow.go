@@ -396,6 +396,26 @@ func validateJob(e *errorList, j *v1alpha1.Job, p *field.Path, ids map[string]in
 		if j.RunsOn != "" {
 			e.add(p.Child("runsOn"), "must be empty with uses (the called Workflow's jobs say where they run)")
 		}
+		// A calling job is a node of the DAG whose work is the called
+		// Workflow's jobs: what would shape its own steps has no meaning,
+		// as in GitHub. A matrix of calls is refused, not built (one scope
+		// per combination would multiply the called jobs past the
+		// status bounds quickly).
+		if j.Strategy != nil {
+			e.add(p.Child("strategy"), "a job that calls a Workflow (uses) cannot have a strategy or matrix: call it from one job, or give the matrix to the called Workflow's jobs")
+		}
+		if len(j.Env) > 0 {
+			e.add(p.Child("env"), "must be empty with uses (pass values to the called Workflow with with:)")
+		}
+		if j.TimeoutMinutes != 0 {
+			e.add(p.Child("timeoutMinutes"), "must be empty with uses (the called Workflow's jobs have their own)")
+		}
+		if j.RetryPolicy != nil {
+			e.add(p.Child("retryPolicy"), "must be empty with uses (the called Workflow's jobs have their own)")
+		}
+		if len(j.Outputs) > 0 {
+			e.add(p.Child("outputs"), "must be empty with uses (the job's outputs are the called Workflow's)")
+		}
 		validateNameValues(e, j.With, p.Child("with"), bounds.WorkflowInputs, true)
 	default:
 		if len(j.With) > 0 {

@@ -196,6 +196,14 @@ var workflowRunCases = []workflowRunCase{
 	{"call with a mistyped input", func(w *v1alpha1.WorkflowRun) {
 		w.Spec.Jobs = append(w.Spec.Jobs, v1alpha1.Job{ID: "lib", Uses: "lib", With: []v1alpha1.NameValue{{Name: "n", Value: "one"}}})
 	}, "spec.jobs[4].with[0].value", `"one" is not a number`, false},
+	{"call with a matrix", func(w *v1alpha1.WorkflowRun) {
+		w.Spec.Jobs = append(w.Spec.Jobs, v1alpha1.Job{ID: "lib", Uses: "lib", With: []v1alpha1.NameValue{{Name: "n", Value: "1"}},
+			Strategy: &v1alpha1.Strategy{Matrix: &v1alpha1.Matrix{Axes: []v1alpha1.MatrixAxis{{Name: "a", Values: []apiextensionsv1.JSON{{Raw: []byte("1")}}}}}}})
+	}, "spec.jobs[4].strategy", "a job that calls a Workflow (uses) cannot have a strategy or matrix", false},
+	{"call with outputs of its own", func(w *v1alpha1.WorkflowRun) {
+		w.Spec.Jobs = append(w.Spec.Jobs, v1alpha1.Job{ID: "lib", Uses: "lib", With: []v1alpha1.NameValue{{Name: "n", Value: "1"}},
+			Outputs: []v1alpha1.NameValue{{Name: "o", Value: "x"}}})
+	}, "spec.jobs[4].outputs", "the job's outputs are the called Workflow's", false},
 	{"call cycle", func(w *v1alpha1.WorkflowRun) {
 		w.Spec.Jobs = append(w.Spec.Jobs, v1alpha1.Job{ID: "x", Uses: "loop-a", With: []v1alpha1.NameValue{{Name: "n", Value: "1"}}})
 	}, "spec.jobs[4].uses", "Workflow calls form a cycle: loop-a → loop-b → loop-a", false},

@@ -2,9 +2,13 @@ package workflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -166,13 +170,18 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 		return err
 	}
 	spec, snapshot := &v1alpha1.WorkflowSpec{}, (*v1alpha1.WorkflowSnapshot)(nil)
+	var called map[string]*v1alpha1.WorkflowSpec
 	if invalid == "" {
-		if spec, snapshot, err = c.spec(ctx, wf); err != nil {
+		if spec, called, snapshot, err = c.spec(ctx, wf); err != nil {
 			return err
+		}
+		if n := snapshotSize(snapshot); n > bounds.WorkflowSnapshot {
+			invalid = fmt.Sprintf("the Workflows this run executes and calls are %d bytes of JSON, at most %d allowed in its snapshot", n, bounds.WorkflowSnapshot)
+			snapshot = nil
 		}
 	}
 	w := &world{
-		now: c.clk.Now(), wf: wf, spec: spec, invalid: invalid,
+		now: c.clk.Now(), wf: wf, spec: spec, called: called, invalid: invalid,
 		run: func(name string) (*v1alpha1.Run, bool) {
 			run, ok := c.cfg.RunInformer.Get(k.Namespace, name)
 			if ok && !ownedBy(run, string(wf.UID)) {
@@ -291,25 +300,97 @@ func (c *Controller) validate(ctx context.Context, wf *v1alpha1.WorkflowRun) (st
 }
 
 // spec is what the WorkflowRun executes: its own jobs, or the Workflow it
-// names, copied into status.snapshot when it starts so that editing the
-// Workflow changes no running WorkflowRun. snapshot is non-nil when it
-// was read now.
-func (c *Controller) spec(ctx context.Context, wf *v1alpha1.WorkflowRun) (spec *v1alpha1.WorkflowSpec, snapshot *v1alpha1.WorkflowSnapshot, err error) {
-	if wf.Spec.Workflow == "" {
-		return &v1alpha1.WorkflowSpec{Jobs: wf.Spec.Jobs, Env: wf.Spec.Env}, nil, nil
+// names, and the Workflows its jobs call, transitively (called, by name).
+// They are copied into status.snapshot when it starts, so that editing a
+// Workflow changes no running WorkflowRun; snapshot is non-nil when they
+// were read now. A called Workflow that is not there is left out: the
+// decision's flatten then refuses the run, naming it.
+func (c *Controller) spec(ctx context.Context, wf *v1alpha1.WorkflowRun) (spec *v1alpha1.WorkflowSpec, called map[string]*v1alpha1.WorkflowSpec, snapshot *v1alpha1.WorkflowSnapshot, err error) {
+	if s := wf.Status.Snapshot; s != nil || wf.Status.StartTime != nil || len(wf.Status.Jobs) > 0 {
+		// Started: what it runs is fixed.
+		spec = &v1alpha1.WorkflowSpec{Jobs: wf.Spec.Jobs, Env: wf.Spec.Env}
+		called = map[string]*v1alpha1.WorkflowSpec{}
+		if s != nil {
+			if s.Spec != nil {
+				spec = s.Spec
+			}
+			for i := range s.Called {
+				called[s.Called[i].Name] = &s.Called[i].Spec
+			}
+		}
+		if wf.Spec.Workflow != "" && (s == nil || s.Spec == nil) {
+			return nil, nil, nil, fmt.Errorf("workflowrun %s/%s (uid %s) started without a snapshot of Workflow %s", wf.Namespace, wf.Name, wf.UID, wf.Spec.Workflow)
+		}
+		return spec, called, nil, nil
 	}
-	if s := wf.Status.Snapshot; s != nil && s.Spec != nil {
-		return s.Spec, nil, nil
+	if (wf.Spec.Workflow != "" || hasCalls(wf.Spec.Jobs)) && c.cfg.Workflows == nil {
+		return nil, nil, nil, errors.New("no Workflow store")
 	}
-	if c.cfg.Workflows == nil {
-		return nil, nil, errors.New("no Workflow store")
+	snapshot = &v1alpha1.WorkflowSnapshot{}
+	spec = &v1alpha1.WorkflowSpec{Jobs: wf.Spec.Jobs, Env: wf.Spec.Env}
+	if wf.Spec.Workflow != "" {
+		w, err := c.cfg.Workflows.Get(ctx, wf.Namespace, wf.Spec.Workflow)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("workflow %s of workflowrun %s/%s (uid %s): %w", wf.Spec.Workflow, wf.Namespace, wf.Name, wf.UID, err)
+		}
+		spec = w.Spec.DeepCopy()
+		snapshot.Spec = spec
 	}
-	w, err := c.cfg.Workflows.Get(ctx, wf.Namespace, wf.Spec.Workflow)
+	// Every Workflow called, breadth first; more than the bound are not
+	// read (validation refuses such a run before it gets here).
+	called = map[string]*v1alpha1.WorkflowSpec{}
+	queue := []*v1alpha1.WorkflowSpec{spec}
+	for len(queue) > 0 && len(called) <= bounds.WorkflowCalled {
+		next := queue[0]
+		queue = queue[1:]
+		for _, j := range next.Jobs {
+			if _, seen := called[j.Uses]; j.Uses == "" || seen {
+				continue
+			}
+			w, err := c.cfg.Workflows.Get(ctx, wf.Namespace, j.Uses)
+			switch {
+			case errors.Is(err, errdefs.ErrNotFound):
+				called[j.Uses] = nil
+				continue
+			case err != nil:
+				return nil, nil, nil, fmt.Errorf("workflow %s called by workflowrun %s/%s (uid %s): %w", j.Uses, wf.Namespace, wf.Name, wf.UID, err)
+			}
+			s := w.Spec.DeepCopy()
+			called[j.Uses] = s
+			snapshot.Called = append(snapshot.Called, v1alpha1.CalledWorkflow{Name: j.Uses, Spec: *s})
+			queue = append(queue, s)
+		}
+	}
+	for name, s := range called {
+		if s == nil {
+			delete(called, name)
+		}
+	}
+	slices.SortFunc(snapshot.Called, func(a, b v1alpha1.CalledWorkflow) int { return strings.Compare(a.Name, b.Name) })
+	if snapshot.Spec == nil && len(snapshot.Called) == 0 {
+		return spec, called, nil, nil // its own jobs, calling none: nothing to copy
+	}
+	return spec, called, snapshot, nil
+}
+
+func snapshotSize(s *v1alpha1.WorkflowSnapshot) int {
+	if s == nil {
+		return 0
+	}
+	b, err := json.Marshal(s)
 	if err != nil {
-		return nil, nil, fmt.Errorf("workflow %s of workflowrun %s/%s: %w", wf.Spec.Workflow, wf.Namespace, wf.Name, err)
+		return math.MaxInt
 	}
-	s := w.Spec.DeepCopy()
-	return s, &v1alpha1.WorkflowSnapshot{Spec: s}, nil
+	return len(b)
+}
+
+func hasCalls(jobs []v1alpha1.Job) bool {
+	for _, j := range jobs {
+		if j.Uses != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // startArtifact hands an artifact step's copy to a worker unless it is in

@@ -214,3 +214,78 @@ func TestControllerRefusesAnInvalidWorkflowRunAtStart(t *testing.T) {
 		t.Errorf("%d step Runs made", len(runs))
 	}
 }
+
+// The Workflows a run calls are copied into status.snapshot.called when
+// it starts: editing one while the run runs (and restarting the
+// controller) changes nothing of that run.
+func TestControllerRunsTheCalledWorkflowsAsTheyWereAtStart(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, dir)
+	lib := &v1alpha1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: "lib", Namespace: "default"}, Spec: v1alpha1.WorkflowSpec{
+		Inputs:  []v1alpha1.WorkflowInput{{Name: "msg", Required: true}},
+		Outputs: []v1alpha1.NameValue{{Name: "said", Value: "${{ jobs.say.outputs.said }}"}},
+		Jobs: []v1alpha1.Job{{ID: "say", RunsOn: "bash", Steps: []v1alpha1.Step{{ID: "s", Run: `echo "v1 ${{ inputs.msg }}"`}, {Run: "echo v1 second"}},
+			Outputs: []v1alpha1.NameValue{{Name: "said", Value: "${{ steps.s.outputs.said }}"}}}},
+	}}
+	if _, err := e.st.Workflows().Create(e.ctx, lib); err != nil {
+		t.Fatal(err)
+	}
+	wf := &v1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Name: "ci", Namespace: "default"}, Spec: v1alpha1.WorkflowRunSpec{Jobs: []v1alpha1.Job{
+		{ID: "call", Uses: "lib", With: []v1alpha1.NameValue{{Name: "msg", Value: "hi"}}},
+	}}}
+	if _, err := e.st.WorkflowRuns().Create(e.ctx, wf); err != nil {
+		t.Fatal(err)
+	}
+	// The status (with the snapshot) is written after the step Run is made.
+	e.until("call/say's step Run", func() bool { return len(e.stepRuns()) == 1 && len(e.wf().Status.Jobs) == 2 })
+	snap := e.wf().Status.Snapshot
+	if snap == nil || snap.Spec != nil || len(snap.Called) != 1 || snap.Called[0].Name != "lib" || len(snap.Called[0].Spec.Jobs) != 1 {
+		t.Fatalf("snapshot %+v", snap)
+	}
+
+	// Edit lib: another text for the step not yet started, other
+	// outputs, and a second job.
+	err := store.RetryOnConflict(func() error {
+		cur, err := e.st.Workflows().Get(e.ctx, "default", "lib")
+		if err != nil {
+			return err
+		}
+		cur.Spec.Jobs[0].Steps[1].Run = "echo v2 second"
+		cur.Spec.Outputs[0].Value = "v2"
+		cur.Spec.Jobs = append(cur.Spec.Jobs, v1alpha1.Job{ID: "extra", RunsOn: "bash", Steps: []v1alpha1.Step{{Run: "true"}}})
+		_, err = e.st.Workflows().Update(e.ctx, cur)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+	e = newEnv(t, dir)
+	e.until("the informer", func() bool { return len(e.stepRuns()) == 1 })
+	say := e.stepRuns()[0]
+	if say.Labels[workflow.LabelJob] != "call-say" || say.Spec.Source == nil || say.Spec.Source.Inline == nil || !strings.HasPrefix(say.Spec.Source.Inline.Text, `echo "v1 `) {
+		t.Fatalf("call/say's Run: %v %+v", say.Labels, say.Spec.Source)
+	}
+	e.finish(say.Name, "p1", v1alpha1.PhaseSucceeded, map[string]string{"said": "v1 hi"})
+	e.until("call/say's second step", func() bool { return len(e.stepRuns()) == 2 })
+	second := e.stepRuns()[1]
+	if second.Spec.Source == nil || second.Spec.Source.Inline == nil || second.Spec.Source.Inline.Text != "echo v1 second" {
+		t.Fatalf("call/say's second step runs the edited Workflow: %+v", second.Spec.Source)
+	}
+	e.finish(second.Name, "", v1alpha1.PhaseSucceeded, nil)
+	e.until("Succeeded", func() bool { return e.wf().Status.Phase.Terminal() })
+	st := e.wf().Status
+	var names []string
+	for _, j := range st.Jobs {
+		names = append(names, j.Name+"="+string(j.Phase))
+	}
+	if st.Phase != v1alpha1.WorkflowSucceeded || strings.Join(names, " ") != "call=Succeeded call/say=Succeeded" {
+		t.Errorf("run %s: %v", st.Phase, names)
+	}
+	if out := st.Jobs[0].Outputs; len(out) != 1 || out[0].Value != "v1 hi" {
+		t.Errorf("call's outputs %v", out)
+	}
+	if n := len(e.stepRuns()); n != 2 {
+		t.Errorf("%d step Runs, want 2 (the edited Workflow's extra job must not run)", n)
+	}
+}

@@ -54,6 +54,20 @@ type world struct {
 	// notBefore returns when a job instance waiting for its next attempt
 	// may start it (kept in memory: after a restart it starts at once).
 	notBefore func(instance string) time.Time
+	// called are the Workflows the jobs call, by name, as the run's
+	// snapshot holds them.
+	called map[string]*v1alpha1.WorkflowSpec
+
+	// Set by decide: the spec with its calls laid out (spec is then
+	// flat.spec), and the called scopes' inputs as evaluated so far.
+	flat   *flat
+	inputs map[*callScope]scopeInputs
+}
+
+// scopeInputs is a scope's inputs context, or why its with: fails.
+type scopeInputs struct {
+	values map[string]any
+	err    error
 }
 
 // plan is what a decision asks the controller to do, in order: create the
@@ -95,6 +109,14 @@ func decide(w *world) *plan {
 		finish(st, w.now, v1alpha1.WorkflowFailed, "InvalidSpec", w.invalid)
 		return p
 	}
+	f, err := flatten(w.spec, w.called)
+	if err != nil {
+		finish(st, w.now, v1alpha1.WorkflowFailed, "InvalidSpec", err.Error())
+		return p
+	}
+	wc := *w
+	wc.spec, wc.flat, wc.inputs = f.spec, f, map[*callScope]scopeInputs{}
+	w = &wc
 	if len(st.Jobs) == 0 {
 		jobs, err := expandJobs(w.spec)
 		if err != nil {
@@ -107,17 +129,21 @@ func decide(w *world) *plan {
 	for i := range w.spec.Jobs {
 		jobs[w.spec.Jobs[i].ID] = &w.spec.Jobs[i]
 	}
-	// Jobs in an order where needs come first; the spec has no cycle
-	// (validation refuses them), but a loop guards the order anyway.
-	for _, id := range topoOrder(w.spec.Jobs) {
-		job := jobs[id]
+	// Jobs in an order where needs come first, a called Workflow's jobs
+	// between their calling job's start and its end (flat.order).
+	for _, it := range f.order() {
+		job := jobs[it.id]
 		idx := 0
 		for i := range st.Jobs {
-			if st.Jobs[i].Job != id {
+			if st.Jobs[i].Job != it.id {
 				continue
 			}
-			d := &jobDecider{w: w, p: p, job: job, js: &st.Jobs[i], index: idx}
-			d.decide()
+			d := &jobDecider{w: w, p: p, job: job, js: &st.Jobs[i], index: idx, scope: f.scopeOf[it.id]}
+			if it.finish {
+				d.finishCall()
+			} else {
+				d.decide()
+			}
 			idx++
 		}
 	}
@@ -135,7 +161,7 @@ func decide(w *world) *plan {
 	if !done {
 		return p
 	}
-	st.Outputs = workflowOutputs(w, st)
+	st.Outputs = scopeOutputs(w, st, w.flat.top)
 	switch {
 	case w.wf.Spec.CancelRequested:
 		finish(st, w.now, v1alpha1.WorkflowCancelled, "Cancelled", "cancelled on request")
@@ -163,6 +189,9 @@ func failedJobs(st *v1alpha1.WorkflowRunStatus) string {
 	return "failed: " + strings.Join(names, ", ")
 }
 
+// maxInstanceName is JobStatus.Name's bound in the CRD.
+const maxInstanceName = 512
+
 // expandJobs is the status.jobs of a WorkflowRun that starts: every job's
 // matrix instances, in spec order, Pending, with their steps Pending.
 func expandJobs(spec *v1alpha1.WorkflowSpec) ([]v1alpha1.JobStatus, error) {
@@ -185,6 +214,9 @@ func expandJobs(spec *v1alpha1.WorkflowSpec) ([]v1alpha1.JobStatus, error) {
 		}
 		for _, c := range combos {
 			js := v1alpha1.JobStatus{Name: c.Name(job.ID), Job: job.ID, Matrix: c.Status(), Phase: v1alpha1.JobPending}
+			if len(js.Name) > maxInstanceName {
+				return nil, fmt.Errorf("job %s: an instance's name (%s) is %d bytes, at most %d allowed", job.ID, bounds.Truncate(js.Name, bounds.Quoted), len(js.Name), maxInstanceName)
+			}
 			js.Steps = pendingSteps(job)
 			out = append(out, js)
 		}
@@ -213,34 +245,6 @@ func stepName(s v1alpha1.Step, i int) string {
 		return bounds.Truncate("Run "+line, bounds.WorkflowName)
 	}
 	return fmt.Sprintf("step %d", i+1)
-}
-
-// topoOrder orders job ids so that every job comes after its needs.
-func topoOrder(jobs []v1alpha1.Job) []string {
-	done := map[string]bool{}
-	var out []string
-	var visit func(id string, depth int)
-	byID := map[string]*v1alpha1.Job{}
-	for i := range jobs {
-		byID[jobs[i].ID] = &jobs[i]
-	}
-	visit = func(id string, depth int) {
-		j := byID[id]
-		if j == nil || done[id] || depth > len(jobs) {
-			return
-		}
-		for _, n := range j.Needs {
-			visit(n, depth+1)
-		}
-		if !done[id] {
-			done[id] = true
-			out = append(out, id)
-		}
-	}
-	for _, j := range jobs {
-		visit(j.ID, 0)
-	}
-	return out
 }
 
 // needResult is GitHub's needs.<id>.result of a job over its instances:
@@ -318,14 +322,21 @@ type jobDecider struct {
 	job   *v1alpha1.Job
 	js    *v1alpha1.JobStatus
 	index int // among the job's instances
+	// scope is the Workflow the job is in (the run's own: flat.top).
+	scope *callScope
 }
 
 func (d *jobDecider) decide() {
+	if d.scope.caller != "" && !d.callerStarted() {
+		return
+	}
 	switch d.js.Phase {
 	case v1alpha1.JobPending, "":
 		d.pending()
 	case v1alpha1.JobRunning:
-		d.running()
+		if d.job.Uses == "" { // a calling job ends in finishCall
+			d.running()
+		}
 	}
 }
 
@@ -340,7 +351,7 @@ func (d *jobDecider) baseContext() *wfexpr.Context {
 	status := resultSuccess
 	for _, n := range d.job.Needs {
 		r := needResult(st, n)
-		needs[n] = wfexpr.JobResult{Result: r, Outputs: needOutputs(st, n)}
+		needs[d.scope.local(n)] = wfexpr.JobResult{Result: r, Outputs: needOutputs(st, n)}
 		if r != resultSuccess {
 			status = resultSkipped
 		}
@@ -351,7 +362,7 @@ func (d *jobDecider) baseContext() *wfexpr.Context {
 		}
 	}
 	env := map[string]string{}
-	for _, e := range w.spec.Env {
+	for _, e := range d.scope.spec.Env {
 		env[e.Name] = e.Value
 	}
 	for _, e := range d.job.Env {
@@ -360,7 +371,7 @@ func (d *jobDecider) baseContext() *wfexpr.Context {
 	return &wfexpr.Context{
 		Workflow:  wfexpr.WorkflowInfo{Name: w.wf.Name, RunID: string(w.wf.UID), Attempt: int(max(d.js.Attempt, 1))},
 		Env:       env,
-		Inputs:    inputsContext(w),
+		Inputs:    d.w.scopeInputs(d.p, d.scope).values,
 		Matrix:    d.matrix(),
 		Needs:     needs,
 		Status:    status,
@@ -410,8 +421,7 @@ func (d *jobDecider) pending() {
 		}
 	}
 	if d.job.Uses != "" {
-		// Not run yet: fail, rather than succeed having run nothing.
-		d.end(v1alpha1.JobFailed, fmt.Sprintf("calls Workflow %q: Workflow calls are not run yet", d.job.Uses))
+		d.startCall()
 		return
 	}
 	if mp := d.maxParallel(); mp > 0 && d.runningInstances() >= mp {
@@ -623,18 +633,19 @@ func (d *jobDecider) outputs(sc *stepScope) []v1alpha1.NameValue {
 	return out
 }
 
-// workflowOutputs evaluates a called Workflow's outputs over its jobs.
-func workflowOutputs(w *world, st *v1alpha1.WorkflowRunStatus) []v1alpha1.NameValue {
-	if len(w.spec.Outputs) == 0 {
+// scopeOutputs evaluates a Workflow's outputs (the run's own, or a
+// called one's) over its jobs' outputs.
+func scopeOutputs(w *world, st *v1alpha1.WorkflowRunStatus, s *callScope) []v1alpha1.NameValue {
+	if len(s.spec.Outputs) == 0 {
 		return nil
 	}
 	jobs := map[string]wfexpr.JobResult{}
-	for _, j := range w.spec.Jobs {
-		jobs[j.ID] = wfexpr.JobResult{Result: needResult(st, j.ID), Outputs: needOutputs(st, j.ID)}
+	for _, id := range s.jobs {
+		jobs[s.local(id)] = wfexpr.JobResult{Result: needResult(st, id), Outputs: needOutputs(st, id)}
 	}
-	c := &wfexpr.Context{Jobs: jobs, Inputs: inputsContext(w), Workflow: wfexpr.WorkflowInfo{Name: w.wf.Name, RunID: string(w.wf.UID), Attempt: 1}}
+	c := &wfexpr.Context{Jobs: jobs, Inputs: w.scopeInputs(nil, s).values, Workflow: wfexpr.WorkflowInfo{Name: w.wf.Name, RunID: string(w.wf.UID), Attempt: 1}}
 	var out []v1alpha1.NameValue
-	for _, o := range w.spec.Outputs {
+	for _, o := range s.spec.Outputs {
 		v, err := wfexpr.EvalString(o.Value, c)
 		if err != nil {
 			v = ""

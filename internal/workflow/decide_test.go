@@ -30,6 +30,10 @@ type sim struct {
 	arts      map[string]artifactResult
 	notBefore map[string]time.Time
 	pods      int
+	// called are the Workflows the run's snapshot holds.
+	called map[string]*v1alpha1.WorkflowSpec
+	// top, when set, is the Workflow spec.workflow names.
+	top *v1alpha1.WorkflowSpec
 }
 
 func newSim(t *testing.T, spec v1alpha1.WorkflowRunSpec) *sim {
@@ -39,11 +43,14 @@ func newSim(t *testing.T, spec v1alpha1.WorkflowRunSpec) *sim {
 
 func (s *sim) world() *world {
 	spec := &v1alpha1.WorkflowSpec{Jobs: s.wf.Spec.Jobs, Env: s.wf.Spec.Env}
+	if s.top != nil {
+		spec = s.top
+	}
 	return &world{now: s.now, wf: s.wf, spec: spec,
 		run:       func(name string) (*v1alpha1.Run, bool) { r, ok := s.runs[name]; return r, ok },
 		server:    func(string) string { return "bash" },
 		artifact:  func(k string) (artifactResult, bool) { r, ok := s.arts[k]; return r, ok },
-		notBefore: func(n string) time.Time { return s.notBefore[n] }}
+		notBefore: func(n string) time.Time { return s.notBefore[n] }, called: s.called}
 }
 
 // decide decides once and applies the plan as the controller would.

@@ -51,15 +51,15 @@ func workspaceName(uid, job string, index int, attempt int32) string {
 	return "wf-" + hex.EncodeToString(sum[:12])
 }
 
-// slug is s as a DNS-1123 label fragment: lower case, '_' as '-', other
-// characters dropped.
+// slug is s as a DNS-1123 label fragment: lower case, '_' and '/' (a
+// called job's scope) as '-', other characters dropped.
 func slug(s string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(s) {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
 			b.WriteRune(r)
-		case r == '_' || r == '-':
+		case r == '_' || r == '-' || r == '/':
 			b.WriteByte('-')
 		}
 	}

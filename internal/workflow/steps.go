@@ -293,7 +293,7 @@ func (d *jobDecider) stepRun(i int, step *v1alpha1.Step, sc *stepScope, last boo
 	put("CI", "true")
 	put("STOKE_WORKFLOW_RUN", w.wf.Name)
 	put("STOKE_JOB", d.js.Name)
-	if err := render("workflow", w.spec.Env); err != nil {
+	if err := render("workflow", d.scope.spec.Env); err != nil {
 		return nil, err
 	}
 	if err := render("job", d.job.Env); err != nil {

@@ -420,8 +420,9 @@ type JobStatus struct {
 	// GitHub names them (wfexpr.JobName).
 	// +kubebuilder:validation:MaxLength=512
 	Name string `json:"name"`
-	// Job is the job's ID in the spec.
-	// +kubebuilder:validation:MaxLength=63
+	// Job is the job's ID in the spec; a called Workflow's job has its
+	// calling job's ID before it ("call/build", "outer/inner/build").
+	// +kubebuilder:validation:MaxLength=255
 	Job string `json:"job"`
 	// Matrix is this instance's combination: key → the value's JSON.
 	// +optional
