@@ -170,3 +170,43 @@ func writeFile(t *testing.T, name, content string) string {
 	}
 	return p
 }
+
+// A CredentialsFile follows its file as the kubelet replaces a Secret
+// volume's (a new file renamed over the old), and keeps the last good
+// credentials when the new file cannot be read.
+func TestCredentialsFileFollowsItsFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "git-credentials")
+	replace := func(content string) {
+		tmp := filepath.Join(dir, ".tmp")
+		if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	basic := func(userpw string) gitsource.Auth {
+		return gitsource.Auth("Basic " + base64.StdEncoding.EncodeToString([]byte(userpw)))
+	}
+	const url = "https://git.example/org/app.git"
+	replace("https://ci:one@git.example\n")
+	c, err := gitsource.OpenCredentialsFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.For(url); got != basic("ci:one") {
+		t.Fatalf("For = %q", got)
+	}
+	replace("https://ci:rotated-two@git.example/org\n")
+	if got := c.For(url); got != basic("ci:rotated-two") {
+		t.Errorf("after the file changed, For = %q", got)
+	}
+	replace("not a url at all, longer than before\n")
+	if got := c.For(url); got != basic("ci:rotated-two") {
+		t.Errorf("after a bad file, For = %q, want the last good credentials", got)
+	}
+	if _, err := gitsource.OpenCredentialsFile(filepath.Join(dir, "none")); err == nil {
+		t.Error("opened a file that is not there")
+	}
+}

@@ -8,6 +8,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 )
 
 // Credentials give the Authorization header value for a repository URL,
@@ -70,4 +73,56 @@ func (fc *FileCredentials) For(raw string) Auth {
 		}
 	}
 	return ""
+}
+
+// CredentialsFile is a credentials file (ReadCredentialsFile's format)
+// read again when it changes: a Kubernetes Secret volume's file, which
+// the kubelet replaces when the Secret changes. A reading that fails
+// keeps the last good one, so that a file being replaced never leaves a
+// fetch with no credentials.
+type CredentialsFile struct {
+	path string
+
+	mu    sync.Mutex
+	stamp fileStamp
+	fc    *FileCredentials
+}
+
+type fileStamp struct {
+	mtime time.Time
+	size  int64
+	ino   uint64
+}
+
+func stampOf(fi os.FileInfo) fileStamp {
+	s := fileStamp{mtime: fi.ModTime(), size: fi.Size()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.ino = st.Ino
+	}
+	return s
+}
+
+// OpenCredentialsFile reads path now, failing if it cannot.
+func OpenCredentialsFile(path string) (*CredentialsFile, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("git credentials: %w", err)
+	}
+	fc, err := ReadCredentialsFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return &CredentialsFile{path: path, stamp: stampOf(fi), fc: fc}, nil
+}
+
+// For implements Credentials, reading the file again first if it changed.
+func (c *CredentialsFile) For(raw string) Auth {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fi, err := os.Stat(c.path); err == nil && stampOf(fi) != c.stamp {
+		if fc, err := ReadCredentialsFile(c.path); err == nil {
+			c.fc, c.stamp = fc, stampOf(fi)
+		}
+	}
+	return c.fc.For(raw)
 }

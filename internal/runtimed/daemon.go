@@ -63,6 +63,13 @@ type Config struct {
 	// Git is the git cache spec.source.git is fetched into; nil fails
 	// Runs with a git source.
 	Git *gitsource.Cache
+	// GitSecret, when set (Kubernetes mode), is the rule for a Run's
+	// source.git.credentialsSecret: it must be *GitSecret, the Runtime's
+	// spec.git.credentialsSecret, whose credentials Git holds (a Run
+	// naming another fails InvalidSpec, as the pod holds no other
+	// Secret), and only a Run naming it fetches with them. Nil (stoke
+	// up) ignores the name: Git's credentials apply by URL.
+	GitSecret *string
 }
 
 // Daemon is one pod's runtimed.

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/gitsource"
 )
 
 // gitFetch gives the directory in the git cache that holds the tree of a
@@ -28,7 +31,10 @@ func (w *worker) gitTree(run *v1alpha1.Run) gitFetch {
 		if cache == nil {
 			return "", nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "this runtime pod has no git cache")
 		}
-		auth := cache.AuthFor(g.URL)
+		auth, err := w.d.gitAuth(cache, g)
+		if err != nil {
+			return "", nil, err
+		}
 		commit := g.Commit
 		if commit == "" {
 			commit = run.Status.SourceCommit
@@ -36,7 +42,7 @@ func (w *worker) gitTree(run *v1alpha1.Run) gitFetch {
 		if commit == "" {
 			c, err := cache.Resolve(ctx, g.URL, g.Ref, auth)
 			if err != nil {
-				return "", nil, fmt.Errorf("%w: %w", errGitFetch, err)
+				return "", nil, fmt.Errorf("%w: %w%s", errGitFetch, err, w.d.credentialsHint(err, auth))
 			}
 			commit = c
 		}
@@ -53,8 +59,42 @@ func (w *worker) gitTree(run *v1alpha1.Run) gitFetch {
 		}
 		dir, release, err := cache.Tree(ctx, g.URL, commit, auth)
 		if err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) && !errors.Is(err, errdefs.ErrTooLarge) {
-			err = fmt.Errorf("%w: %w", errGitFetch, err)
+			err = fmt.Errorf("%w: %w%s", errGitFetch, err, w.d.credentialsHint(err, auth))
 		}
 		return dir, release, err
 	}
+}
+
+// gitAuth is what a fetch of g authenticates with. In Kubernetes mode
+// (cfg.GitSecret set) a Run asks for its Runtime's credentials by naming
+// their Secret, and a Run naming another Secret is refused: runtimed has
+// no right to read Secrets, and the Run would otherwise fetch without
+// credentials and fail later with a less clear message.
+func (d *Daemon) gitAuth(cache *gitsource.Cache, g *v1alpha1.GitSource) (gitsource.Auth, error) {
+	have := d.cfg.GitSecret
+	switch {
+	case have == nil:
+		return cache.AuthFor(g.URL), nil
+	case g.CredentialsSecret == "":
+		return "", nil
+	case *have == "":
+		return "", errdefs.InvalidArgument("spec.source.git.credentialsSecret",
+			"%s: Runtime %s has no spec.git.credentialsSecret; a Run's git credentials come from its Runtime's", bounds.Quote(g.CredentialsSecret), d.cfg.Pod.Runtime)
+	case g.CredentialsSecret != *have:
+		return "", errdefs.InvalidArgument("spec.source.git.credentialsSecret",
+			"%s is not the Secret of Runtime %s (spec.git.credentialsSecret %s); a Run's git credentials come from its Runtime's", bounds.Quote(g.CredentialsSecret), d.cfg.Pod.Runtime, bounds.Quote(*have))
+	}
+	return cache.AuthFor(g.URL), nil
+}
+
+// credentialsHint says, after git's own words, where credentials come
+// from when a fetch without any was asked for them.
+func (d *Daemon) credentialsHint(err error, auth gitsource.Auth) string {
+	if auth != "" || !strings.Contains(err.Error(), "could not read Username") {
+		return ""
+	}
+	if d.cfg.GitSecret == nil {
+		return " (the repository asks for credentials: stoke up --git-credentials gives them)"
+	}
+	return " (the repository asks for credentials: set spec.source.git.credentialsSecret to the Runtime's spec.git.credentialsSecret)"
 }

@@ -68,3 +68,65 @@ func TestGitSource(t *testing.T) {
 		t.Errorf("written outside: %v", err)
 	}
 }
+
+// In Kubernetes mode (runtimed.Config.GitSecret) a Run fetches with its
+// Runtime's credentials only when its source.git.credentialsSecret names
+// that Runtime's Secret; naming none fetches without them (a private
+// repository then fails as git reports it), and naming another Secret is
+// refused before anything is fetched.
+func TestGitCredentialsSecretMustBeTheRuntimes(t *testing.T) {
+	const password = "pw-kube-7c1d"
+	srv := gittest.NewServer(t, gittest.Options{User: "ci", Password: password})
+	commit, url := srv.Commit(t, "private", map[string]string{"VERSION": "3\n"})
+	file := filepath.Join(t.TempDir(), "git-credentials")
+	if err := os.WriteFile(file, []byte(strings.Replace(srv.URL, "http://", "http://ci:"+password+"@", 1)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := gitsource.OpenCredentialsFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := gitsource.New(gitsource.Config{Dir: filepath.Join(t.TempDir(), "git"), Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := "git-creds"
+	e := newEnvWith(t, "bash", envOptions{git: cache, gitSecret: &secret})
+
+	ok := taskRun("named", `read -r v < VERSION; echo "V=$v" >> "$STOKE_OUTPUTS"`)
+	ok.Spec.Source.Git = &v1alpha1.GitSource{URL: url, Commit: commit, CredentialsSecret: secret}
+	e.submit(ok)
+	if got := e.waitPhase("named", v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed); got.Status.Phase != v1alpha1.PhaseSucceeded || got.Status.Outputs["V"] != "3" {
+		t.Fatalf("naming the Runtime's Secret: %s %s %q", got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
+	for _, tc := range []struct {
+		name, secret, reason, msg string
+	}{
+		{"unnamed", "", "SourceFetchFailed", "the repository asks for credentials: set spec.source.git.credentialsSecret to the Runtime's spec.git.credentialsSecret"},
+		{"other", "someone-elses", "InvalidSpec", `spec.source.git.credentialsSecret: "someone-elses" is not the Secret of Runtime bash (spec.git.credentialsSecret "git-creds")`},
+	} {
+		run := taskRun(tc.name, "true")
+		run.Spec.Source.Git = &v1alpha1.GitSource{URL: url, Ref: "main", CredentialsSecret: tc.secret}
+		e.submit(run)
+		got := e.waitPhase(tc.name, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+		if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != tc.reason || !strings.Contains(got.Status.Message, tc.msg) {
+			t.Errorf("%s: %s %s %q; want %s saying %q", tc.name, got.Status.Phase, got.Status.Reason, got.Status.Message, tc.reason, tc.msg)
+		}
+		if strings.Contains(got.Status.Message, password) {
+			t.Errorf("%s: the message holds the password", tc.name)
+		}
+	}
+	if len(srv.Authorizations()) == 0 {
+		t.Error("the server saw no credentials")
+	}
+	// No Secret on the Runtime: a Run naming one is refused.
+	none := ""
+	e2 := newEnvWith(t, "bash", envOptions{git: cache, gitSecret: &none})
+	run := taskRun("no-runtime-secret", "true")
+	run.Spec.Source.Git = &v1alpha1.GitSource{URL: url, Commit: commit, CredentialsSecret: secret}
+	e2.submit(run)
+	if got := e2.waitPhase("no-runtime-secret", v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed); got.Status.Phase != v1alpha1.PhaseFailed ||
+		got.Status.Reason != "InvalidSpec" || !strings.Contains(got.Status.Message, "Runtime bash has no spec.git.credentialsSecret") {
+		t.Errorf("no Secret on the Runtime: %s %s %q", got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
+}

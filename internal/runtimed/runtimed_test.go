@@ -60,6 +60,8 @@ type envOptions struct {
 	calls grpc.UnaryClientInterceptor
 	// git is the pod's git cache.
 	git *gitsource.Cache
+	// gitSecret is runtimed.Config.GitSecret (Kubernetes mode's rule).
+	gitSecret *string
 }
 
 func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
@@ -102,7 +104,7 @@ func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
 	if opts.log != nil {
 		dlog = opts.log
 	}
-	d := runtimed.New(runtimed.Config{Pod: pod, Runs: runs, Conn: conn, Logger: dlog, StatusPoll: 50 * time.Millisecond, Git: opts.git})
+	d := runtimed.New(runtimed.Config{Pod: pod, Runs: runs, Conn: conn, Logger: dlog, StatusPoll: 50 * time.Millisecond, Git: opts.git, GitSecret: opts.gitSecret})
 	w, err := st.Runs().Watch(ctx, store.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)

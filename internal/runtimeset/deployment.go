@@ -78,6 +78,15 @@ const (
 	defaultImage    = "stoke"
 )
 
+// The runtimed container's copy of the Runtime's spec.git.credentialsSecret.
+const (
+	// GitCredentialsDir holds the Secret's git-credentials key, mounted
+	// in the runtimed container only: users' code, in the runtime-server
+	// container, never sees it.
+	GitCredentialsDir = "/var/run/stoke-git-credentials"
+	volumeGitCreds    = "git-credentials"
+)
+
 // selector is what a Runtime's Deployment selects; it never changes.
 func selector(rt *v1alpha1.Runtime) map[string]string {
 	return map[string]string{LabelName: NameRuntimePod, LabelRuntime: rt.Name}
@@ -188,9 +197,31 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 			},
 		},
 	}
+	applyGitCredentials(&d.Spec.Template.Spec, rt)
 	applyTemplate(&d.Spec.Template.Spec, rt, tpl, opts, restricted)
 	d.Annotations = map[string]string{AnnotationTemplateHash: specHash(&d.Spec)}
 	return d
+}
+
+// applyGitCredentials mounts the Runtime's spec.git.credentialsSecret in
+// the runtimed container alone (0400, the one key), which reads it as
+// stoke up reads its --git-credentials file: the Secret reaches git
+// through its environment, never users' code, arguments or logs.
+func applyGitCredentials(spec *corev1.PodSpec, rt *v1alpha1.Runtime) {
+	g := rt.Spec.Git
+	if g == nil || g.CredentialsSecret == "" {
+		return
+	}
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: volumeGitCreds, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName:  g.CredentialsSecret,
+		Items:       []corev1.KeyToPath{{Key: v1alpha1.GitCredentialsKey, Path: v1alpha1.GitCredentialsKey}},
+		DefaultMode: ptr.To(int32(0o400)),
+	}}})
+	rd := &spec.Containers[1]
+	rd.VolumeMounts = append(rd.VolumeMounts, corev1.VolumeMount{Name: volumeGitCreds, MountPath: GitCredentialsDir, ReadOnly: true})
+	rd.Args = append(rd.Args,
+		"--git-credentials", GitCredentialsDir+"/"+v1alpha1.GitCredentialsKey,
+		"--git-credentials-secret", g.CredentialsSecret)
 }
 
 // applyTemplate puts a Runtime's template on the Pod spec the reconciler

@@ -303,3 +303,39 @@ func TestDeploymentMountsTheTemplatesToken(t *testing.T) {
 		}
 	}
 }
+
+// A Runtime's spec.git.credentialsSecret is a volume of its one key,
+// mounted in runtimed alone, which reads it through --git-credentials;
+// the runtime-server container, where users' code runs, has no such
+// mount. Without it there is no such volume.
+func TestDeploymentMountsGitCredentialsInRuntimedOnly(t *testing.T) {
+	rt := runtimeObj("bash-git", "bash", 1, 1)
+	rt.Spec.Git = &v1alpha1.RuntimeGit{CredentialsSecret: "git-creds"}
+	spec := Deployment(rt, Options{}).Spec.Template.Spec
+	rs, rd := container(t, spec, ContainerRuntimeServer), container(t, spec, ContainerRuntimed)
+	if m := mounts(rd); m[volumeGitCreds] != GitCredentialsDir {
+		t.Errorf("runtimed mounts %v, want %s at %s", m, volumeGitCreds, GitCredentialsDir)
+	}
+	if m := mounts(rs); m[volumeGitCreds] != "" {
+		t.Errorf("runtime-server mounts the git credentials: %v", m)
+	}
+	args := strings.Join(rd.Args, " ")
+	if !strings.Contains(args, "--git-credentials "+GitCredentialsDir+"/git-credentials --git-credentials-secret git-creds") {
+		t.Errorf("runtimed's arguments %q", args)
+	}
+	if strings.Contains(strings.Join(rs.Args, " "), "git-cred") {
+		t.Errorf("runtime-server's arguments %q name the git credentials", rs.Args)
+	}
+	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == volumeGitCreds })
+	if i < 0 || spec.Volumes[i].Secret == nil || spec.Volumes[i].Secret.SecretName != "git-creds" ||
+		len(spec.Volumes[i].Secret.Items) != 1 || spec.Volumes[i].Secret.Items[0] != (corev1.KeyToPath{Key: "git-credentials", Path: "git-credentials"}) ||
+		*spec.Volumes[i].Secret.DefaultMode != 0o400 {
+		t.Fatalf("the git credentials volume: %+v", spec.Volumes)
+	}
+	rt.Spec.Git = nil
+	spec = Deployment(rt, Options{}).Spec.Template.Spec
+	if slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == volumeGitCreds }) ||
+		slices.Contains(container(t, spec, ContainerRuntimed).Args, "--git-credentials") {
+		t.Error("a Runtime without spec.git has git credentials")
+	}
+}

@@ -80,6 +80,13 @@ type Config struct {
 	// a volume of runtimed's container alone; empty: Runs with a git
 	// source fail.
 	GitCache string
+	// GitCredentials is the file of the Runtime's spec.git.credentialsSecret
+	// (git's credential-store format), read again when the kubelet
+	// replaces it; GitCredentialsSecret is that Secret's name, which a
+	// Run's source.git.credentialsSecret must give to fetch with them
+	// (runtimed.Config.GitSecret). Both empty: no credentials.
+	GitCredentials       string
+	GitCredentialsSecret string
 	// EndpointBase is the gateway's base URL under which a Ready
 	// function's status.endpoint is its invoke URL; empty gives the path
 	// alone.
@@ -181,7 +188,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var git *gitsource.Cache
 	if cfg.GitCache != "" {
-		if git, err = gitsource.New(gitsource.Config{Dir: cfg.GitCache, Logger: log}); err != nil {
+		var creds gitsource.Credentials
+		if cfg.GitCredentials != "" {
+			f, err := gitsource.OpenCredentialsFile(cfg.GitCredentials)
+			if err != nil {
+				return err
+			}
+			creds = f
+		}
+		if git, err = gitsource.New(gitsource.Config{Dir: cfg.GitCache, Credentials: creds, Logger: log}); err != nil {
 			return err
 		}
 	}
@@ -195,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 	d := runtimed.Start(ctx, runtimed.Config{
 		Pod: cfg.Pod, Runs: cfg.Runs, Conn: conn, Logger: cfg.Logger, StatusPoll: cfg.StatusPoll, RunLogs: logs, Metrics: metrics,
 		DefaultTaskTimeout: cfg.DefaultTaskTimeout, DefaultFunctionTimeout: cfg.DefaultFunctionTimeout,
-		Endpoint: endpoint(cfg.EndpointBase), Git: git,
+		Endpoint: endpoint(cfg.EndpointBase), Git: git, GitSecret: &cfg.GitCredentialsSecret,
 	})
 	defer d.Stop()
 	health := healthpb.NewHealthClient(conn)

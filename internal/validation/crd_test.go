@@ -57,6 +57,7 @@ var crdBounds = map[string]map[string][]int64{
 		"status.outputs rules":                          {bounds.OutputKey, bounds.OutputValue},
 	},
 	"stoke.dev_runtimes.yaml": {
+		"spec.git.credentialsSecret maxLength":       {maxSecretName},
 		" rules":                                     {dnsLabel},
 		"spec.replicas maximum":                      {bounds.RuntimeReplicas},
 		"spec.runs maximum":                          {bounds.RuntimeRuns},

@@ -146,9 +146,12 @@ func reservedPath(path string) (string, bool) {
 // a worse surprise than an error.
 func ValidateStandaloneRuntime(rt *v1alpha1.Runtime) error {
 	var e errorList
+	if g := rt.Spec.Git; g != nil && g.CredentialsSecret != "" {
+		e.add(field.NewPath("spec", "git", "credentialsSecret"), "applies only in Kubernetes mode; stoke up takes git credentials from its --git-credentials file")
+	}
 	t := rt.Spec.Template
 	if t == nil {
-		return nil
+		return e.err()
 	}
 	p := field.NewPath("spec", "template")
 	only := "applies only in Kubernetes mode; stoke up runs pods as local processes and takes only spec.template.env"

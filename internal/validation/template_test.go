@@ -134,4 +134,9 @@ func TestValidateStandaloneRuntime(t *testing.T) {
 	if !strings.Contains(msg, "only in Kubernetes mode") {
 		t.Errorf("the message does not say why:\n%s", msg)
 	}
+	rt = validRuntime()
+	rt.Spec.Git = &v1alpha1.RuntimeGit{CredentialsSecret: "git-creds"}
+	if err := ValidateStandaloneRuntime(rt); err == nil || !strings.Contains(err.Error(), "spec.git.credentialsSecret: ") || !strings.Contains(err.Error(), "--git-credentials") {
+		t.Errorf("stoke up and spec.git.credentialsSecret: %v", err)
+	}
 }

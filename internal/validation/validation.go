@@ -174,6 +174,9 @@ func validateRuntime(e *errorList, rt *v1alpha1.Runtime) {
 	validateDuration(e, s.DefaultInvokeTimeout, spec.Child("defaultInvokeTimeout"))
 	validateLambda(e, s, spec.Child("lambda"))
 	validateTemplate(e, s.Template, spec.Child("template"))
+	if g := s.Git; g != nil && g.CredentialsSecret != "" && (len(g.CredentialsSecret) > 253 || !dnsSubdomainRE.MatchString(g.CredentialsSecret)) {
+		e.add(spec.Child("git", "credentialsSecret"), "%s must be a Secret's name (a DNS-1123 subdomain)", quote(g.CredentialsSecret))
+	}
 }
 
 // validateLambda checks spec.lambda: present exactly for the lambda server.

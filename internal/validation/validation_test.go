@@ -545,6 +545,12 @@ var runtimeCases = []runtimeCase{
 		rt.Spec.Server = "lambda"
 		rt.Spec.Lambda = &v1alpha1.LambdaSpec{Runtime: "python", Role: "arn:aws:iam::1:role/x", Image: "fn 1"}
 	}, "spec.lambda.image"},
+	{"git credentials", func(rt *v1alpha1.Runtime) {
+		rt.Spec.Git = &v1alpha1.RuntimeGit{CredentialsSecret: "git-creds"}
+	}, ""},
+	{"git credentials not a name", func(rt *v1alpha1.Runtime) {
+		rt.Spec.Git = &v1alpha1.RuntimeGit{CredentialsSecret: "Git_Creds"}
+	}, "spec.git.credentialsSecret"},
 	{"lambda image and bootstrap", func(rt *v1alpha1.Runtime) {
 		rt.Spec.Server = "lambda"
 		rt.Spec.Lambda = &v1alpha1.LambdaSpec{Runtime: "python", Role: "arn:aws:iam::1:role/x", Image: "fn:1", Bootstrap: "/opt/stoke"}

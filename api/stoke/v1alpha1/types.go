@@ -402,14 +402,38 @@ type RuntimeSpec struct {
 	// applies (stoke up refuses the rest, naming the field).
 	// +optional
 	Template *RuntimeTemplate `json:"template,omitempty"`
+	// Git configures the fetches of its Runs' spec.source.git (Kubernetes
+	// mode; stoke up takes its --git-credentials file instead).
+	// +optional
+	Git *RuntimeGit `json:"git,omitempty"`
 }
+
+// RuntimeGit is how a Runtime's pods fetch git sources.
+type RuntimeGit struct {
+	// CredentialsSecret names a Secret in the Runtime's namespace whose
+	// key "git-credentials" is in git's credential-store format (one
+	// https://USER:PASSWORD@HOST[/PATH] per line, as stoke up's
+	// --git-credentials file). It is mounted into the runtimed container
+	// alone, never into the runtime-server container where users' code
+	// runs, and sent to git through its environment, never its arguments
+	// or logs. Only Runs whose spec.source.git.credentialsSecret names it
+	// fetch with it; a Run naming another Secret fails InvalidSpec.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+}
+
+// GitCredentialsKey is the key of a Runtime's spec.git.credentialsSecret
+// that holds the credentials.
+const GitCredentialsKey = "git-credentials"
 
 // Names and paths of a runtime Pod that are Stoke's own; a template may
 // not take them (RuntimeTemplate's rules state them again, as CEL takes
 // only literals).
 var (
 	// ReservedVolumes are the runtime Pod's own volumes.
-	ReservedVolumes = []string{"run", "workspace", "tls", "kube-api-access", "stoke-bin", "git-cache", "runtime-server-token"}
+	ReservedVolumes = []string{"run", "workspace", "tls", "kube-api-access", "stoke-bin", "git-cache", "runtime-server-token", "git-credentials"}
 	// ReservedMountPaths are where the runtime-server container mounts
 	// them; a template mount may be neither one of them nor beneath one.
 	// /run/stoke is /var/run/stoke where /var/run links to /run.
@@ -466,12 +490,12 @@ type RuntimeTemplate struct {
 	Env []corev1.EnvVar `json:"env,omitempty"`
 	// Volumes added to the Pod, for volumeMounts. Names may not be
 	// Stoke's own: run, workspace, tls, kube-api-access, stoke-bin,
-	// git-cache, runtime-server-token.
+	// git-cache, runtime-server-token, git-credentials.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['run', 'workspace', 'tls', 'kube-api-access', 'stoke-bin', 'git-cache', 'runtime-server-token']))",message="run, workspace, tls, kube-api-access, stoke-bin, git-cache and runtime-server-token are the runtime Pod's own volumes"
+	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['run', 'workspace', 'tls', 'kube-api-access', 'stoke-bin', 'git-cache', 'runtime-server-token', 'git-credentials']))",message="run, workspace, tls, kube-api-access, stoke-bin, git-cache, runtime-server-token and git-credentials are the runtime Pod's own volumes"
 	Volumes []corev1.Volume `json:"volumes,omitempty"`
 	// VolumeMounts of the runtime-server container, each of a volume of
 	// Volumes, neither at nor beneath Stoke's own paths (/var/run/stoke,

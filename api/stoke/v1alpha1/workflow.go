@@ -344,10 +344,12 @@ type GitSource struct {
 	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.](/|$)')",message="must not contain '..'"
 	// +kubebuilder:validation:XValidation:rule="!self.contains('\\x00')",message="contains a NUL byte"
 	Path string `json:"path,omitempty"`
-	// CredentialsSecret names a Secret in the Run's namespace (Kubernetes
-	// mode) of type kubernetes.io/basic-auth whose username and password
-	// the fetch sends; stoke up takes them from its --git-credentials
-	// file instead and ignores this name.
+	// CredentialsSecret, in Kubernetes mode, asks for the credentials of
+	// the Run's Runtime: it must name that Runtime's
+	// spec.git.credentialsSecret, or the Run fails InvalidSpec (the
+	// pods hold no other Secret); without it the fetch sends none. stoke
+	// up takes credentials from its --git-credentials file instead, by
+	// URL, and ignores this name.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
