@@ -78,8 +78,10 @@ func (e *kubeEnv) cpu(t testing.TB) cpuTimes {
 	return out
 }
 
-// stokeRoles are the commands of the stoke containers.
-var stokeRoles = map[string]bool{"controller": true, "runtimed": true, "runtime-server": true}
+// stokeRoles are the commands of the stoke containers: the gateways
+// too, which the chart installs and which decode every Run event as
+// the controller and runtimed do.
+var stokeRoles = map[string]bool{"controller": true, "runtimed": true, "runtime-server": true, "gateway": true}
 
 // podNameIn is POD_NAME in a process's environment block.
 func podNameIn(environ []byte) string {
