@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -51,6 +53,12 @@ func BenchmarkKubeGateway(b *testing.B) {
 			}
 		}
 		callUp() // warm
+		// -kube-pprof: every process's CPU profile while the loop runs
+		// (as long as -kube-pprof-seconds, or the loop, lasts).
+		profiled := func() {}
+		if *kubePprof != "" {
+			profiled = e.profileAll(b, filepath.Join(*kubePprof, fmt.Sprintf("gw%d", benchRound.Add(1))), *kubePprofSeconds)
+		}
 		var gw, hop, up []time.Duration
 		for b.Loop() {
 			t0 := time.Now()
@@ -65,6 +73,7 @@ func BenchmarkKubeGateway(b *testing.B) {
 			}
 			hop = append(hop, time.Since(t0))
 		}
+		profiled()
 		reportPercentilesAs(b, gw, "gw")
 		reportPercentilesAs(b, hop, "hop")
 		reportPercentilesAs(b, up, "up")

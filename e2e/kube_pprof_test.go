@@ -20,11 +20,12 @@ import (
 	"stoke.dev/stoke/internal/runtimeset"
 )
 
-// kubePprof, when set, is where BenchmarkKube/Throughput writes a CPU
-// profile of every stoke process (and of the API server when it serves
-// /debug/pprof), taken over the first -kube-pprof-seconds of the load.
+// kubePprof, when set, is where BenchmarkKube/Throughput and
+// BenchmarkKubeGateway/WarmInvoke write a CPU profile of every stoke
+// process and of the API server, taken over the first -kube-pprof-seconds
+// of the load.
 var (
-	kubePprof        = flag.String("kube-pprof", "", "directory for CPU profiles of every stoke process during BenchmarkKube/Throughput")
+	kubePprof        = flag.String("kube-pprof", "", "directory for CPU profiles of every stoke process during BenchmarkKube/Throughput and BenchmarkKubeGateway/WarmInvoke")
 	kubePprofSeconds = flag.Int("kube-pprof-seconds", 20, "how long the -kube-pprof profiles last")
 )
 
