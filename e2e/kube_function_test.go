@@ -44,6 +44,8 @@ func TestKubeFunctions(t *testing.T) {
 		{"ScaleUpAndDown", testKubeScaleUpAndDown},
 		{"TwoGatewaysShareReplicas", testKubeTwoGatewaysShareReplicas},
 		{"RollUnderLoad", testKubeRollUnderLoad},
+		{"ReplicaPodDeleted", testKubeReplicaPodDeleted},
+		{"ReplicaServerKilled", testKubeReplicaServerKilled},
 		{"Requirements", testKubeRequirements},
 	} {
 		t.Run(st.name, func(t *testing.T) { st.test(t, e, g) })

@@ -134,6 +134,7 @@ type gwResult struct {
 	status int
 	body   string
 	err    error
+	retry  string // the Retry-After header
 }
 
 func (r gwResult) String() string {
@@ -158,7 +159,7 @@ func (g *gatewayUsers) call(method, url, token string, body io.Reader, hdr map[s
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return gwResult{status: resp.StatusCode, body: string(b), err: err}
+	return gwResult{status: resp.StatusCode, body: string(b), err: err, retry: resp.Header.Get("Retry-After")}
 }
 
 // markedFunction is a Python function that appends "start ID" and "end

@@ -239,6 +239,9 @@ func ToGRPC(err error) error {
 	} else {
 		st = status.New(Code(err), err.Error())
 	}
+	if WasNotRun(err) {
+		details = append(details, &errdetails.ErrorInfo{Reason: NotRunReason, Domain: ErrorDomain})
+	}
 	if d, ok := RetryAfter(err); ok {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
 	}
@@ -252,8 +255,8 @@ func ToGRPC(err error) error {
 
 // FromGRPC converts a gRPC status error from a peer back into a categorized
 // error, so that a hop (runtimed, the gateway) can re-map it. A FUNCTION_ERROR
-// status becomes a *FunctionError again, and a RetryInfo a Retry-After
-// (WithRetryAfter).
+// status becomes a *FunctionError again, a NOT_RUN ErrorInfo a NotRun, and
+// a RetryInfo a Retry-After (WithRetryAfter).
 func FromGRPC(err error) error {
 	if err == nil {
 		return nil
@@ -263,6 +266,12 @@ func FromGRPC(err error) error {
 		return err
 	}
 	back := fromStatus(st)
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == NotRunReason && ei.GetDomain() == ErrorDomain {
+			back = NotRun(back)
+			break
+		}
+	}
 	for _, d := range st.Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
 			return WithRetryAfter(back, min(max(ri.GetRetryDelay().AsDuration(), 0), MaxRetryAfter))

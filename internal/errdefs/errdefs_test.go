@@ -134,3 +134,28 @@ func TestRetryAfterCrossesGRPC(t *testing.T) {
 		t.Errorf("a delay of 1000 h came back as %v, want MaxRetryAfter", d)
 	}
 }
+
+// A NotRun refusal crosses a gRPC hop with its category, message and
+// Retry-After; an unmarked error of the same category does not come back
+// marked.
+func TestNotRunCrossesGRPC(t *testing.T) {
+	for _, cat := range []error{ErrNotFound, ErrFailedPrecondition} {
+		err := fmt.Errorf("hop: %w", NotRun(WithRetryAfter(Errorf(cat, "no registration"), time.Second)))
+		if !WasNotRun(err) || !errors.Is(err, cat) {
+			t.Fatalf("%v: NotRun lost its mark or category: %v", cat, err)
+		}
+		back := FromGRPC(ToGRPC(err))
+		if !WasNotRun(back) || !errors.Is(back, cat) || back.Error() != "hop: no registration" {
+			t.Errorf("%v came back as %v (not run: %v)", cat, back, WasNotRun(back))
+		}
+		if d, ok := RetryAfter(back); !ok || d != time.Second {
+			t.Errorf("%v: RetryAfter after the hop = %v, %v", cat, d, ok)
+		}
+		if WasNotRun(FromGRPC(ToGRPC(Errorf(cat, "ran")))) {
+			t.Errorf("%v without the mark came back marked", cat)
+		}
+	}
+	if NotRun(nil) != nil {
+		t.Error("NotRun(nil) is not nil")
+	}
+}

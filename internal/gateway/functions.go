@@ -200,12 +200,13 @@ func (f *Functions) replica(k dispatch.Key, uid string) *v1alpha1.Run {
 }
 
 // InvokeFunction implements FunctionInvoker. The invocation goes to one
-// replica once. Before it runs, two answers send it back to the front of
-// the queue for another replica: the replica's hop is gone (its pod went
-// before its Run says so), or the replica is busy (ResourceExhausted:
-// with two gateways, the other holds it; seed 000's one invocation in
-// flight per registration is the arbiter). Nothing is retried after
-// dispatch.
+// replica once. Before it runs, three answers send it back to the front
+// of the queue for another replica: the replica's hop is gone (its pod
+// went before its Run says so), the replica refused it before running it
+// (errdefs.NotRun: runtimed has no registration for it, or its Runtime
+// Server is down), or the replica is busy (ResourceExhausted: with two
+// gateways, the other holds it; seed 000's one invocation in flight per
+// registration is the arbiter). Nothing is retried after dispatch.
 func (f *Functions) InvokeFunction(ctx context.Context, namespace, name string, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, string, error) {
 	k := dispatch.Key{Namespace: namespace, Name: name}
 	if f.cfg.Synced != nil && !f.cfg.Synced() {
@@ -238,6 +239,15 @@ func (f *Functions) InvokeFunction(ctx context.Context, namespace, name string, 
 		var resp *pb.InvokeFunctionResponse
 		resp, err = f.call(ctx, lease, hop, req, timeout)
 		switch {
+		case errdefs.WasNotRun(err):
+			// Refused before it ran (errdefs.NotRun: the replica's
+			// registration is gone or not there yet, or its pod's
+			// Runtime Server is down): not dispatched, so another
+			// replica, or wait for one; this one is left out until its
+			// Run changes or a while has passed.
+			lease.Broken()
+			lease, err = lease.Requeue(ctx, timeout)
+			continue
 		case lease.Gone():
 			lease.Release()
 			err = errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrUnavailable,

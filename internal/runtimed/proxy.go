@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/errdefs"
 )
@@ -43,14 +46,56 @@ func (p *proxy) resolve(ref *pb.FunctionRegistration) (*pb.FunctionRegistration,
 	if reg != nil {
 		return reg, nil
 	}
+	// Both refusals are made before anything ran (errdefs.NotRun): a
+	// Function's gateway sends the invocation to another replica.
 	if w != nil && w.registering() {
 		// The Run is this pod's and its function is (being) registered:
 		// the caller may try again shortly. The Retry-After crosses the
 		// hop (errdefs.ToGRPC) to the gateway's 503.
-		return nil, errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrFailedPrecondition,
-			"run %s: its function is not registered on pod %s yet (registering, or registering again)", ref.GetRunUid(), p.d.cfg.Pod.Name), registeringRetry)
+		return nil, errdefs.NotRun(errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrFailedPrecondition,
+			"run %s: its function is not registered on pod %s yet (registering, or registering again)", ref.GetRunUid(), p.d.cfg.Pod.Name), registeringRetry))
 	}
-	return nil, errdefs.Errorf(errdefs.ErrNotFound, "run %s: no active function registration on pod %s", ref.GetRunUid(), p.d.cfg.Pod.Name)
+	return nil, errdefs.NotRun(errdefs.Errorf(errdefs.ErrNotFound, "run %s: no active function registration on pod %s", ref.GetRunUid(), p.d.cfg.Pod.Name))
+}
+
+// serverReadyWait bounds how long an invocation waits for the connection
+// to the pod's Runtime Server to come up before it is refused.
+const serverReadyWait = 200 * time.Millisecond
+
+// serverReady reports whether the connection to the pod's Runtime Server
+// is up, waiting for it at most serverReadyWait while it connects. An
+// invocation is forwarded only over a connection that is up: over one
+// that is down (the Runtime Server's container died and restarts, which
+// took its registrations with it) a call fails without being sent, and
+// the gateway could not tell that failure from one in flight (which may
+// have run). A connection that goes down between this check and the send
+// fails the call as in flight: the one window left.
+func (p *proxy) serverReady(ctx context.Context) bool {
+	c, ok := p.d.cfg.Conn.(interface {
+		GetState() connectivity.State
+		WaitForStateChange(context.Context, connectivity.State) bool
+		Connect()
+	})
+	if !ok {
+		return true // in-process (tests): no connection to lose
+	}
+	ctx, cancel := context.WithTimeout(ctx, serverReadyWait)
+	defer cancel()
+	for {
+		s := c.GetState()
+		switch s {
+		case connectivity.Ready:
+			return true
+		case connectivity.TransientFailure, connectivity.Shutdown:
+			c.Connect()
+			return false
+		case connectivity.Idle:
+			c.Connect()
+		}
+		if !c.WaitForStateChange(ctx, s) {
+			return false
+		}
+	}
 }
 
 // registeringRetry is the Retry-After of an invocation of a function that
@@ -74,12 +119,23 @@ func (p *proxy) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionReques
 	if err != nil {
 		return nil, err
 	}
+	if !p.serverReady(ctx) {
+		return nil, errdefs.NotRun(errdefs.WithRetryAfter(errdefs.Errorf(errdefs.ErrFailedPrecondition,
+			"run %s: the Runtime Server of pod %s is not answering (restarting?); the invocation was not sent", reg.GetRunUid(), p.d.cfg.Pod.Name), registeringRetry))
+	}
 	fwd := &pb.InvokeFunctionRequest{
 		Registration: reg, InvocationId: req.GetInvocationId(), Input: req.GetInput(),
 		ContentType: req.GetContentType(), TimeoutMillis: req.GetTimeoutMillis(),
 	}
 	resp, err := p.d.functions.InvokeFunction(ctx, fwd)
 	if err != nil {
+		if errdefs.Code(err) == codes.NotFound {
+			// The Runtime Server has no registration for this Run (it
+			// restarted, and runtimed has not registered it again yet):
+			// refused before anything ran (seed 000: NotFound means no
+			// registration has this Run UID).
+			return nil, errdefs.NotRun(errdefs.FromGRPC(err))
+		}
 		return nil, err
 	}
 	// The registration ID stays private to runtimed.
