@@ -162,67 +162,92 @@ func DescribeWorkflowRun(w io.Writer, wf *v1alpha1.WorkflowRun, now time.Time) e
 	d.time(0, "Started:", st.StartTime)
 	d.time(0, "Completed:", st.CompletionTime)
 	jobs := wf.Spec.Jobs
-	if st.Snapshot != nil && st.Snapshot.Spec != nil {
-		jobs = st.Snapshot.Spec.Jobs
+	called := map[string][]v1alpha1.Job{}
+	if sn := st.Snapshot; sn != nil {
+		if sn.Spec != nil {
+			jobs = sn.Spec.Jobs
+		}
+		for _, c := range sn.Called {
+			called[c.Name] = c.Spec.Jobs
+		}
 	}
 	d.add(0, "Jobs:", "")
-	for _, j := range jobs {
-		instances := jobInstances(st.Jobs, j.ID)
-		needs := ""
-		if len(j.Needs) > 0 {
-			needs = "needs " + strings.Join(j.Needs, ", ")
-		}
-		if len(instances) == 0 {
-			d.add(1, j.ID+":", joinNonEmpty("Pending", needs))
-			continue
-		}
-		for _, js := range instances {
-			head := joinNonEmpty(string(js.Phase), needs)
-			if js.Attempt > 1 {
-				head += fmt.Sprintf(", attempt %d", js.Attempt)
-			}
-			if js.Pod != "" {
-				head += ", pod " + js.Pod
-			}
-			if span := spanOf(js.StartTime, js.CompletionTime); span != "-" {
-				head += ", " + span
-			}
-			d.add(1, js.Name+":", head)
-			if js.Message != "" {
-				d.add(2, "Message:", js.Message)
-			}
-			for _, o := range js.Outputs {
-				d.add(2, "Output "+o.Name+":", o.Value)
-			}
-			for i, s := range js.Steps {
-				name := s.Name
-				if name == "" {
-					name = s.ID
-				}
-				if name == "" {
-					name = fmt.Sprintf("step %d", i+1)
-				}
-				line := dash(string(s.Phase))
-				if s.ExitCode != nil {
-					line += fmt.Sprintf(", exit %d", *s.ExitCode)
-				}
-				if span := spanOf(s.StartTime, s.CompletionTime); span != "-" {
-					line += ", " + span
-				}
-				if s.Run != "" {
-					line += ", run " + s.Run
-				}
-				if s.Message != "" {
-					line += ": " + s.Message
-				}
-				d.add(2, name+":", line)
-			}
-		}
-	}
+	describeJobs(d, st, jobs, called, "", 1, 0)
 	for _, o := range st.Outputs {
 		d.add(0, "Output "+o.Name+":", o.Value)
 	}
 	return d.write(w)
+}
+
+// describeJobs writes jobs (a Workflow's, under prefix: "" for the run's
+// own, "call/" for those a job named call calls) at indent, each called
+// Workflow's jobs under the job that calls it, with their full name
+// (call/build) and the Workflow they are of.
+func describeJobs(d *describer, st *v1alpha1.WorkflowRunStatus, jobs []v1alpha1.Job, called map[string][]v1alpha1.Job, prefix string, indent, depth int) {
+	for _, j := range jobs {
+		id := prefix + j.ID
+		instances := jobInstances(st.Jobs, id)
+		needs := ""
+		if len(j.Needs) > 0 {
+			needs = "needs " + strings.Join(j.Needs, ", ")
+		}
+		if j.Uses != "" {
+			needs = joinNonEmpty("calls Workflow "+j.Uses, needs)
+		}
+		if len(instances) == 0 {
+			d.add(indent, id+":", joinNonEmpty("Pending", needs))
+		}
+		for _, js := range instances {
+			describeInstance(d, &js, needs, indent)
+		}
+		// The depth bound guards a snapshot written by hand in a cycle.
+		if sub, ok := called[j.Uses]; ok && j.Uses != "" && depth < 8 {
+			describeJobs(d, st, sub, called, id+"/", indent+1, depth+1)
+		}
+	}
+}
+
+func describeInstance(d *describer, js *v1alpha1.JobStatus, needs string, indent int) {
+	head := joinNonEmpty(string(js.Phase), needs)
+	if js.Attempt > 1 {
+		head += fmt.Sprintf(", attempt %d", js.Attempt)
+	}
+	if js.Pod != "" {
+		head += ", pod " + js.Pod
+	}
+	if span := spanOf(js.StartTime, js.CompletionTime); span != "-" {
+		head += ", " + span
+	}
+	d.add(indent, js.Name+":", head)
+	if js.Message != "" {
+		d.add(indent+1, "Message:", js.Message)
+	}
+	for _, o := range js.Outputs {
+		d.add(indent+1, "Output "+o.Name+":", o.Value)
+	}
+	for i, s := range js.Steps {
+		name := s.Name
+		if name == "" {
+			name = s.ID
+		}
+		if name == "" {
+			name = fmt.Sprintf("step %d", i+1)
+		}
+		line := dash(string(s.Phase))
+		if s.ExitCode != nil {
+			line += fmt.Sprintf(", exit %d", *s.ExitCode)
+		}
+		if span := spanOf(s.StartTime, s.CompletionTime); span != "-" {
+			line += ", " + span
+		}
+		if s.Run != "" {
+			line += ", run " + s.Run
+		}
+		if s.Message != "" {
+			line += ": " + s.Message
+		}
+		d.add(indent+1, name+":", line)
+	}
 }
 
 // jobInstances are the status entries of job id, in status order.

@@ -56,6 +56,44 @@ func TestDescribeWorkflowRun(t *testing.T) {
 	}
 }
 
+// A called Workflow's jobs are shown under the job that calls it, with
+// their full names.
+func TestDescribeWorkflowRunWithCalls(t *testing.T) {
+	w := &v1alpha1.WorkflowRun{}
+	w.Name, w.Namespace = "ci", "default"
+	w.Spec.Jobs = []v1alpha1.Job{
+		{ID: "call", Uses: "lib"},
+		{ID: "after", Needs: []string{"call"}, RunsOn: "bash", Steps: []v1alpha1.Step{{Run: "p"}}},
+	}
+	w.Status = v1alpha1.WorkflowRunStatus{Phase: v1alpha1.WorkflowSucceeded,
+		Snapshot: &v1alpha1.WorkflowSnapshot{Called: []v1alpha1.CalledWorkflow{{Name: "lib", Spec: v1alpha1.WorkflowSpec{Jobs: []v1alpha1.Job{
+			{ID: "compile", RunsOn: "bash", Steps: []v1alpha1.Step{{Run: "make"}}},
+			{ID: "pack", Needs: []string{"compile"}, RunsOn: "bash", Steps: []v1alpha1.Step{{Run: "pack"}}},
+		}}}}},
+		Jobs: []v1alpha1.JobStatus{
+			{Name: "call", Job: "call", Phase: v1alpha1.JobSucceeded, Outputs: []v1alpha1.NameValue{{Name: "artifact", Value: "pkg"}}},
+			{Name: "call/compile", Job: "call/compile", Phase: v1alpha1.JobSucceeded, Pod: "bash-0", Steps: []v1alpha1.StepStatus{{Name: "make", Phase: v1alpha1.JobSucceeded}}},
+			{Name: "call/pack", Job: "call/pack", Phase: v1alpha1.JobSucceeded, Pod: "bash-1", Steps: []v1alpha1.StepStatus{{Name: "pack", Phase: v1alpha1.JobSucceeded}}},
+			{Name: "after", Job: "after", Phase: v1alpha1.JobSucceeded},
+		}}
+	var b bytes.Buffer
+	if err := DescribeWorkflowRun(&b, w, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		indent := len(l) - len(strings.TrimLeft(l, " "))
+		lines = append(lines, strings.Repeat(" ", indent)+strings.Join(strings.Fields(l), " "))
+	}
+	want := "Jobs:\n  call: Succeeded, calls Workflow lib\n    Output artifact: pkg\n" +
+		"    call/compile: Succeeded, pod bash-0\n      make: Succeeded\n" +
+		"    call/pack: Succeeded, needs compile, pod bash-1\n      pack: Succeeded\n" +
+		"  after: Succeeded, needs call"
+	if out := strings.Join(lines, "\n"); !strings.Contains(out, want) {
+		t.Errorf("no\n%s\nin\n%s", want, out)
+	}
+}
+
 func TestWorkflowRunTable(t *testing.T) {
 	w := v1alpha1.WorkflowRun{}
 	w.Name = "ci"
