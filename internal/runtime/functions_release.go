@@ -75,7 +75,7 @@ func (r *registration) release(ctx context.Context, drain time.Duration) {
 				t.Stop()
 			}
 			if fl != nil {
-				fl.cancel(errDrainCancelled)
+				fl.drain()
 				<-fl.done
 			}
 			r.cancel() // stops loading and supervision

@@ -105,15 +105,12 @@ func TransportOptions() []grpc.ServerOption {
 	}
 }
 
-// NewGRPC builds a gRPC server for svcs. Every RPC passes through one
-// interceptor chain: panic recovery, then error translation and logging.
+// NewGRPC builds a gRPC server for svcs. Every RPC passes through panic
+// recovery, then error translation and logging (and a unary one through
+// the metrics, innermost).
 func NewGRPC(log *slog.Logger, svcs Services, opts ...grpc.ServerOption) *GRPC {
-	unary := []grpc.UnaryServerInterceptor{recoverUnary(log), translateUnary(log)}
-	if svcs.Metrics != nil {
-		unary = append(unary, svcs.Metrics.unary())
-	}
 	opts = append(append(TransportOptions(),
-		grpc.ChainUnaryInterceptor(unary...),
+		grpc.UnaryInterceptor(unaryInterceptor(log, svcs.Metrics)),
 		grpc.ChainStreamInterceptor(recoverStream(log), translateStream(log)),
 		// Protobuf as grpc-go's own codec, but the Exec stream's data
 		// frames are not copied out of the receive buffers.
@@ -178,15 +175,28 @@ func (g *GRPC) Serve(ctx context.Context, lis net.Listener, grace time.Duration,
 	return nil
 }
 
-func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+// unaryInterceptor is recovery, translation and metrics (m may be nil)
+// in one interceptor, in that order from the outside, as the stream
+// interceptors are chained: grpc-go's chain of three made two closures
+// and three calls more on every InvokeFunction. A panic is answered
+// Internal, and is neither logged as a call nor counted as an invocation.
+func unaryInterceptor(log *slog.Logger, m *Metrics) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				log.Error("panic in RPC", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
-				err = status.Error(codes.Internal, "internal error")
+				resp, err = nil, status.Error(codes.Internal, "internal error")
 			}
 		}()
-		return handler(ctx, req)
+		start := time.Now()
+		if m != nil && info.FullMethod == pb.FunctionRuntime_InvokeFunction_FullMethodName {
+			resp, err = m.observeInvoke(ctx, req, handler, start)
+		} else {
+			resp, err = handler(ctx, req)
+		}
+		err = errdefs.ToGRPC(err)
+		logCall(ctx, log, info.FullMethod, start, err)
+		return resp, err
 	}
 }
 
@@ -202,18 +212,8 @@ func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	}
 }
 
-// translateUnary maps errdefs categories to status codes and logs calls:
-// failures that are the server's fault at Warn, the rest at Debug.
-func translateUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		start := time.Now()
-		resp, err := handler(ctx, req)
-		err = errdefs.ToGRPC(err)
-		logCall(ctx, log, info.FullMethod, start, err)
-		return resp, err
-	}
-}
-
+// translateStream maps errdefs categories to status codes and logs
+// calls (logCall), as unaryInterceptor does.
 func translateStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
@@ -223,6 +223,8 @@ func translateStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	}
 }
 
+// logCall logs a call: failures that are the server's fault at Warn, the
+// rest at Debug.
 func logCall(ctx context.Context, log *slog.Logger, method string, start time.Time, err error) {
 	code := status.Code(err)
 	level := slog.LevelDebug

@@ -11,8 +11,13 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
+	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/metricsrpc"
 	"stoke.dev/stoke/internal/runtime/server"
 )
 
@@ -115,6 +120,90 @@ func TestRuntimeServerConnectionSendsNoPing(t *testing.T) {
 		}
 		if counts[0] < 20 { // DATA: the test saw the calls
 			t.Errorf("%s: %d DATA frames, want one per call at least (frames by type: %v)", dir, counts[0], counts)
+		}
+	}
+}
+
+// scriptedFunctions answers InvokeFunction by its input: "panic" panics,
+// "missing" is an errdefs NotFound, anything else is echoed.
+type scriptedFunctions struct {
+	pb.UnimplementedFunctionRuntimeServer
+}
+
+func (scriptedFunctions) InvokeFunction(_ context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, error) {
+	switch string(req.GetInput()) {
+	case `"panic"`:
+		panic("scripted")
+	case `"missing"`:
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "scripted miss")
+	}
+	return &pb.InvokeFunctionResponse{Output: req.GetInput()}, nil
+}
+
+// Every unary call passes through recovery, code translation and, for
+// InvokeFunction, the metrics, in that order: a panic is Internal and is
+// not counted, an error category becomes its code and its result label,
+// an answer is counted "ok" with its duration, and other methods (the
+// scrape itself) are not counted.
+func TestUnaryInterceptor(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := server.NewMetrics(nil)
+	g := server.NewGRPC(slog.New(slog.DiscardHandler), server.Services{Functions: scriptedFunctions{}, Metrics: m})
+	served := make(chan error, 1)
+	go func() { served <- g.Server.Serve(lis) }()
+	defer func() {
+		g.Server.Stop()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+	conn, err := grpc.NewClient("unix://"+sock, server.DialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fns := pb.NewFunctionRuntimeClient(conn)
+	for _, c := range []struct {
+		input string
+		code  codes.Code
+	}{{`"a"`, codes.OK}, {`"panic"`, codes.Internal}, {`"missing"`, codes.NotFound}, {`"b"`, codes.OK}, {`"panic"`, codes.Internal}} {
+		resp, err := fns.InvokeFunction(t.Context(), &pb.InvokeFunctionRequest{Input: []byte(c.input)})
+		if status.Code(err) != c.code {
+			t.Errorf("%s: %v, want %v", c.input, err, c.code)
+		}
+		if c.code == codes.OK && string(resp.GetOutput()) != c.input {
+			t.Errorf("%s: answered %q", c.input, resp.GetOutput())
+		}
+	}
+	mfs, err := metricsrpc.Scrape(t.Context(), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := metricsrpc.Scrape(t.Context(), conn); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"stoke_runtime_invocations_total", map[string]string{"result": "ok"}, 2},
+		{"stoke_runtime_invocation_duration_seconds", map[string]string{"result": "ok"}, 2},
+		{"stoke_runtime_invocations_total", map[string]string{"result": "not_found"}, 1},
+		{"stoke_runtime_invocation_duration_seconds", map[string]string{"result": "not_found"}, 1},
+		{"stoke_runtime_invocations_in_flight", nil, 0},
+	} {
+		if got, ok := metricValue(mfs, c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	for _, result := range []string{"internal", "unknown"} {
+		if got, ok := metricValue(mfs, "stoke_runtime_invocations_total", map[string]string{"result": result}); ok {
+			t.Errorf("a panic was counted as %q: %v", result, got)
 		}
 	}
 }

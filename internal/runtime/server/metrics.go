@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/errdefs"
 )
 
@@ -24,6 +24,11 @@ type Metrics struct {
 	invocations *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	inFlight    prometheus.Gauge
+	// okCount and okDuration are the series of result "ok", resolved at
+	// the first (so that, as before, the series appears with it).
+	okOnce     sync.Once
+	okCount    prometheus.Counter
+	okDuration prometheus.Observer
 }
 
 // NewMetrics builds the registry; registrations counts the registrations
@@ -55,22 +60,28 @@ func NewMetrics(registrations func() map[string]int) *Metrics {
 // Registry is where further metrics of the server are registered.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// unary observes InvokeFunction calls. It is the innermost interceptor, so
+// observeInvoke runs an InvokeFunction call (handler) that arrived at
+// start and observes it. It is the innermost step of unaryInterceptor, so
 // it sees the error categories before their translation to status codes.
-func (m *Metrics) unary() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if info.FullMethod != pb.FunctionRuntime_InvokeFunction_FullMethodName {
-			return handler(ctx, req)
-		}
-		start := time.Now()
-		m.inFlight.Inc()
-		defer m.inFlight.Dec()
-		resp, err := handler(ctx, req)
+func (m *Metrics) observeInvoke(ctx context.Context, req any, handler grpc.UnaryHandler, start time.Time) (any, error) {
+	m.inFlight.Inc()
+	defer m.inFlight.Dec()
+	resp, err := handler(ctx, req)
+	var count prometheus.Counter
+	var duration prometheus.Observer
+	if err == nil {
+		// Resolved once: no label lookup for the usual answer.
+		m.okOnce.Do(func() {
+			m.okCount, m.okDuration = m.invocations.WithLabelValues("ok"), m.duration.WithLabelValues("ok")
+		})
+		count, duration = m.okCount, m.okDuration
+	} else {
 		result := InvokeResult(err)
-		m.invocations.WithLabelValues(result).Inc()
-		m.duration.WithLabelValues(result).Observe(time.Since(start).Seconds())
-		return resp, err
+		count, duration = m.invocations.WithLabelValues(result), m.duration.WithLabelValues(result)
 	}
+	count.Inc()
+	duration.Observe(time.Since(start).Seconds())
+	return resp, err
 }
 
 // InvokeResult is the result label of an invocation that returned err
