@@ -31,7 +31,7 @@ const (
 // server's availability check and discovery come as
 // system:kube-aggregator, and the documents name no Run.
 func (g *Gateway) routeAggregated() {
-	g.route(aggregatedInvokePath, "invoke", runAccess("create", "invoke"), g.invoke)
+	g.route(aggregatedInvokePath, invokeRoute, runAccess("create", "invoke"), g.invoke)
 	if g.cfg.Logs != nil {
 		g.route(aggregatedLogPath, "logs", runAccess("get", "log"), g.logs)
 	}
@@ -42,7 +42,7 @@ func (g *Gateway) routeAggregated() {
 		g.routeArtifacts(true)
 	}
 	if g.cfg.Functions != nil {
-		g.route(aggregatedFunctionInvokePath, "invoke", functionAccess("create", "invoke"), g.invokeFunction)
+		g.route(aggregatedFunctionInvokePath, invokeRoute, functionAccess("create", "invoke"), g.invokeFunction)
 	}
 	authenticated := func(*http.Request) Access { return Access{} }
 	// The resource list is empty on purpose: discovery would give the

@@ -175,9 +175,9 @@ func New(cfg Config) *Gateway {
 	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), streams: make(chan struct{}, cfg.MaxStreams),
 		failed: logsummary.New(fl), bodies: semaphore.NewWeighted(bounds.ObjectBodiesAtOnce)}
 	cfg.Metrics.countSummarised(g.failed)
-	g.route(invokePath, "invoke", runAccess("create", "invoke"), g.invoke)
+	g.route(invokePath, invokeRoute, runAccess("create", "invoke"), g.invoke)
 	if cfg.Functions != nil {
-		g.route(functionInvokePath, "invoke", functionAccess("create", "invoke"), g.invokeFunction)
+		g.route(functionInvokePath, invokeRoute, functionAccess("create", "invoke"), g.invokeFunction)
 	}
 	if cfg.Logs != nil {
 		g.route(logsPath, "logs", runAccess("get", "log"), g.logs)
@@ -210,6 +210,10 @@ const (
 	functionInvokePath = "POST /v1/namespaces/{ns}/functions/{name}/invoke"
 )
 
+// invokeRoute names both invoke routes (a Run's, a Function's) in the
+// request metrics.
+const invokeRoute = "invoke"
+
 // route serves pattern with h once the caller is authorized for what
 // access says of the request, and counts the request under the route's
 // name (a bounded label).
@@ -219,7 +223,7 @@ func (g *Gateway) route(pattern, name string, access func(*http.Request) Access,
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() { g.cfg.Metrics.observeRequest(name, sw.status, time.Since(start)) }()
 		if err := g.cfg.Auth.Authorize(r, access(r)); err != nil {
-			g.refuse(sw, name == "invoke", err)
+			g.refuse(sw, name == invokeRoute, err)
 			return
 		}
 		h(sw, r)

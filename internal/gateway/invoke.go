@@ -10,7 +10,6 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -189,12 +188,20 @@ func checkInvocationID(id string) error {
 	return nil
 }
 
+// invocationIDEncoding is base32 in lowercase, without padding.
+var invocationIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
 // newInvocationID returns "inv_" and 26 lowercase base32 characters of
-// randomness.
+// randomness, made in one buffer: one allocation, where encoding, then
+// lowering, then joining took four on every call that brought no ID.
 func newInvocationID() string {
+	const prefix = "inv_"
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return "inv_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+	var id [len(prefix) + 26]byte
+	copy(id[:], prefix)
+	invocationIDEncoding.Encode(id[len(prefix):], b[:])
+	return string(id[:])
 }
 
 // statusWriter remembers the status written, for metrics.
@@ -217,6 +224,9 @@ func (w *statusWriter) WriteHeader(code int) {
 // which takes JSON only: curl's default form encoding is taken as JSON.
 func invokeContentType(r *http.Request) string {
 	ct := r.Header.Get("Content-Type")
+	if ct == "application/json" {
+		return ct // the usual one, without a parse that allocates
+	}
 	if mt, _, _ := mime.ParseMediaType(ct); mt == formEncoded {
 		return "application/json"
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,15 @@ type Metrics struct {
 	requests      *prometheus.CounterVec
 	latency       *prometheus.HistogramVec
 	exec          execMetrics
+
+	// invokeOK holds the series of an invocation answered 200, resolved
+	// at the first (the series appears with it, as before): no label
+	// lookup for the usual answer.
+	invokeOKOnce sync.Once
+	invokeOK     struct {
+		count, request        prometheus.Counter
+		latency, routeLatency prometheus.Observer
+	}
 }
 
 // NewMetrics builds the registry; runPhases, when set, counts the Runs by
@@ -70,9 +80,29 @@ func (m *Metrics) observeInvoke(status int, d time.Duration) {
 	if m == nil {
 		return
 	}
+	if status == http.StatusOK {
+		ok := m.okInvoke()
+		ok.count.Inc()
+		ok.latency.Observe(d.Seconds())
+		return
+	}
 	code := strconv.Itoa(status)
 	m.invocations.WithLabelValues(code).Inc()
 	m.invokeLatency.WithLabelValues(code).Observe(d.Seconds())
+}
+
+// okInvoke is the series of an invocation answered 200, and of the
+// invoke route's request answered 200.
+func (m *Metrics) okInvoke() *struct {
+	count, request        prometheus.Counter
+	latency, routeLatency prometheus.Observer
+} {
+	m.invokeOKOnce.Do(func() {
+		code := strconv.Itoa(http.StatusOK)
+		m.invokeOK.count, m.invokeOK.latency = m.invocations.WithLabelValues(code), m.invokeLatency.WithLabelValues(code)
+		m.invokeOK.request, m.invokeOK.routeLatency = m.requests.WithLabelValues(invokeRoute, code), m.latency.WithLabelValues(invokeRoute)
+	})
+	return &m.invokeOK
 }
 
 func (m *Metrics) observeRequest(route string, status int, d time.Duration) {
@@ -81,6 +111,12 @@ func (m *Metrics) observeRequest(route string, status int, d time.Duration) {
 	}
 	if status == 0 {
 		status = http.StatusSwitchingProtocols // hijacked: an exec's WebSocket
+	}
+	if route == invokeRoute && status == http.StatusOK {
+		ok := m.okInvoke()
+		ok.request.Inc()
+		ok.routeLatency.Observe(d.Seconds())
+		return
 	}
 	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 	m.latency.WithLabelValues(route).Observe(d.Seconds())

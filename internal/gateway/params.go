@@ -58,6 +58,9 @@ func queryOf(r *http.Request, ps params) (url.Values, error) {
 
 // noQuery refuses any query parameter on a route that takes none.
 func noQuery(r *http.Request) error {
+	if r.URL.RawQuery == "" {
+		return nil // nothing to parse, and no map made for it
+	}
 	_, err := queryOf(r, noParams)
 	return err
 }
