@@ -73,7 +73,7 @@ the API server authenticates and authorizes for GET /metrics.`,
 	f.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", controller.DefaultRetryPeriod, "how often leader election renews or tries to acquire the Lease")
 	f.DurationVar(&cfg.NotReadyGrace, "not-ready-grace", kubepods.DefaultNotReadyGrace, "how long a runtime Pod may stay NotReady before its Runs are retried elsewhere and it is deleted")
 	f.DurationVar(&cfg.FinishedRunTTL, "finished-run-ttl", controlplane.DefaultFinishedRunTTL, "delete a finished Run this long after it finished, unless it sets ttlSecondsAfterFinished (0: keep it)")
-	addArtifactS3Flags(f, &cfg.ArtifactS3)
+	addArtifactS3Flags(f, &cfg.ArtifactS3, "no artifact store, and upload-artifact/download-artifact steps fail")
 	f.DurationVar(&cfg.ArtifactRetention, "artifact-retention", bounds.ArtifactRetentionDefault, "delete a workflow artifact this long after its upload at the latest (its WorkflowRun's delete takes it sooner; at most 90 days)")
 	f.StringVar(&debugSocket, "debug-socket", controller.DefaultDebugSocket, debugSocketUsage)
 	cmd.AddCommand(newControllerProbeCommand())

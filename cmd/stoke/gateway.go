@@ -93,7 +93,7 @@ SubjectAccessReview.`,
 	f.StringVar(&cfg.Docker.ClientCAFile, "docker-client-ca-file", "", "the CA (PEM) of the Docker port's client certificates (default: the cluster's client CA, client-ca-file in kube-system/extension-apiserver-authentication)")
 	f.StringVar(&dockerImages, "docker-images", "", "file of the Docker image → Runtime table (YAML; see docs/docker.md); default: python:* → python, bash/debian/ubuntu/alpine/busybox → bash")
 	f.StringVar(&cfg.Docker.Namespace, "docker-namespace", "default", "the namespace of the containers of Docker clients whose host names none (tcp://HOST:PORT/namespaces/NS names one)")
-	addArtifactS3Flags(f, &cfg.ArtifactS3)
+	addArtifactS3Flags(f, &cfg.ArtifactS3, "no artifact store, and upload-artifact/download-artifact steps fail")
 	f.StringVar(&debugSocket, "debug-socket", "/var/run/stoke-gateway/run/debug/debug.sock", debugSocketUsage)
 	return cmd
 }

@@ -94,6 +94,7 @@ that user: they are not isolated from each other.`,
 	f.StringVar(&cfg.DockerImages, "docker-images", "", "file of the Docker image → Runtime table (YAML; see docs/docker.md); default: python:* → python, bash/debian/ubuntu/alpine/busybox → bash")
 	f.StringVar(&runAs, "run-as-user", "", fmt.Sprintf("when stoke up is root, the unprivileged UID[:GID] its Runs (tasks, handlers, exec sessions) run as, without supplementary groups (default %d:%d, an ID no account has)", runuser.DefaultID, runuser.DefaultID))
 	f.StringVar(&cfg.GitCredentials, "git-credentials", "", "file of credentials for the Runs' spec.source.git, in git's credential-store format (one https://USER:PASSWORD@HOST[/PATH] per line); sent as HTTP Basic authentication through git's environment, never its arguments or logs")
+	addArtifactS3Flags(f, &cfg.ArtifactS3, "they are kept in the data directory")
 	f.DurationVar(&cfg.ArtifactRetention, "artifact-retention", bounds.ArtifactRetentionDefault, "delete a workflow artifact this long after its upload at the latest (its WorkflowRun's delete takes it sooner; at most 90 days)")
 	f.DurationVar(&cfg.FinishedRunTTL, "finished-run-ttl", controlplane.DefaultFinishedRunTTL, "delete a finished Run this long after it finished, unless it sets ttlSecondsAfterFinished (0: keep it)")
 	return cmd

@@ -13,13 +13,24 @@ import (
 // and those past their retention are looked for.
 const artifactSweepPeriod = time.Minute
 
-// openArtifacts opens the workflow artifact store in <data>/artifacts.
-func openArtifacts(cfg Config) (*artifact.Store, error) {
-	local, err := artifact.NewLocal(filepath.Join(cfg.DataDir, "artifacts"))
-	if err != nil {
-		return nil, err
+// openArtifacts opens the workflow artifact store: the S3 bucket
+// cfg.ArtifactS3 names, else <data>/artifacts.
+func openArtifacts(ctx context.Context, cfg Config) (*artifact.Store, error) {
+	var backend artifact.Backend
+	if cfg.ArtifactS3.Bucket != "" {
+		s3, err := artifact.NewS3(ctx, cfg.ArtifactS3)
+		if err != nil {
+			return nil, err
+		}
+		backend = s3
+	} else {
+		local, err := artifact.NewLocal(filepath.Join(cfg.DataDir, "artifacts"))
+		if err != nil {
+			return nil, err
+		}
+		backend = local
 	}
-	return artifact.NewStore(artifact.StoreConfig{Backend: local, Logger: cfg.Logger}), nil
+	return artifact.NewStore(artifact.StoreConfig{Backend: backend, Logger: cfg.Logger}), nil
 }
 
 // ArtifactReader serves `stoke artifacts` (the gateway's Artifacts).

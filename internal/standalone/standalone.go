@@ -82,6 +82,11 @@ type Config struct {
 	// (0: bounds.ArtifactRetentionDefault); its WorkflowRun's delete takes
 	// it sooner.
 	ArtifactRetention time.Duration
+	// ArtifactS3, when its Bucket is set, is the workflow artifact store
+	// (the one Kubernetes mode's controller takes, for instance for jobs
+	// on lambda Runtimes, whose sandboxes are not this machine); else the
+	// store is <data>/artifacts.
+	ArtifactS3 artifact.S3Config
 	// Cgroup, when set, is the cgroup v2 the pods run under (pool.Config.Cgroup).
 	Cgroup *cgroup.Group
 	// DebugSockets gives each pod a debug socket (pool.Config.DebugSockets).
@@ -193,7 +198,7 @@ func New(ctx context.Context, cfg Config) (*Standalone, error) {
 	}
 	// Workflow artifacts live under the data directory; the workflow
 	// controller copies them through exec into the Runs (s.ExecRoute).
-	if s.artifacts, err = openArtifacts(cfg); err != nil {
+	if s.artifacts, err = openArtifacts(ctx, cfg); err != nil {
 		st.Close()
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/artifact"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/controlplane"
@@ -66,6 +67,8 @@ type Config struct {
 	// ArtifactRetention is how long a workflow artifact is kept at most
 	// (0: bounds.ArtifactRetentionDefault).
 	ArtifactRetention time.Duration
+	// ArtifactS3: see standalone.Config (--artifact-s3-*).
+	ArtifactS3 artifact.S3Config
 	// LambdaCollectInterval: see standalone.Config.
 	LambdaCollectInterval time.Duration
 	// HTTPTimeouts bound slow clients; zero fields take
@@ -236,7 +239,7 @@ func Run(ctx context.Context, cfg Config) error {
 	metrics.MustRegister(schedMetrics)
 	s, err = standalone.New(ctx, standalone.Config{DataDir: dataDir, Logger: cfg.Logger, PodCommand: cfg.PodCommand,
 		DefaultRuntimes: cfg.DefaultRuntimes, EndpointBase: url, Metrics: schedMetrics,
-		FinishedRunTTL: cfg.FinishedRunTTL, ArtifactRetention: cfg.ArtifactRetention, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods,
+		FinishedRunTTL: cfg.FinishedRunTTL, ArtifactRetention: cfg.ArtifactRetention, ArtifactS3: cfg.ArtifactS3, LambdaCollectInterval: cfg.LambdaCollectInterval, Cgroup: pods,
 		DebugSockets: cfg.DebugSocket != "", RunAs: cfg.RunAs, GitCredentials: cfg.GitCredentials})
 	if err != nil {
 		lis.Close()

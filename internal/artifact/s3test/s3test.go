@@ -55,16 +55,28 @@ type Server struct {
 // included.
 const startTimeout = 60 * time.Second
 
-// Start builds versitygw if the cache does not hold it, starts it and
-// waits until it answers; the test's cleanup stops it and removes its
-// data. A failure to start fails the test (never skips it).
-func Start(t testing.TB) *Server {
+// Start builds versitygw if the cache does not hold it, starts it with a
+// key pair made for it and waits until it answers; the test's cleanup
+// stops it and removes its data. A failure to start fails the test (never
+// skips it).
+func Start(t testing.TB) *Server { t.Helper(); return StartWith(t, Options{}) }
+
+// Options change how Start starts versitygw.
+type Options struct {
+	// AccessKey and SecretKey, when set, are its root account's keys:
+	// for a test whose processes take one AWS key pair from their
+	// environment for every AWS service (S3 and the Lambda simulator).
+	AccessKey, SecretKey string
+}
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, opts Options) *Server {
 	t.Helper()
 	bin, err := testdeps.S3Path()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := start(bin, t.TempDir())
+	s, err := start(bin, t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,14 +89,20 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-func start(bin, tmp string) (*Server, error) {
+func start(bin, tmp string, opts Options) (*Server, error) {
 	// The data directory is private to the test's user; versitygw makes
 	// buckets and objects inside it.
 	dir := filepath.Join(tmp, "s3")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, AccessKey: "STOKE" + strings.ToUpper(randomHex(8)), SecretKey: randomHex(20)}
+	s := &Server{Dir: dir, AccessKey: opts.AccessKey, SecretKey: opts.SecretKey}
+	if s.AccessKey == "" {
+		s.AccessKey = "STOKE" + strings.ToUpper(randomHex(8))
+	}
+	if s.SecretKey == "" {
+		s.SecretKey = randomHex(20)
+	}
 	var err error
 	for range 3 { // a port found free may be taken before versitygw binds it
 		if err = s.startOnce(bin); err == nil || !errors.Is(err, errExited) {
