@@ -169,6 +169,18 @@ func TestWorkflowCallsStandalone(t *testing.T) {
 		}
 	})
 
+	// $GITHUB_PATH: a directory one step adds is on the next steps' PATH.
+	t.Run("GitHubPath", func(t *testing.T) {
+		f := write("path.yml", "on: push\njobs:\n  a:\n    runs-on: bash\n    steps:\n"+
+			"      - run: |\n          mkdir -p tools && printf '#!/bin/sh\\necho tool ran\\n' > tools/mytool && chmod +x tools/mytool\n"+
+			"          echo \"$PWD/tools\" >> \"$GITHUB_PATH\"\n"+
+			"      - {id: use, run: mytool}\n")
+		r := stoke(t, s.env(), "", "workflow", "run", "-f", f)
+		if r.code != 0 || !strings.Contains(r.stdout, "a/use | tool ran") {
+			t.Fatalf("stoke workflow run: %s", r)
+		}
+	})
+
 	t.Run("BadInput", func(t *testing.T) {
 		for _, tc := range []struct{ name, file, want string }{
 			{"unknown Workflow", "on: push\njobs:\n  call:\n    uses: nope\n", `no Workflow "nope"`},
@@ -190,8 +202,8 @@ func TestWorkflowCallsStandalone(t *testing.T) {
 			"apiVersion: stoke.dev/v1alpha1\nkind: Workflow\nmetadata: {name: loop}\nspec:\n  jobs:\n  - {id: again, uses: loop}\n"))
 		// Nothing was made by any of them but the runs above.
 		list := s.ok(t, "get", "workflowruns")
-		if n := strings.Count(list, "\n") - 1; n != 3 {
-			t.Errorf("%d WorkflowRuns, want the 3 above:\n%s", n, list)
+		if n := strings.Count(list, "\n") - 1; n != 4 {
+			t.Errorf("%d WorkflowRuns, want the 4 above:\n%s", n, list)
 		}
 	})
 }

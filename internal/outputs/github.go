@@ -158,3 +158,41 @@ func Merge(stoke, github map[string]string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// ReadGitHubPath reads the $GITHUB_PATH file at path: one directory a
+// line, which later steps find first on PATH (GitHub's add-path file
+// command). Empty lines are skipped; a directory holding ':' (which PATH
+// cannot hold) or a NUL byte is an error naming its line. A missing file
+// is nothing added. The file is bounded by one value's bound, which PATH
+// must fit anyway.
+func ReadGitHubPath(path string) ([]string, error) {
+	data, err := readAt(unix.AT_FDCWD, filepath.Clean(path), "$GITHUB_PATH", bounds.OutputValue)
+	if err != nil || data == nil {
+		return nil, err
+	}
+	var dirs []string
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		switch {
+		case line == "":
+			continue
+		case strings.ContainsAny(line, ":\x00"):
+			return nil, errdefs.Errorf(errdefs.ErrInvalidArgument, "$GITHUB_PATH line %d: %s cannot be on PATH (it holds ':' or a NUL byte)", i+1, bounds.Quote(line))
+		}
+		dirs = append(dirs, line)
+	}
+	return dirs, nil
+}
+
+// PrependPath is PATH with dirs before it, the last added first, as
+// GitHub's runner prepends each add-path in turn.
+func PrependPath(dirs []string, path string) string {
+	parts := make([]string, 0, len(dirs)+1)
+	for i := len(dirs) - 1; i >= 0; i-- {
+		parts = append(parts, dirs[i])
+	}
+	if path != "" {
+		parts = append(parts, path)
+	}
+	return strings.Join(parts, ":")
+}

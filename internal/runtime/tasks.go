@@ -245,6 +245,8 @@ const (
 	// and $GITHUB_ENV files.
 	scratchGitHubOutput = "github_output"
 	scratchGitHubEnv    = "github_env"
+	// scratchGitHubPath is its $GITHUB_PATH file.
+	scratchGitHubPath = "github_path"
 	// scratchSetupFailure is a Relayer's $STOKE_SETUP_FAILURE file.
 	scratchSetupFailure = "setup-failure"
 )
@@ -258,7 +260,7 @@ const scratchPool = ".pool"
 // and the directory with its empty tmp back to the pool for the next
 // execution; anything else falls back to the walk.
 func (t *Tasks) removeScratch(scratch string) error {
-	for _, name := range []string{scratchOutputs, scratchGitHubOutput, scratchGitHubEnv} {
+	for _, name := range []string{scratchOutputs, scratchGitHubOutput, scratchGitHubEnv, scratchGitHubPath} {
 		_ = syscall.Unlink(filepath.Join(scratch, name))
 	}
 	return t.scratch.Remove(scratch)

@@ -22,6 +22,9 @@ type launch struct {
 	// files (GitHub Actions' file commands, for steps copied from a
 	// GitHub workflow).
 	githubOutput, githubEnv string
+	// githubPath is the $GITHUB_PATH file: directories later steps find
+	// first on PATH (collected into the exported env's PATH).
+	githubPath string
 	// setupFailure is a Relayer's $STOKE_SETUP_FAILURE file, "" otherwise.
 	setupFailure string
 }
@@ -37,6 +40,9 @@ func taskEnv(base, env map[string]string, l *launch) ([]string, string) {
 	extra["STOKE_OUTPUTS"] = l.outputs
 	if l.githubOutput != "" {
 		extra["GITHUB_OUTPUT"], extra["GITHUB_ENV"] = l.githubOutput, l.githubEnv
+		if l.githubPath != "" {
+			extra["GITHUB_PATH"] = l.githubPath
+		}
 	}
 	path := base["PATH"]
 	if p, ok := extra["PATH"]; ok {

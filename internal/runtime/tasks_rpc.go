@@ -78,7 +78,8 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 		return nil, fmt.Errorf("execution %q: handing its directories to the Runs' user: %w", id, err)
 	}
 	l := launch{argv: argv, dir: workingDir, outputs: filepath.Join(scratch, scratchOutputs),
-		githubOutput: filepath.Join(scratch, scratchGitHubOutput), githubEnv: filepath.Join(scratch, scratchGitHubEnv)}
+		githubOutput: filepath.Join(scratch, scratchGitHubOutput), githubEnv: filepath.Join(scratch, scratchGitHubEnv),
+		githubPath: filepath.Join(scratch, scratchGitHubPath)}
 	l.env, l.envPath = taskEnv(baseEnvWith(t.cfg.BaseEnv, workingDir, tmp), req.GetEnv(), &l)
 	if r, ok := t.cfg.Adapter.(Relayer); ok && r.RelaysTasks() {
 		l.setupFailure = filepath.Join(scratch, scratchSetupFailure)

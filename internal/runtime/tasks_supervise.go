@@ -141,6 +141,20 @@ func readResults(l launch) (results, error) {
 	if r.env, err = outputs.ReadGitHubFile(l.githubEnv, "$GITHUB_ENV"); err != nil {
 		return r, err
 	}
+	// $GITHUB_PATH's directories reach later steps as the PATH this
+	// step had with them before it, in the exported env.
+	if l.githubPath != "" {
+		dirs, err := outputs.ReadGitHubPath(l.githubPath)
+		if err != nil {
+			return r, err
+		}
+		if len(dirs) > 0 {
+			if r.env == nil {
+				r.env = map[string]string{}
+			}
+			r.env["PATH"] = outputs.PrependPath(dirs, l.envPath)
+		}
+	}
 	if err := outputs.ValidateEnv(r.env); err != nil {
 		return r, err
 	}

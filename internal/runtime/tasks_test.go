@@ -335,13 +335,28 @@ func TestExecuteOutcomes(t *testing.T) {
 			},
 		},
 		{
+			name:   "$GITHUB_PATH's directories come first on the exported PATH, the last added first",
+			script: "echo \"$PATH\"; echo /opt/a >> \"$GITHUB_PATH\"; printf '/opt/b\\r\\n\\n' >> \"$GITHUB_PATH\"",
+			state:  succeeded,
+			check: func(t *testing.T, _ *fixture, st *pb.StatusResponse) {
+				if want := "/opt/b:/opt/a:" + strings.TrimSpace(st.Stdout); st.Env["PATH"] != want || strings.TrimSpace(st.Stdout) == "" {
+					t.Errorf("exported PATH = %q, want %q", st.Env["PATH"], want)
+				}
+			},
+		},
+		{
+			name:   "a $GITHUB_PATH directory holding ':' fails the execution",
+			script: `echo /a:/b >> "$GITHUB_PATH"`,
+			state:  failed, errMsg: `invalid outputs: $GITHUB_PATH line 1: "/a:/b" cannot be on PATH`,
+		},
+		{
 			name:   "env isolation: only the base and the request's env",
 			script: `echo "${STOKE_TEST_SECRET-unset} $GREETING"; env | cut -d= -f1 | sort | tr '\n' ' '`,
 			env:    map[string]string{"GREETING": "hi"},
 			state:  succeeded,
 			check: func(t *testing.T, _ *fixture, st *pb.StatusResponse) {
 				// bash itself adds PWD, SHLVL and _.
-				want := "unset hi\nGITHUB_ENV GITHUB_OUTPUT GREETING HOME LANG PATH PWD SHLVL STOKE_OUTPUTS TMPDIR _ "
+				want := "unset hi\nGITHUB_ENV GITHUB_OUTPUT GITHUB_PATH GREETING HOME LANG PATH PWD SHLVL STOKE_OUTPUTS TMPDIR _ "
 				if st.Stdout != want {
 					t.Errorf("stdout = %q, want %q", st.Stdout, want)
 				}
