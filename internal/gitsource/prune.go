@@ -39,6 +39,7 @@ func (c *Cache) Prune() int {
 		c.log.Warn("git: pruning", "err", err)
 	}
 	for _, t := range res.Gone {
+		c.removeSpares(filepath.Base(filepath.Dir(t.Dir)), filepath.Base(t.Dir))
 		os.Remove(filepath.Dir(t.Dir)) // the repository's directory, when it was its last tree
 		c.log.Info("git: pruned", "tree", t.Key, "bytes", t.Bytes, "lastUsed", t.LastUse)
 	}
@@ -69,7 +70,8 @@ func (c *Cache) trees() ([]cacheprune.Entry, error) {
 				Dir:     dir,
 				Lock:    filepath.Join(c.cfg.Dir, "locks", useLock(k.Name(), cm.Name())),
 				LastUse: fi.ModTime(),
-				Bytes:   cacheprune.DirSize(dir),
+				// A tree's spares (spare.go) count with it.
+				Bytes: cacheprune.DirSize(dir) + cacheprune.DirSize(filepath.Join(c.cfg.Dir, "spares", k.Name(), cm.Name())),
 			})
 		}
 	}

@@ -84,3 +84,66 @@ func TestPruneKeepsWhatIsInUse(t *testing.T) {
 		release()
 	}
 }
+
+// A tree's spare (spare.go) is made once per owner, taken by one caller
+// only, and pruned with its tree.
+func TestSparesAreTakenOnceAndPrunedWithTheirTree(t *testing.T) {
+	srv := gittest.NewServer(t, gittest.Options{})
+	commit, url := srv.Commit(t, "app", map[string]string{"f": "aaaa"})
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c, err := gitsource.New(gitsource.Config{Dir: filepath.Join(t.TempDir(), "git"), MaxAge: time.Hour, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tree, release, err := c.Tree(ctx, url, commit, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fills := 0
+	fill := func(_ context.Context, src, dir string) error {
+		fills++
+		b, err := os.ReadFile(filepath.Join(src, "f"))
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, "f"), b, 0o644)
+	}
+	for range 2 {
+		if err := c.MakeSpare(ctx, tree, "self", fill); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fills != 1 {
+		t.Errorf("made %d spares for one owner, want 1", fills)
+	}
+	if _, ok := c.TakeSpare(tree, "1000.1000"); ok {
+		t.Error("took another owner's spare")
+	}
+	dir, ok := c.TakeSpare(tree, "self")
+	if !ok {
+		t.Fatal("no spare to take")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(b) != "aaaa" {
+		t.Errorf("the spare's file: %q, %v", b, err)
+	}
+	if _, ok := c.TakeSpare(tree, "self"); ok {
+		t.Error("one spare taken twice")
+	}
+	c.DropSpare(dir)
+	if err := c.MakeSpare(ctx, tree, "self", fill); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	if n := c.Prune(); n != 1 {
+		t.Fatalf("Prune removed %d trees, want 1", n)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(tree)), "..", "spares", "*", "*", "*")); len(left) != 0 {
+		t.Errorf("spares left after their tree was pruned: %v", left)
+	}
+}

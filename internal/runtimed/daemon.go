@@ -91,6 +91,8 @@ type Daemon struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// spares makes the git cache's spare checkouts (nil without Git).
+	spares *spares
 }
 
 // New returns a Daemon; Run starts it.
@@ -108,11 +110,13 @@ func New(cfg Config) *Daemon {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	log := cfg.Logger.With("pod", cfg.Pod.Name, "pod_uid", cfg.Pod.UID)
 	return &Daemon{
 		ctx:       ctx,
+		spares:    newSpares(ctx, cfg.Git, log),
 		cancel:    cancel,
 		cfg:       cfg,
-		log:       cfg.Logger.With("pod", cfg.Pod.Name, "pod_uid", cfg.Pod.UID),
+		log:       log,
 		runtime:   pb.NewRuntimeClient(cfg.Conn),
 		functions: pb.NewFunctionRuntimeClient(cfg.Conn),
 		workers:   map[string]*worker{},
@@ -129,6 +133,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.cancel() // no new workers from here on; running ones stop
 	d.mu.Unlock()
 	d.wg.Wait()
+	d.spares.close()
 	return nil
 }
 

@@ -42,8 +42,9 @@ const maxExtracted = 64 * bounds.Source
 // A git source (fetch gives its commit's tree in the cache) is copied in
 // first, at its path; an inline file or an archive is then written over
 // it. The copy never shares a file with the cache, so that no Run can
-// change what the next one checks out.
-func materialise(ctx context.Context, dirs *runtime.DirPool, dir string, shared bool, src *v1alpha1.Source, fetch gitFetch) error {
+// change what the next one checks out; sp, when set, moves a spare copy
+// made ahead into place instead (spares.go).
+func materialise(ctx context.Context, dirs *runtime.DirPool, dir string, shared bool, src *v1alpha1.Source, fetch gitFetch, sp *spares) error {
 	if err := prepareDir(dirs, dir, shared); err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
@@ -60,7 +61,7 @@ func materialise(ctx context.Context, dirs *runtime.DirPool, dir string, shared 
 		if err != nil {
 			return err
 		}
-		err = w.copyTree(cached, gitPath(g.Path))
+		err = w.checkout(cached, gitPath(g.Path), sp)
 		release()
 		if err != nil {
 			return fmt.Errorf("checking out %s: %w", g.URL, err)

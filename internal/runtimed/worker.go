@@ -138,7 +138,7 @@ func (w *worker) run(ctx context.Context) {
 	}
 	w.dir = dir
 	defer w.removeDir(ctx, run, dir, shared)
-	if err := materialise(ctx, w.d.cfg.WorkDirs, dir, shared, run.Spec.Source, w.gitTree(run)); err != nil {
+	if err := materialise(ctx, w.d.cfg.WorkDirs, dir, shared, run.Spec.Source, w.gitTree(run), w.d.spares); err != nil {
 		if ctx.Err() != nil {
 			return
 		}
