@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/utils/clock"
 
@@ -203,11 +204,8 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 		wf.Status.Snapshot = snapshot
 	}
 	p := decide(w)
-	for _, run := range p.create {
-		if _, err := c.cfg.Runs.Create(ctx, run); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
-			return fmt.Errorf("create step run %s: %w", run.Name, err)
-		}
-		c.log.Debug("workflow: created a step run", "workflowrun", k.String(), "run", run.Name)
+	if err := c.createRuns(ctx, k, p.create); err != nil {
+		return err
 	}
 	for _, name := range p.cancel {
 		if _, err := store.RequestCancel(ctx, c.cfg.Runs, k.Namespace, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -244,6 +242,29 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 		c.log.Info("workflow: finished", "workflowrun", k.String(), "uid", wf.UID, "phase", written.Status.Phase, "message", written.Status.Message)
 	}
 	return nil
+}
+
+// createWorkers bounds the step Run creates in flight at once.
+const createWorkers = 32
+
+// createRuns creates runs (AlreadyExists is done: a restarted controller
+// adopts), several at once: each is a store round trip, and the Runs of
+// one decision (a fan-out's matrix instances) are peers, so none waits
+// for the others' round trips (stoke up's store commits concurrent
+// writes together; the API server takes them in parallel).
+func (c *Controller) createRuns(ctx context.Context, k informer.Key, runs []*v1alpha1.Run) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(createWorkers)
+	for _, run := range runs {
+		g.Go(func() error {
+			if _, err := c.cfg.Runs.Create(gctx, run); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+				return fmt.Errorf("create step run %s: %w", run.Name, err)
+			}
+			c.log.Debug("workflow: created a step run", "workflowrun", k.String(), "run", run.Name)
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // expire deletes a finished WorkflowRun ttlSecondsAfterFinished after it
