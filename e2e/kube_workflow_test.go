@@ -1,48 +1,41 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/artifact/s3test"
 	"stoke.dev/stoke/internal/gitsource/gittest"
 )
 
-// The artifact store of the test cluster: gofakes3 (S3 in memory, the
-// stand-in internal/artifact's tests use) on a loopback port, which the
-// node agent's Pods reach; the chart's credentialsSecret gives the
-// controller and the gateway its key.
+// The artifact store of the test cluster: versitygw (the S3-compatible
+// server internal/artifact's tests use, internal/artifact/s3test) on a
+// loopback address, which the node agent's Pods reach; the chart's
+// credentialsSecret gives the controller and the gateway its key pair.
 const (
 	kubeS3Bucket    = "artifacts"
 	kubeS3Secret    = "stoke-artifacts-s3"
-	kubeS3AccessKey = "e2e-access-key"
+	kubeS3AccessKey = "E2EACCESSKEY"
 	kubeS3SecretKey = "e2e-secret-key"
 )
 
-// startKubeS3 starts the stand-in; requests not signed with the test's
-// access key are refused (gofakes3 checks no signature itself).
+// startKubeS3 starts the server with the test's key pair, whose SigV4
+// signature it checks on every request, and makes the bucket.
 func startKubeS3(t testing.TB) string {
 	t.Helper()
-	h := gofakes3.New(s3mem.New(), gofakes3.WithAutoBucket(true)).Server()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.Contains(r.Header.Get("Authorization"), "Credential="+kubeS3AccessKey+"/") {
-			http.Error(w, "unsigned", http.StatusForbidden)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	srv := s3test.StartWith(t, s3test.Options{AccessKey: kubeS3AccessKey, SecretKey: kubeS3SecretKey})
+	if err := srv.CreateBucket(context.Background(), kubeS3Bucket); err != nil {
+		t.Fatal(err)
+	}
+	return srv.Endpoint
 }
 
 // kubeS3Values are the chart's artifacts values for the stand-in at url.
