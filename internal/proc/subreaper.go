@@ -155,7 +155,34 @@ func (r *Subreaper) End(name string) {
 	if len(pids) > 0 {
 		r.log.Info("killed the orphans of an ended scope", "scope", name, "pids", len(pids))
 	}
-	r.Poke()
+	if r.orphaned() {
+		r.Poke()
+	}
+}
+
+// orphaned says whether this process has a child that it did not start
+// (an orphan for Run to look at), or cannot tell. End asks it before it
+// wakes Run: End runs inside a Runtime Server's call, before the call's
+// answer is written, and with one P (the server's GOMAXPROCS) a goroutine
+// woken there ran ahead of the gRPC writer that would send the answer (an
+// execution trace showed the scan between the two on every call), only to
+// find, nearly always, no orphan. One read of the children list here costs
+// less than that wake-up, and a scan finding none does nothing.
+func (r *Subreaper) orphaned() bool {
+	startMu.Lock()
+	defer startMu.Unlock()
+	kids, err := r.readChildren()
+	if err != nil {
+		return true // Run's scan logs it
+	}
+	trackedMu.Lock()
+	defer trackedMu.Unlock()
+	for _, pid := range kids {
+		if tracked[pid] == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Poke asks Run to look for orphans now, e.g. after a process of a scope

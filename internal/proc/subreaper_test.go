@@ -265,3 +265,31 @@ func withArg(m string) []int {
 	}
 	return pids
 }
+
+// End wakes Run only when this process has a child it did not start: an
+// invocation that left no orphan (nearly every one) wakes no goroutine.
+func TestEndWakesRunOnlyForAnOrphan(t *testing.T) {
+	r := testSubreaper(t)
+	// A child of this process's own (tracked), alive through both Ends.
+	cmd := exec.Command("sleep", marker())
+	p, err := Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		p.Kill(0)
+		<-p.Done()
+	}()
+	r.Begin("none")
+	r.End("none")
+	if n := len(r.poke); n != 0 {
+		t.Fatalf("End woke Run with no orphan (%d pokes)", n)
+	}
+	m := marker()
+	orphansOf(t, "sleep "+m+" </dev/null >/dev/null 2>&1 &\necho $!")
+	r.Begin("one")
+	r.End("one")
+	if n := len(r.poke); n != 1 {
+		t.Fatalf("End did not wake Run with an orphan (%d pokes)", n)
+	}
+}
