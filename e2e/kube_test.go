@@ -31,6 +31,10 @@ func TestKube(t *testing.T) {
 		{"ServiceAccountToken", testServiceAccountToken},
 		{"LeaderKilled", testLeaderKilled},
 		{"WorkflowPipeline", testWorkflowPipeline},
+		{"WorkflowPrivateGit", testWorkflowPrivateGit},
+		{"WorkflowCancel", testWorkflowCancel},
+		{"WorkflowBadInput", testWorkflowBadInput},
+		{"WorkflowLeaderKilled", testWorkflowLeaderKilled},
 		{"APIServerStopped", testAPIServerStopped},
 	} {
 		t.Run(st.name, func(t *testing.T) { st.test(t, e) })

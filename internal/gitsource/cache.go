@@ -95,6 +95,16 @@ func (c *Cache) AuthFor(url string) Auth {
 	return c.cfg.Credentials.For(url)
 }
 
+// Reachable asks the repository at url whether auth may read it (git
+// ls-remote of HEAD), for a caller whose commit the cache may already
+// hold from a fetch made with other credentials.
+func (c *Cache) Reachable(ctx context.Context, url string, auth Auth) error {
+	if _, err := c.git(ctx, "", auth, "ls-remote", "--", url, "HEAD"); err != nil {
+		return fmt.Errorf("reading %s: %w", url, err)
+	}
+	return nil
+}
+
 var commitRE = regexp.MustCompile(`^([0-9a-f]{40}|[0-9a-f]{64})$`)
 
 // Resolve returns the commit that ref names in the repository at url,

@@ -35,6 +35,14 @@ func (w *worker) gitTree(run *v1alpha1.Run) gitFetch {
 		if err != nil {
 			return "", nil, err
 		}
+		if auth == "" && w.d.cfg.GitSecret != nil && cache.AuthFor(g.URL) != "" {
+			// The cache may hold this commit from a Run that fetched it
+			// with the Runtime's credentials: a Run without them shows
+			// first that the repository lets it read.
+			if err := cache.Reachable(ctx, g.URL, ""); err != nil {
+				return "", nil, fmt.Errorf("%w: %s%w", errGitFetch, w.d.credentialsHint(err, auth), err)
+			}
+		}
 		commit := g.Commit
 		if commit == "" {
 			commit = run.Status.SourceCommit
@@ -42,7 +50,7 @@ func (w *worker) gitTree(run *v1alpha1.Run) gitFetch {
 		if commit == "" {
 			c, err := cache.Resolve(ctx, g.URL, g.Ref, auth)
 			if err != nil {
-				return "", nil, fmt.Errorf("%w: %w%s", errGitFetch, err, w.d.credentialsHint(err, auth))
+				return "", nil, fmt.Errorf("%w: %s%w", errGitFetch, w.d.credentialsHint(err, auth), err)
 			}
 			commit = c
 		}
@@ -59,7 +67,7 @@ func (w *worker) gitTree(run *v1alpha1.Run) gitFetch {
 		}
 		dir, release, err := cache.Tree(ctx, g.URL, commit, auth)
 		if err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) && !errors.Is(err, errdefs.ErrTooLarge) {
-			err = fmt.Errorf("%w: %w%s", errGitFetch, err, w.d.credentialsHint(err, auth))
+			err = fmt.Errorf("%w: %s%w", errGitFetch, w.d.credentialsHint(err, auth), err)
 		}
 		return dir, release, err
 	}
@@ -87,14 +95,15 @@ func (d *Daemon) gitAuth(cache *gitsource.Cache, g *v1alpha1.GitSource) (gitsour
 	return cache.AuthFor(g.URL), nil
 }
 
-// credentialsHint says, after git's own words, where credentials come
-// from when a fetch without any was asked for them.
+// credentialsHint says where credentials come from, before git's own
+// words (a status message is bounded: the hint must not be cut), when a
+// fetch without any was asked for them.
 func (d *Daemon) credentialsHint(err error, auth gitsource.Auth) string {
 	if auth != "" || !strings.Contains(err.Error(), "could not read Username") {
 		return ""
 	}
 	if d.cfg.GitSecret == nil {
-		return " (the repository asks for credentials: stoke up --git-credentials gives them)"
+		return "the repository asks for credentials (stoke up --git-credentials gives them): "
 	}
-	return " (the repository asks for credentials: set spec.source.git.credentialsSecret to the Runtime's spec.git.credentialsSecret)"
+	return "the repository asks for credentials: set spec.source.git.credentialsSecret to the Runtime's spec.git.credentialsSecret: "
 }

@@ -103,10 +103,16 @@ func TestGitCredentialsSecretMustBeTheRuntimes(t *testing.T) {
 		name, secret, reason, msg string
 	}{
 		{"unnamed", "", "SourceFetchFailed", "the repository asks for credentials: set spec.source.git.credentialsSecret to the Runtime's spec.git.credentialsSecret"},
+		// The commit "named" fetched is in the cache: not for a Run
+		// without the credentials.
+		{"unnamed-cached", "", "SourceFetchFailed", "the repository asks for credentials"},
 		{"other", "someone-elses", "InvalidSpec", `spec.source.git.credentialsSecret: "someone-elses" is not the Secret of Runtime bash (spec.git.credentialsSecret "git-creds")`},
 	} {
 		run := taskRun(tc.name, "true")
 		run.Spec.Source.Git = &v1alpha1.GitSource{URL: url, Ref: "main", CredentialsSecret: tc.secret}
+		if tc.name == "unnamed-cached" {
+			run.Spec.Source.Git = &v1alpha1.GitSource{URL: url, Commit: commit}
+		}
 		e.submit(run)
 		got := e.waitPhase(tc.name, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
 		if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != tc.reason || !strings.Contains(got.Status.Message, tc.msg) {
