@@ -131,7 +131,9 @@ func ValidateWorkflow(ctx context.Context, w *v1alpha1.Workflow, get WorkflowGet
 	validateSpecSize(&e, &w.Spec, spec)
 	if e.err() == nil && get != nil {
 		c := &calls{ctx: ctx, get: get, namespace: w.Namespace, seen: map[string]*v1alpha1.WorkflowSpec{}}
+		c.count(w.Spec.Jobs)
 		c.walk(&e, w.Spec.Jobs, spec.Child("jobs"), nil, []string{w.Name}, 0)
+		c.bound(&e, spec.Child("jobs"))
 	}
 	if err := e.err(); err != nil {
 		return err
@@ -192,7 +194,9 @@ func validateWorkflowRun(ctx context.Context, e *errorList, w *v1alpha1.Workflow
 	}
 	c := &calls{ctx: ctx, get: get, namespace: w.Namespace, seen: map[string]*v1alpha1.WorkflowSpec{}}
 	if s.Workflow == "" {
+		c.count(s.Jobs)
 		c.walk(e, s.Jobs, spec.Child("jobs"), nil, nil, 0)
+		c.bound(e, spec.Child("jobs"))
 		return
 	}
 	called := c.spec(e, s.Workflow, spec.Child("workflow"))
@@ -200,7 +204,9 @@ func validateWorkflowRun(ctx context.Context, e *errorList, w *v1alpha1.Workflow
 		return
 	}
 	validateCallInputs(e, s.Inputs, called.Inputs, spec.Child("inputs"), s.Workflow)
+	c.count(called.Jobs)
 	c.walk(e, called.Jobs, spec.Child("jobs"), spec.Child("workflow"), []string{s.Workflow}, 0)
+	c.bound(e, spec.Child("workflow"))
 }
 
 // validateSpecSize bounds a spec's JSON (bounds.WorkflowSpec): the status
@@ -644,6 +650,38 @@ type calls struct {
 	get       WorkflowGetter
 	namespace string
 	seen      map[string]*v1alpha1.WorkflowSpec // nil value: not found
+	// jobs, instances and steps count what a run lays out: its jobs and
+	// every called Workflow's, once per call (the engine's flatten).
+	jobs, instances, steps int
+	called                 bool
+}
+
+// count adds jobs to the layout: each matrix combination an instance,
+// with its steps.
+func (c *calls) count(jobs []v1alpha1.Job) {
+	for i := range jobs {
+		n := 1
+		if st := jobs[i].Strategy; st != nil && st.Matrix != nil {
+			if combos, err := wfexpr.ExpandMatrix(st.Matrix); err == nil {
+				n = max(len(combos), 1)
+			}
+		}
+		c.jobs++
+		c.instances += n
+		c.steps += n * len(jobs[i].Steps)
+	}
+}
+
+// bound refuses a layout over what one WorkflowRun's status holds; a spec
+// that calls nothing was bounded by validateJobs already.
+func (c *calls) bound(e *errorList, p *field.Path) {
+	switch {
+	case !c.called:
+	case c.jobs > bounds.WorkflowJobInstances || c.instances > bounds.WorkflowJobInstances:
+		e.add(p, "with the Workflows they call, make %d jobs and %d job instances (matrix combinations counted), at most %d allowed", c.jobs, c.instances, bounds.WorkflowJobInstances)
+	case c.steps > bounds.WorkflowStepInstances:
+		e.add(p, "with the Workflows they call, make %d steps in all, at most %d allowed", c.steps, bounds.WorkflowStepInstances)
+	}
 }
 
 // spec reads a called Workflow (once), adding the problem when it is not
@@ -702,6 +740,8 @@ func (c *calls) walk(e *errorList, jobs []v1alpha1.Job, p *field.Path, at *field
 		if at == nil {
 			validateCallInputs(e, j.With, called.Inputs, p.Index(i).Child("with"), j.Uses)
 		}
+		c.called = true
+		c.count(called.Jobs)
 		c.walk(e, called.Jobs, p, up, next, depth+1)
 	}
 }

@@ -204,6 +204,12 @@ var workflowRunCases = []workflowRunCase{
 		w.Spec.Jobs = append(w.Spec.Jobs, v1alpha1.Job{ID: "lib", Uses: "lib", With: []v1alpha1.NameValue{{Name: "n", Value: "1"}},
 			Outputs: []v1alpha1.NameValue{{Name: "o", Value: "x"}}})
 	}, "spec.jobs[4].outputs", "the job's outputs are the called Workflow's", false},
+	{"calls over the job instance bound", func(w *v1alpha1.WorkflowRun) {
+		w.Spec.Jobs = nil
+		for i := range 60 { // each lays out 8 jobs: itself, d2 → d3 → d4 → d5
+			w.Spec.Jobs = append(w.Spec.Jobs, v1alpha1.Job{ID: fmt.Sprintf("c%d", i), Uses: "d2", With: []v1alpha1.NameValue{{Name: "n", Value: "1"}}})
+		}
+	}, "spec.jobs", "with the Workflows they call, make 480 jobs and 480 job instances (matrix combinations counted), at most 256 allowed", false},
 	{"call cycle", func(w *v1alpha1.WorkflowRun) {
 		w.Spec.Jobs = append(w.Spec.Jobs, v1alpha1.Job{ID: "x", Uses: "loop-a", With: []v1alpha1.NameValue{{Name: "n", Value: "1"}}})
 	}, "spec.jobs[4].uses", "Workflow calls form a cycle: loop-a → loop-b → loop-a", false},
