@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -430,6 +431,11 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	// Runs (its own informer: each step as seen here): the call's start to
 	// the replica Run's create, to its Ready, to the answer.
 	var toCreate, toReady, toAnswer []time.Duration
+	// Within the replica's way to Ready: the scheduler's Scheduled
+	// write, runtimed's Running claim, and runtimed's finalizer (its
+	// registration, a Python worker started and the handler imported,
+	// then its Ready write, is the rest).
+	var toScheduled, toRunning, toFinalizer, runningToReady []time.Duration
 	fns := e.watchFunctions(b)
 	defer fns.close()
 	var toScale []time.Duration
@@ -473,6 +479,17 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 					toCreate, toReady = append(toCreate, made.Sub(scaled)), append(toReady, ready.Sub(made))
 					toAnswer = append(toAnswer, answered.Sub(ready))
 				}
+				scheduled, ok4 := runs.firstSeen(func(r *v1alpha1.Run) bool { return replica(r) && r.Status.AssignedPodUID != "" })
+				running, ok5 := runs.firstSeen(func(r *v1alpha1.Run) bool {
+					return replica(r) && (r.Status.Phase == v1alpha1.PhaseRunning || r.Status.Phase == v1alpha1.PhaseReady)
+				})
+				finalized, ok6 := runs.firstSeen(func(r *v1alpha1.Run) bool {
+					return replica(r) && slices.Contains(r.Finalizers, v1alpha1.FinalizerRuntimed)
+				})
+				if ok1 && ok2 && ok4 && ok5 && ok6 {
+					toScheduled, toRunning = append(toScheduled, scheduled.Sub(made)), append(toRunning, running.Sub(scheduled))
+					toFinalizer, runningToReady = append(toFinalizer, finalized.Sub(running)), append(runningToReady, ready.Sub(running))
+				}
 			}
 			*into = append(*into, time.Since(start))
 		}
@@ -495,6 +512,10 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	reportPercentilesAs(b, toCreate, "step2-to-replica-created")
 	reportPercentilesAs(b, toReady, "step3-to-replica-ready")
 	reportPercentilesAs(b, toAnswer, "step4-to-answer")
+	reportPercentilesAs(b, toScheduled, "step3a-created-to-scheduled")
+	reportPercentilesAs(b, toRunning, "step3b-scheduled-to-running")
+	reportPercentilesAs(b, toFinalizer, "step3c-running-to-finalizer")
+	reportPercentilesAs(b, runningToReady, "step3d-running-to-ready")
 }
 
 // A python Runtime's Pods install a Function's requirements.txt into

@@ -33,13 +33,19 @@ const drainTimeout = 10 * time.Second
 
 func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string) {
 	fn := run.Spec.Mode.Function
+	// The finalizer's write and the registration go at once (one API
+	// round trip less before Ready: a scale from zero waits for it); the
+	// finalizer is in place before anything is marked Ready or failed. A
+	// Run that goes away before it holds the finalizer has its
+	// registration, if any, ended here.
+	var finalized chan *v1alpha1.Run
 	if !slices.Contains(run.Finalizers, Finalizer) {
-		run = w.addFinalizer(ctx, run)
-		if run == nil {
+		if run.DeletionTimestamp != nil {
 			return
 		}
+		finalized = make(chan *v1alpha1.Run, 1)
+		go func(run *v1alpha1.Run) { finalized <- w.addFinalizer(ctx, run) }(run)
 	}
-	defer w.removeFinalizer(ctx)
 
 	regReq := &pb.RegisterFunctionRequest{
 		RunUid: w.uid, RegistrationAttempt: max(run.Status.Attempt, 1), WorkingDir: dir,
@@ -64,6 +70,17 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string)
 		}
 		return err
 	})
+	if finalized != nil {
+		if run = <-finalized; run == nil {
+			if err == nil {
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout+5*time.Second)
+				_, _ = w.d.functions.UnregisterFunction(uctx, &pb.UnregisterFunctionRequest{Registration: resp.GetRegistration(), CancelInFlight: true})
+				cancel()
+			}
+			return
+		}
+	}
+	defer w.removeFinalizer(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
