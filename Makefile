@@ -75,6 +75,7 @@ bench:
 	$(BENCH) 'Kube$$/CreateToSucceeded' -benchtime 200x -timeout 30m ./e2e/
 	$(BENCH) 'Kube$$/FunctionReady' -benchtime 50x -timeout 30m ./e2e/
 	$(BENCH) 'Kube$$/ScaleFromZero' -benchtime 20x -timeout 30m ./e2e/
+	$(BENCH) 'Kube$$/WorkflowFanOut100' -benchtime 3x -timeout 30m ./e2e/
 	$(BENCH) 'KubeGateway' -benchtime 300x -timeout 30m ./e2e/
 	$(BENCH) 'DockerOnCluster' -benchtime 20x -timeout 30m ./e2e/
 

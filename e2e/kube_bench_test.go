@@ -152,6 +152,10 @@ func BenchmarkKube(b *testing.B) {
 		reportPercentiles(b, lat)
 	})
 
+	// WorkflowFanOut100: a WorkflowRun of 100 `true` job instances
+	// (benchKubeWorkflowFanOut).
+	b.Run("WorkflowFanOut100", func(b *testing.B) { benchKubeWorkflowFanOut(b, e) })
+
 	// ScaleFromZero: a Python Function with scale.min 0, its first
 	// invocation through a gateway (benchScaleFromZero).
 	var users *gatewayUsers

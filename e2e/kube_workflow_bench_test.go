@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/workflow"
+)
+
+// benchKubeWorkflowFanOut is BenchmarkKube/WorkflowFanOut100, the
+// Kubernetes twin of BenchmarkUpWorkflowFanOut100: a WorkflowRun of 100
+// `true` job instances (start, fanning out to a matrix of 98, which end
+// needs all of; a WorkflowRun holds at most 64 jobs) on the bench Runtime
+// (two Pods of 16 slots), from its creation to the watch seeing it
+// Succeeded; and the edge latency, from the end of a job's last need (its
+// step Run seen Succeeded) to its own start (its step Run seen created),
+// over the 99 with needs. The floor beside it is one `true` task Run,
+// create to Succeeded, in the same run. With -kube-pprof DIR every stoke
+// process is profiled over the first operation (its first
+// -kube-pprof-seconds).
+func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
+	vals := make([]string, 98)
+	for k := range vals {
+		vals[k] = fmt.Sprint(k)
+	}
+	var jobs strings.Builder
+	fmt.Fprintf(&jobs, "  - {id: start, runsOn: %s, steps: [{run: \"true\"}]}\n", benchRuntime)
+	fmt.Fprintf(&jobs, "  - {id: mid, needs: [start], runsOn: %s, strategy: {matrix: {axes: [{name: k, values: [%s]}]}}, steps: [{run: \"true\"}]}\n", benchRuntime, strings.Join(vals, ", "))
+	fmt.Fprintf(&jobs, "  - {id: end, needs: [mid], runsOn: %s, steps: [{run: \"true\"}]}\n", benchRuntime)
+	round := benchRound.Add(1)
+	wfs := e.watchWorkflowRuns(b)
+	var total, edges, floor []time.Duration
+	for i := range b.N {
+		label := fmt.Sprintf("wf%d-%d", round, i)
+		tasks := e.watchRuns(b, "e2e="+label)
+		start := time.Now()
+		e.mustCreateRun(b, labelled(newRun(label+"-true", trueTask()), label))
+		tasks.until(b, runBound, "the floor task Succeeded", func(m map[string]*v1alpha1.Run) bool {
+			return phaseOf(m, label+"-true") == v1alpha1.PhaseSucceeded
+		})
+		floor = append(floor, time.Since(start))
+		tasks.close()
+
+		steps := e.watchRuns(b, workflow.LabelWorkflowRun+"="+label)
+		profiled := func() {}
+		if *kubePprof != "" && i == 0 {
+			profiled = e.profileAll(b, filepath.Join(*kubePprof, label), *kubePprofSeconds)
+		}
+		start = time.Now()
+		e.mustCreateWorkflowRun(b, fmt.Sprintf("metadata: {name: %s}\nspec:\n  jobs:\n%s", label, jobs.String()))
+		wf := wfs.until(b, 3*runBound, label+" ends", func(m map[string]*v1alpha1.WorkflowRun) bool {
+			wf := m[label]
+			return wf != nil && wf.Status.Phase.Terminal()
+		})[label]
+		total = append(total, time.Since(start))
+		if wf.Status.Phase != v1alpha1.WorkflowSucceeded {
+			b.Fatalf("%s: %s\n%s", label, wf.Status.Phase, workflowText(wf))
+		}
+		profiled()
+		edges = append(edges, stepEdges(b, steps)...)
+		steps.close()
+		e.deleteWorkflowRuns(b, label)
+		e.deleteLabelled(b, label)
+	}
+	reportPercentilesAs(b, total, "create-to-succeeded")
+	reportPercentilesAs(b, edges, "edge")
+	reportPercentilesAs(b, floor, "one-task-floor")
+	b.ReportMetric(0, "ns/op")
+}
+
+// stepEdges are the edge latencies of one fan-out WorkflowRun from its
+// step Runs as the watch saw them: each mid instance's creation after
+// start's end, and end's creation after the last mid instance's end.
+func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) []time.Duration {
+	b.Helper()
+	seen := func(name string, phase v1alpha1.Phase) time.Time {
+		at, ok := steps.firstSeen(func(r *v1alpha1.Run) bool {
+			return r.Name == name && (phase == "" || r.Status.Phase == phase)
+		})
+		if !ok {
+			b.Fatalf("step Run %s was never seen %s", name, phase)
+		}
+		return at
+	}
+	var startDone, lastMid, endBegin time.Time
+	var mids []time.Time
+	for name, r := range steps.snapshot() {
+		switch r.Labels[workflow.LabelJob] {
+		case "start":
+			startDone = seen(name, v1alpha1.PhaseSucceeded)
+		case "end":
+			endBegin = seen(name, "")
+		default:
+			mids = append(mids, seen(name, ""))
+			if d := seen(name, v1alpha1.PhaseSucceeded); d.After(lastMid) {
+				lastMid = d
+			}
+		}
+	}
+	if len(mids) != 98 {
+		b.Fatalf("%d mid step Runs seen, want 98", len(mids))
+	}
+	var out []time.Duration
+	for _, t := range mids {
+		out = append(out, t.Sub(startDone))
+	}
+	return append(out, endBegin.Sub(lastMid))
+}
+
+// snapshot is the objects now, by name.
+func (o *objects[T]) snapshot() map[string]T {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m := make(map[string]T, len(o.byName))
+	for k, v := range o.byName {
+		m[k] = v
+	}
+	return m
+}
