@@ -227,6 +227,10 @@ func TestDockerSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("Attach", func(t *testing.T) {
+		testSDKAttach(t, ctx, cli)
+	})
+
 	t.Run("BadInput", func(t *testing.T) {
 		raw := rawDocker(up.DataDir)
 		big := `{"Image":"bash","Cmd":["` + strings.Repeat("x", 2<<20) + `"]}`
@@ -240,7 +244,9 @@ func TestDockerSDK(t *testing.T) {
 			{"bad JSON", "POST", "/v1.57/containers/create", `{"Image":`, nil, 400, "invalid JSON"},
 			{"huge body", "POST", "/v1.57/containers/create", big, nil, 413, "over 1048576 bytes"},
 			{"bad name", "POST", "/v1.57/containers/create?name=Bad_Name", `{"Image":"bash","Cmd":["true"]}`, nil, 400, "Bad_Name"},
-			{"tty main process", "POST", "/v1.57/containers/create", `{"Image":"bash","Tty":true,"Cmd":["true"]}`, nil, 400, "docker exec -it"},
+			{"attach stdin without OpenStdin", "POST", "/v1.57/containers/CID/attach?stream=1&stdin=1&stdout=1", "", nil, 400, "without stdin open (-i)"},
+			{"attach to an exited container", "POST", "/v1.57/containers/EXITED/attach?stream=1&stdout=1", "", nil, 409, "You cannot attach to a stopped container, start it first"},
+			{"resize of an exited container", "POST", "/v1.57/containers/EXITED/resize?h=10&w=10", "", nil, 409, "is not running"},
 			{"unknown container", "GET", "/v1.57/containers/nope/json", "", nil, 404, "No such container: nope"},
 			{"too old", "GET", "/v1.40/version", "", nil, 400, "client version 1.40 is too old. Minimum supported API version is 1.41"},
 			{"too new", "GET", "/v1.58/version", "", nil, 400, "client version 1.58 is too new. Maximum supported API version is 1.57"},
@@ -268,6 +274,11 @@ func TestDockerSDK(t *testing.T) {
 					}
 					_, _ = cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true})
 				}()
+			}
+			if strings.Contains(tc.path, "EXITED") {
+				cid := exited(t, ctx, cli)
+				tc.path = strings.ReplaceAll(tc.path, "EXITED", cid)
+				defer func() { _, _ = cli.ContainerRemove(ctx, cid, client.ContainerRemoveOptions{Force: true}) }()
 			}
 			if strings.Contains(tc.path, "RUNNING") {
 				cid, _ := longRunning(t, ctx, cli)
@@ -384,6 +395,25 @@ func longRunning(t *testing.T, ctx context.Context, cli *client.Client) (string,
 		t.Fatal(err)
 	}
 	return created.ID, ex.ID
+}
+
+// exited is a container whose task ended.
+func exited(t *testing.T, ctx context.Context, cli *client.Client) string {
+	t.Helper()
+	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: "bash", Cmd: []string{"true"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := cli.ContainerWait(ctx, created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wait.Result:
+	case err := <-wait.Error:
+		t.Fatal(err)
+	}
+	return created.ID
 }
 
 // rawDocker sends a request on the socket as it is (no client checks).

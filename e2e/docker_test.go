@@ -219,6 +219,10 @@ func testDockerCLI(t *testing.T, up *stokeUp, d dockerCLI, tag string) {
 		testExecTTY(t, d, id)
 		testCopy(t, d, id)
 	})
+	t.Run("RunInteractive", func(t *testing.T) {
+		d.t = t
+		testRunInteractive(t, d, tag)
+	})
 	t.Run("EventsStats", func(t *testing.T) {
 		d.t = t
 		testEventsStats(t, d, tag)

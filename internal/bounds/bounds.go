@@ -163,6 +163,11 @@ const (
 	// is refused at once (ResourceExhausted, HTTP 429).
 	ExecSessionsPerRun    = 8
 	ExecSessionsPerServer = 64
+	// AttachReplay is the most output of a task with stdin or a terminal
+	// that is held, per stream, until the first attach session joins it
+	// (`docker run -it` attaches once the task runs): past it the oldest
+	// bytes go (the Run's log has them all).
+	AttachReplay = 256 << 10
 
 	// FunctionReplicas is the most replicas (spec.replicas, scale.min,
 	// scale.max) one Function may have; FunctionTargetInFlight the largest

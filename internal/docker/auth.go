@@ -2,6 +2,7 @@ package docker
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 
 	"stoke.dev/stoke/internal/errdefs"
@@ -16,6 +17,10 @@ import (
 type need struct {
 	verb, subresource string
 	container, exec   bool
+	// ifQuery, when set, names the query parameter whose true value
+	// makes this need apply (attach's stdin writes to the process, as
+	// exec does).
+	ifQuery string
 }
 
 // needs are the Kubernetes RBAC rules on stoke.dev's runs that each route
@@ -45,7 +50,8 @@ var needs = map[string][]need{
 	"POST /containers/{id}/wait":    {{verb: "get", container: true}},
 	"POST /containers/{id}/start":   {{verb: "create", container: true}},
 	"GET /containers/{id}/logs":     {{verb: "get", subresource: "log", container: true}},
-	"POST /containers/{id}/attach":  {{verb: "get", subresource: "log", container: true}},
+	"POST /containers/{id}/attach":  {{verb: "get", subresource: "log", container: true}, {verb: "create", subresource: "exec", container: true, ifQuery: "stdin"}},
+	"POST /containers/{id}/resize":  {{verb: "create", subresource: "exec", container: true}},
 	"POST /containers/{id}/kill":    {{verb: "update", container: true}},
 	"POST /containers/{id}/stop":    {{verb: "update", container: true}},
 	"POST /containers/{id}/restart": {{verb: "delete", container: true}, {verb: "create", container: true}},
@@ -79,6 +85,11 @@ func (s *Server) authorize(r *http.Request, pattern string) error {
 		return s.cfg.Auth.Authorize(r, gateway.Access{})
 	}
 	for _, n := range ns {
+		if n.ifQuery != "" {
+			if v, _ := strconv.ParseBool(r.URL.Query().Get(n.ifQuery)); !v {
+				continue
+			}
+		}
 		a := gateway.Access{Verb: n.verb, Resource: "runs", Subresource: n.subresource, Namespace: s.cfg.Namespace}
 		switch {
 		case n.container:

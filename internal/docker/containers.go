@@ -47,7 +47,11 @@ type meta struct {
 	StopSignal  string            `json:"stopSignal,omitempty"`
 	StopTimeout *int              `json:"stopTimeout,omitempty"`
 	AutoRemove  bool              `json:"autoRemove,omitempty"`
-	Created     time.Time         `json:"created"`
+	// Tty, OpenStdin and StdinOnce are the main process's (attach.go).
+	Tty       bool      `json:"tty,omitempty"`
+	OpenStdin bool      `json:"openStdin,omitempty"`
+	StdinOnce bool      `json:"stdinOnce,omitempty"`
+	Created   time.Time `json:"created"`
 }
 
 // ctr is one container: created (no Run yet), or a task Run.
@@ -118,7 +122,7 @@ func (s *Server) fromRun(run *v1alpha1.Run) *ctr {
 	} else {
 		c.meta = meta{Image: "stoke/" + run.Spec.Runtime, Labels: run.Labels, Created: run.CreationTimestamp.UTC()}
 		if t := run.Spec.Mode.Task; t != nil {
-			c.meta.Cmd = t.Args
+			c.meta.Cmd, c.meta.Tty, c.meta.OpenStdin = t.Args, t.TTY, t.Stdin
 			if t.Entrypoint != "" {
 				c.meta.Entrypoint = []string{t.Entrypoint}
 			}
@@ -250,7 +254,12 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &ctr{id: id, name: name, runtime: rule.Runtime, env: cfg.Env, meta: meta{Image: ref, Cmd: cfg.Cmd, Entrypoint: cfg.Entrypoint,
-		Labels: cfg.Labels, StopSignal: cfg.StopSignal, StopTimeout: cfg.StopTimeout, AutoRemove: host.AutoRemove, Created: time.Now().UTC()}}
+		Labels: cfg.Labels, StopSignal: cfg.StopSignal, StopTimeout: cfg.StopTimeout, AutoRemove: host.AutoRemove, Created: time.Now().UTC(),
+		Tty: cfg.Tty, OpenStdin: cfg.OpenStdin, StdinOnce: cfg.StdinOnce}}
+	if (c.meta.Tty || c.meta.OpenStdin) && s.onLambda(c) {
+		writeError(w, notOnLambda(c, "give its task a terminal or stdin (-t, -i): run it detached and use `docker exec -it` into it"))
+		return
+	}
 	if len(c.meta.Cmd) == 0 && len(c.meta.Entrypoint) == 0 {
 		c.meta.Cmd = rule.Cmd
 	}
@@ -282,8 +291,6 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *http.Request) {
 // unsupported refuses what a task Run cannot do, naming the field.
 func unsupported(cfg *container.Config, host *container.HostConfig) error {
 	switch {
-	case cfg.Tty || cfg.OpenStdin || cfg.AttachStdin:
-		return errdefs.InvalidArgument("Tty", "a container's main process has no terminal or stdin on Stoke (it is a task Run): run it detached (-d) and use `docker exec -it` into it")
 	case cfg.WorkingDir != "":
 		return errdefs.InvalidArgument("WorkingDir", "a container runs in its Run's own working directory on Stoke; -w is not supported")
 	case cfg.User != "":
@@ -314,7 +321,7 @@ func (s *Server) toRun(c *ctr) (*v1alpha1.Run, error) {
 	run := &v1alpha1.Run{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindRun},
 		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: namespace, Annotations: map[string]string{AnnotationID: c.id, AnnotationConfig: string(raw)}},
-		Spec:       v1alpha1.RunSpec{Runtime: c.runtime, Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: args}}},
+		Spec:       v1alpha1.RunSpec{Runtime: c.runtime, Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: args, Stdin: c.meta.OpenStdin, TTY: c.meta.Tty}}},
 	}
 	// Labels that are Kubernetes labels select the Run too (stoke get -l);
 	// all of them are in the config annotation.
@@ -474,7 +481,8 @@ func (s *Server) inspect(c *ctr) container.InspectResponse {
 		Driver: "stoke", Platform: "linux",
 		HostConfig: &container.HostConfig{AutoRemove: c.meta.AutoRemove},
 		Config: &container.Config{Image: c.meta.Image, Cmd: c.meta.Cmd, Entrypoint: c.meta.Entrypoint, Env: c.env,
-			Labels: c.meta.Labels, StopSignal: c.meta.StopSignal, StopTimeout: c.meta.StopTimeout},
+			Labels: c.meta.Labels, StopSignal: c.meta.StopSignal, StopTimeout: c.meta.StopTimeout,
+			Tty: c.meta.Tty, OpenStdin: c.meta.OpenStdin, StdinOnce: c.meta.StdinOnce},
 		Mounts: []container.MountPoint{},
 	}
 	if len(argv) > 0 {

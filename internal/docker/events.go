@@ -75,6 +75,23 @@ func (l *eventLog) read(seq uint64) ([]events.Message, uint64, <-chan struct{}, 
 }
 
 // containerEvent is a container's event at now.
+// exitOf is the exit code of the container's last die event still held:
+// what a waiter that did not see its Run end before it was deleted (an
+// AutoRemove container that ended and went between two of its looks)
+// reports.
+func (l *eventLog) exitOf(id string) (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := l.next; i > l.next-uint64(len(l.ring)); i-- {
+		m := l.ring[(i-1)%bounds.DockerEvents]
+		if m.Actor.ID == id && m.Action == events.ActionDie {
+			code, err := strconv.Atoi(m.Actor.Attributes["exitCode"])
+			return code, err == nil
+		}
+	}
+	return 0, false
+}
+
 func containerEvent(c *ctr, action events.Action, attrs map[string]string, now time.Time) events.Message {
 	a := map[string]string{"name": c.name, "image": c.meta.Image}
 	for k, v := range c.meta.Labels {

@@ -40,6 +40,7 @@ func (s *Server) handlers() map[string]http.HandlerFunc {
 		"POST /containers/{id}/wait":    s.containerWait,
 		"GET /containers/{id}/logs":     s.containerLogs,
 		"POST /containers/{id}/attach":  s.containerAttach,
+		"POST /containers/{id}/resize":  s.containerResize,
 		"POST /containers/{id}/kill":    s.containerKill,
 		"POST /containers/{id}/stop":    s.containerStop,
 		"POST /containers/{id}/restart": s.containerRestart,

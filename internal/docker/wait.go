@@ -36,7 +36,11 @@ func (s *Server) waitFor(ctx context.Context, c *ctr, cond condition) (int, erro
 		ch := s.changes()
 		cur, err := s.lookup(c.id)
 		if err != nil {
-			// Gone: every condition is met.
+			// Gone: every condition is met. It may have ended and
+			// gone between two looks: its die event says how.
+			if code, ok := s.events.exitOf(c.id); ok {
+				return code, nil
+			}
 			return last.exitCode(), nil
 		}
 		last = cur

@@ -51,6 +51,22 @@ type Request struct {
 	Size TermSize
 	// Env is added to the Run's environment.
 	Env map[string]string
+	// Attach joins the task's own process instead of starting Command
+	// (which, like Env, must then be empty): its output from now on, plus
+	// what it wrote before the first attach (bounded), Stdin to its stdin,
+	// Resize to its terminal, Signal to its process group, and its exit.
+	// The task must have been started with stdin or a terminal
+	// (ExecuteRequest's stdin, tty); TTY is then the task's, and Size,
+	// when set, resizes its terminal before Start returns.
+	Attach bool
+	// StdinOnce (Attach only): stdin's EOF closes the task's stdin (with
+	// a TTY, sends ^D), as Docker's StdinOnce; otherwise it only detaches
+	// this session's stdin, and the task's stays open for the next.
+	StdinOnce bool
+	// ControlOnly (Attach only): the session takes no output, only
+	// resizes or signals: what the task wrote before the first attach is
+	// left to the first session that takes output.
+	ControlOnly bool
 }
 
 // Validate checks the request's syntax; its errors are InvalidArgument.
@@ -60,6 +76,14 @@ func (r Request) Validate() error {
 		return errdefs.InvalidArgument("run_uid", "must not be empty")
 	case len(r.RunUID) > bounds.RunUID:
 		return errdefs.InvalidArgument("run_uid", "is %d bytes, at most %d allowed", len(r.RunUID), bounds.RunUID)
+	case r.Attach && len(r.Command) > 0:
+		return errdefs.InvalidArgument("command", "must be empty when attaching to the task's own process")
+	case r.Attach && len(r.Env) > 0:
+		return errdefs.InvalidArgument("env", "must be empty when attaching to the task's own process")
+	case r.Attach:
+		return nil
+	case r.StdinOnce || r.ControlOnly:
+		return errdefs.InvalidArgument("stdin_once", "stdin_once and control_only apply to an attach session only")
 	case len(r.Command) == 0 || r.Command[0] == "":
 		return errdefs.InvalidArgument("command", "must not be empty")
 	case len(r.Command) > bounds.Args:

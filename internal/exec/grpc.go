@@ -38,6 +38,7 @@ func (g *grpcServer) Exec(stream pb.Exec_ExecServer) error {
 	req := Request{
 		RunUID: start.GetRunUid(), RegistrationID: start.GetRegistrationId(), Command: start.GetCommand(),
 		TTY: start.GetTty(), Stdin: start.GetStdin(), Env: start.GetEnv(),
+		Attach: start.GetAttach(), StdinOnce: start.GetStdinOnce(), ControlOnly: start.GetControlOnly(),
 		Size: TermSize{Width: clamp16(start.GetSize().GetWidth()), Height: clamp16(start.GetSize().GetHeight())},
 	}
 	sess, err := g.x.Start(stream.Context(), req)
@@ -150,6 +151,7 @@ func (c *grpcClient) Start(ctx context.Context, req Request) (Session, error) {
 	err = stream.Send(&pb.ExecRequest{Frame: &pb.ExecRequest_Start{Start: &pb.ExecStart{
 		RunUid: req.RunUID, RegistrationId: req.RegistrationID, Command: req.Command,
 		Tty: req.TTY, Stdin: req.Stdin, Env: req.Env,
+		Attach: req.Attach, StdinOnce: req.StdinOnce, ControlOnly: req.ControlOnly,
 		Size: &pb.TerminalSize{Width: uint32(req.Size.Width), Height: uint32(req.Size.Height)},
 	}}})
 	var m *pb.ExecResponse

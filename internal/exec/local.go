@@ -20,6 +20,9 @@ type Target struct {
 	// is released or replaced; Reason then says which.
 	Ended  <-chan struct{}
 	Reason func() string
+	// Attach, for a task started with stdin or a terminal, is its own
+	// process, for attach sessions (Request.Attach); nil otherwise.
+	Attach *Attachment
 }
 
 // Targets resolves a Run on this Runtime Server. Its errors are NotFound
@@ -64,7 +67,7 @@ type Local struct {
 	mu     sync.Mutex
 	perRun map[string]int
 	total  int
-	live   map[*localSession]struct{}
+	live   map[slot]struct{}
 	closed bool
 }
 
@@ -77,7 +80,7 @@ func NewLocal(cfg LocalConfig) *Local {
 	if cfg.MaxTotal <= 0 {
 		cfg.MaxTotal = bounds.ExecSessionsPerServer
 	}
-	return &Local{cfg: cfg, log: cfg.Logger, perRun: map[string]int{}, live: map[*localSession]struct{}{}}
+	return &Local{cfg: cfg, log: cfg.Logger, perRun: map[string]int{}, live: map[slot]struct{}{}}
 }
 
 // Start validates req, finds its Run, takes a slot and starts the command.
@@ -88,6 +91,9 @@ func (l *Local) Start(_ context.Context, req Request) (Session, error) {
 	target, err := l.cfg.Targets.ExecTarget(req.RunUID, req.RegistrationID)
 	if err != nil {
 		return nil, err
+	}
+	if req.Attach {
+		return l.startAttach(req, target)
 	}
 	s := &localSession{l: l, req: req, target: target, log: l.log.With("run_uid", req.RunUID)}
 	if err := l.acquire(s); err != nil {
@@ -100,24 +106,30 @@ func (l *Local) Start(_ context.Context, req Request) (Session, error) {
 	return s, nil
 }
 
-func (l *Local) acquire(s *localSession) error {
+// slot is an open session, counted against Local's bounds.
+type slot interface {
+	runUID() string
+	Close() error
+}
+
+func (l *Local) acquire(s slot) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case l.closed:
-		return errdefs.Errorf(errdefs.ErrUnavailable, "run %s: exec: the runtime server is shutting down", s.req.RunUID)
+		return errdefs.Errorf(errdefs.ErrUnavailable, "run %s: exec: the runtime server is shutting down", s.runUID())
 	case l.total >= l.cfg.MaxTotal:
-		return errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: exec: %d sessions are open on this runtime server, the most allowed", s.req.RunUID, l.cfg.MaxTotal)
-	case l.perRun[s.req.RunUID] >= l.cfg.MaxPerRun:
-		return errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: exec: %d sessions are open into this run, the most allowed", s.req.RunUID, l.cfg.MaxPerRun)
+		return errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: exec: %d sessions are open on this runtime server, the most allowed", s.runUID(), l.cfg.MaxTotal)
+	case l.perRun[s.runUID()] >= l.cfg.MaxPerRun:
+		return errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: exec: %d sessions are open into this run, the most allowed", s.runUID(), l.cfg.MaxPerRun)
 	}
 	l.total++
-	l.perRun[s.req.RunUID]++
+	l.perRun[s.runUID()]++
 	l.live[s] = struct{}{}
 	return nil
 }
 
-func (l *Local) release(s *localSession) {
+func (l *Local) release(s slot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.live[s]; !ok {
@@ -125,8 +137,8 @@ func (l *Local) release(s *localSession) {
 	}
 	delete(l.live, s)
 	l.total--
-	if l.perRun[s.req.RunUID]--; l.perRun[s.req.RunUID] == 0 {
-		delete(l.perRun, s.req.RunUID)
+	if l.perRun[s.runUID()]--; l.perRun[s.runUID()] == 0 {
+		delete(l.perRun, s.runUID())
 	}
 }
 
@@ -142,7 +154,7 @@ func (l *Local) Open() int {
 func (l *Local) Close() {
 	l.mu.Lock()
 	l.closed = true
-	live := make([]*localSession, 0, len(l.live))
+	live := make([]slot, 0, len(l.live))
 	for s := range l.live {
 		live = append(live, s)
 	}

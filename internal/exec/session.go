@@ -60,6 +60,8 @@ type localSession struct {
 	closeOnce sync.Once
 }
 
+func (s *localSession) runUID() string { return s.req.RunUID }
+
 // start starts the command as the leader of a new session.
 func (s *localSession) start() error {
 	s.reaped = make(chan struct{})
@@ -436,6 +438,11 @@ func growPipe(f *os.File) {
 		_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, bounds.ExecFrame)
 	})
 }
+
+// OpenPTY opens a terminal of the given size (zero: 80×24), as exec
+// sessions do, for a task run on one: the master is non-blocking and
+// pollable, so that closing it unblocks a pending Read.
+func OpenPTY(size TermSize) (master, tty *os.File, err error) { return openPTY(size) }
 
 // openPTY opens a terminal of the given size. The master is made
 // non-blocking and pollable, so that closing it unblocks a pending Read

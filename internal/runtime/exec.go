@@ -28,9 +28,10 @@ func (t *Tasks) ExecTarget(id string) (exec.Target, error) {
 		// in a session signals it (`docker kill -s`).
 		env = append(slices.Clip(env), exec.TaskPIDEnv+"="+strconv.Itoa(e.pid))
 	}
+	attach := e.attach
 	e.mu.Unlock()
 	return exec.Target{
-		Dir: e.dir, Env: env, Ended: e.done,
+		Dir: e.dir, Env: env, Ended: e.done, Attach: attach,
 		Reason: func() string {
 			e.mu.Lock()
 			defer e.mu.Unlock()

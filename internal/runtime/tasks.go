@@ -17,6 +17,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/runuser"
@@ -168,6 +169,9 @@ type execution struct {
 	// pid is the task's process (and group) ID once it started, under
 	// mu; exec sessions see it as STOKE_TASK_PID, to signal the task.
 	pid int
+	// attach is the task's own process for attach sessions, under mu;
+	// nil unless it was started with stdin or a terminal.
+	attach *exec.Attachment
 
 	mu       sync.Mutex
 	state    pb.ExecutionState

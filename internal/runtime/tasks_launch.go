@@ -2,12 +2,15 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
+	"syscall"
 	"time"
 
 	pb "stoke.dev/stoke/api/executor/v1"
+	stokeexec "stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/proc"
 )
 
@@ -27,6 +30,9 @@ type launch struct {
 	githubPath string
 	// setupFailure is a Relayer's $STOKE_SETUP_FAILURE file, "" otherwise.
 	setupFailure string
+	// stdin and tty: the task keeps a stdin pipe, or runs on a terminal,
+	// for attach sessions (ExecuteRequest's stdin and tty).
+	stdin, tty bool
 }
 
 // taskEnv builds the child's environment: the minimal base, the request's
@@ -103,30 +109,20 @@ func (t *Tasks) start(e *execution, l launch) {
 		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: "+err.Error())
 		return
 	}
-	// Our own pipes rather than exec's copying goroutines: the child's exit
-	// is then observed independently of a background job that still holds
-	// the write end, and the pumps below always drain them.
-	outR, outW, err := os.Pipe()
+	cmd := &exec.Cmd{Path: path, Args: l.argv, Dir: l.dir, Env: l.env}
+	stdio, err := t.taskStdio(cmd, l)
 	if err != nil {
-		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: stdout pipe: "+err.Error())
+		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: "+err.Error())
 		return
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(outR, outW)
-		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: stderr pipe: "+err.Error())
-		return
-	}
-	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   l.argv,
-		Dir:    l.dir,
-		Env:    l.env,
-		Stdout: outW,
-		Stderr: errW,
-		// Stdin nil is /dev/null: a task never waits for input.
 	}
 	var opts []proc.Option
+	if l.tty {
+		// The task leads a new session whose controlling terminal is the
+		// PTY (its fd 0): ^C in the byte stream reaches its foreground
+		// group, and its group is still the task's pid.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setctty: true, Ctty: 0}
+		opts = append(opts, proc.NewSession())
+	}
 	if t.cfg.Cgroup != nil {
 		cg, err := t.cfg.Cgroup.Child(e.scope)
 		var dir *os.File
@@ -135,7 +131,7 @@ func (t *Tasks) start(e *execution, l launch) {
 			dir, err = cg.Open()
 		}
 		if err != nil {
-			closeAll(outR, outW, errR, errW)
+			stdio.closeAll()
 			fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: cgroup: "+err.Error())
 			return
 		}
@@ -143,19 +139,81 @@ func (t *Tasks) start(e *execution, l launch) {
 		opts = append(opts, proc.InCgroup(int(dir.Fd())))
 	}
 	p, err := proc.Start(cmd, append(opts, proc.AsUser(t.cfg.User.Credential()))...)
-	closeAll(outW, errW) // the child has its copies; EOF needs ours closed
+	closeAll(stdio.childEnds...) // the child has its copies; EOF needs ours closed
 	if err != nil {
-		closeAll(outR, errR)
+		closeAll(stdio.outR, stdio.errR, stdio.stdin)
 		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: "+err.Error())
 		return
+	}
+	var attach *stokeexec.Attachment
+	if stdio.stdin != nil {
+		attach = stokeexec.NewAttachment(p.Pid(), stdio.stdin, l.tty)
 	}
 	started := time.Now()
 	e.mu.Lock()
 	e.state = pb.ExecutionState_EXECUTION_STATE_RUNNING
 	e.pid = p.Pid()
+	e.attach = attach
 	e.mu.Unlock()
 	e.log.Info("execution started", "pid", p.Pid(), "command", l.argv[0], "timeout", e.timeout)
-	go t.supervise(e, p, outR, errR, l, started)
+	go t.supervise(e, p, stdio, attach, l, started)
+}
+
+// taskIO is a task's ends of its stdio: the output's read ends (with a
+// terminal, outR is its master and errR nil), stdin's write end (the
+// master with a terminal; nil without stdin) and the child's ends, closed
+// once it started.
+type taskIO struct {
+	outR, errR, stdin *os.File
+	childEnds         []*os.File
+}
+
+func (stdio taskIO) closeAll() {
+	closeAll(append([]*os.File{stdio.outR, stdio.errR, stdio.stdin}, stdio.childEnds...)...)
+}
+
+// taskStdio makes cmd's stdio: our own pipes rather than exec's copying
+// goroutines (the child's exit is then observed independently of a
+// background job that still holds the write end, and the pumps always
+// drain them), or a terminal. Stdin is /dev/null unless the task keeps
+// one (a task never waits for input it cannot get).
+func (t *Tasks) taskStdio(cmd *exec.Cmd, l launch) (taskIO, error) {
+	var stdio taskIO
+	if l.tty {
+		master, tty, err := stokeexec.OpenPTY(stokeexec.TermSize{})
+		if err != nil {
+			return stdio, err
+		}
+		// As login does: the terminal is its user's.
+		if err := t.cfg.User.GiveFile(tty); err != nil {
+			closeAll(master, tty)
+			return stdio, fmt.Errorf("terminal: %w", err)
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		stdio.outR, stdio.stdin, stdio.childEnds = master, master, []*os.File{tty}
+		return stdio, nil
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return stdio, fmt.Errorf("stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return stdio, fmt.Errorf("stderr pipe: %w", err)
+	}
+	stdio.outR, stdio.errR, stdio.childEnds = outR, errR, []*os.File{outW, errW}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	if l.stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			stdio.closeAll()
+			return taskIO{}, fmt.Errorf("stdin pipe: %w", err)
+		}
+		cmd.Stdin, stdio.stdin = r, w
+		stdio.childEnds = append(stdio.childEnds, r)
+	}
+	return stdio, nil
 }
 
 func closeAll(files ...*os.File) {

@@ -40,6 +40,9 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	if err := validation.Env("env", req.GetEnv()); err != nil {
 		return nil, err
 	}
+	if r, ok := t.cfg.Adapter.(Relayer); ok && r.RelaysTasks() && (req.GetStdin() || req.GetTty()) {
+		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "execution %q: stdin and tty: runtime %s runs its tasks elsewhere, without a stdin or terminal here", id, t.cfg.Adapter.Name())
+	}
 	timeout, err := t.taskTimeout(req.GetTimeoutSeconds())
 	if err != nil {
 		return nil, err
@@ -77,10 +80,13 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 		_ = t.removeScratch(scratch)
 		return nil, fmt.Errorf("execution %q: handing its directories to the Runs' user: %w", id, err)
 	}
-	l := launch{argv: argv, dir: workingDir, outputs: filepath.Join(scratch, scratchOutputs),
+	l := launch{argv: argv, dir: workingDir, stdin: req.GetStdin() || req.GetTty(), tty: req.GetTty(), outputs: filepath.Join(scratch, scratchOutputs),
 		githubOutput: filepath.Join(scratch, scratchGitHubOutput), githubEnv: filepath.Join(scratch, scratchGitHubEnv),
 		githubPath: filepath.Join(scratch, scratchGitHubPath)}
 	l.env, l.envPath = taskEnv(baseEnvWith(t.cfg.BaseEnv, workingDir, tmp), req.GetEnv(), &l)
+	if l.tty && !slices.ContainsFunc(l.env, func(kv string) bool { return strings.HasPrefix(kv, "TERM=") }) {
+		l.env = append(l.env, "TERM=xterm") // as exec sessions with a TTY
+	}
 	if r, ok := t.cfg.Adapter.(Relayer); ok && r.RelaysTasks() {
 		l.setupFailure = filepath.Join(scratch, scratchSetupFailure)
 		l.env = append(l.env, EnvSetupFailure+"="+l.setupFailure) // after the request's env: it wins

@@ -10,6 +10,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
+	stokeexec "stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/loglines"
 	"stoke.dev/stoke/internal/outputs"
 	"stoke.dev/stoke/internal/proc"
@@ -18,19 +19,29 @@ import (
 
 // supervise waits for e's process to exit, its timeout, Cancel or Close,
 // kills the group, drains the output and records the outcome.
-func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, l launch, started time.Time) {
+func (t *Tasks) supervise(e *execution, p *proc.Process, stdio taskIO, attach *stokeexec.Attachment, l launch, started time.Time) {
 	defer t.wg.Done()
+	outR, errR := stdio.outR, stdio.errR
 
 	drained := make(chan struct{})
 	var pumping atomic.Int32
-	pumping.Store(2)
-	pump := func(r io.Reader, buf *tailBuffer, stream string) {
+	pumping.Store(1)
+	if errR != nil {
+		pumping.Store(2)
+	}
+	pump := func(r io.Reader, buf *tailBuffer, stream string, fd int) {
 		defer func() {
 			if pumping.Add(-1) == 0 {
 				close(drained)
 			}
 		}()
-		src := io.TeeReader(r, buf)
+		var w io.Writer = buf
+		if attach != nil {
+			// Attach sessions see it as it is read; a slow one holds
+			// back the task.
+			w = io.MultiWriter(buf, attach.Output(fd))
+		}
+		src := io.TeeReader(r, w)
 		loglines.PumpFlush(untilDropping{src, e.out}, func(line []byte) { e.out.Line(stream, "", line) }, e.out.Flush)
 		// Past the log's bound, what is left only feeds the tail buffer
 		// (io.Copy to io.Discard would read in small pieces).
@@ -41,8 +52,10 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, l 
 			}
 		}
 	}
-	go pump(outR, &e.stdout, runlog.StreamStdout)
-	go pump(errR, &e.stderr, runlog.StreamStderr)
+	go pump(outR, &e.stdout, runlog.StreamStdout, 1)
+	if errR != nil {
+		go pump(errR, &e.stderr, runlog.StreamStderr, 2)
+	}
 
 	timer := time.NewTimer(e.timeout)
 	defer timer.Stop()
@@ -82,9 +95,13 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, outR, errR *os.File, l 
 		<-drained
 	}
 	drain.Stop()
-	closeAll(outR, errR)
-
 	code := p.ExitCode()
+	if attach != nil {
+		// After the last output: attach sessions end with the task.
+		attach.Finish(stokeexec.Exit{Code: code, Signal: int(p.ExitSignal())})
+	}
+	closeAll(outR, errR, stdio.stdin)
+
 	var outs results
 	state, msg := stopState, stopMsg
 	setupFailure, setupFailed := readSetupFailure(l.setupFailure)

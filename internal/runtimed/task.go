@@ -36,6 +36,7 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	req := &pb.ExecuteRequest{
 		Id: execID, Args: task.Args, Env: envMap(run), TimeoutSeconds: secs,
 		WorkingDir: dir, Entrypoint: task.Entrypoint,
+		Stdin: task.Stdin, Tty: task.TTY,
 	}
 	var err error
 	if w.adopted {

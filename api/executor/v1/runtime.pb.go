@@ -153,7 +153,15 @@ type ExecuteRequest struct {
 	WorkingDir     string                 `protobuf:"bytes,5,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
 	Entrypoint     string                 `protobuf:"bytes,6,opt,name=entrypoint,proto3" json:"entrypoint,omitempty"`
 	// Must be empty: there is no function emulation through Execute.
-	Handler       string `protobuf:"bytes,7,opt,name=handler,proto3" json:"handler,omitempty"`
+	Handler string `protobuf:"bytes,7,opt,name=handler,proto3" json:"handler,omitempty"`
+	// The task keeps its stdin open (a pipe the server holds) for attach
+	// sessions (ExecStart.attach) instead of reading /dev/null. An additive
+	// extension: a server that ignores it runs the task without stdin.
+	Stdin bool `protobuf:"varint,8,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// The task runs on a pseudo-terminal the server holds (its stdin, stdout
+	// and stderr; the output is one stream, stdout), resized and written to
+	// through attach sessions. An additive extension.
+	Tty           bool `protobuf:"varint,9,opt,name=tty,proto3" json:"tty,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,6 +243,20 @@ func (x *ExecuteRequest) GetHandler() string {
 		return x.Handler
 	}
 	return ""
+}
+
+func (x *ExecuteRequest) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *ExecuteRequest) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
 }
 
 type ExecuteResponse struct {
@@ -1519,7 +1541,22 @@ type ExecStart struct {
 	Stdin bool          `protobuf:"varint,5,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	Size  *TerminalSize `protobuf:"bytes,6,opt,name=size,proto3" json:"size,omitempty"`
 	// Added to the Run's environment.
-	Env           map[string]string `protobuf:"bytes,7,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Env map[string]string `protobuf:"bytes,7,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Join the task's own process instead of starting a command (command,
+	// env must be empty; tty and stdin must match how the task was started
+	// or be false): its output from now on (plus what it wrote before the
+	// first attach, bounded), stdin to its stdin, resize to its terminal,
+	// and its exit. A task started without stdin and tty cannot be
+	// attached to (FailedPrecondition). An additive extension.
+	Attach bool `protobuf:"varint,8,opt,name=attach,proto3" json:"attach,omitempty"`
+	// Attach only: stdin's EOF (stdin_close) closes the task's stdin (with
+	// a TTY: sends the terminal's EOF character), as Docker's StdinOnce;
+	// otherwise it only detaches this session's stdin.
+	StdinOnce bool `protobuf:"varint,9,opt,name=stdin_once,json=stdinOnce,proto3" json:"stdin_once,omitempty"`
+	// Attach only: the session takes no output (a resize, a signal): it is
+	// not written to, and leaves what the task wrote before the first
+	// attach to the first session that takes output.
+	ControlOnly   bool `protobuf:"varint,10,opt,name=control_only,json=controlOnly,proto3" json:"control_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1601,6 +1638,27 @@ func (x *ExecStart) GetEnv() map[string]string {
 		return x.Env
 	}
 	return nil
+}
+
+func (x *ExecStart) GetAttach() bool {
+	if x != nil {
+		return x.Attach
+	}
+	return false
+}
+
+func (x *ExecStart) GetStdinOnce() bool {
+	if x != nil {
+		return x.StdinOnce
+	}
+	return false
+}
+
+func (x *ExecStart) GetControlOnly() bool {
+	if x != nil {
+		return x.ControlOnly
+	}
+	return false
 }
 
 type ExecStdinClose struct {
@@ -1911,7 +1969,7 @@ var File_executor_v1_runtime_proto protoreflect.FileDescriptor
 
 const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\n" +
-	"\x19executor/v1/runtime.proto\x12\vexecutor.v1\"\xa8\x02\n" +
+	"\x19executor/v1/runtime.proto\x12\vexecutor.v1\"\xd0\x02\n" +
 	"\x0eExecuteRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x126\n" +
@@ -1922,7 +1980,9 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\n" +
 	"entrypoint\x18\x06 \x01(\tR\n" +
 	"entrypoint\x12\x18\n" +
-	"\ahandler\x18\a \x01(\tR\ahandler\x1a6\n" +
+	"\ahandler\x18\a \x01(\tR\ahandler\x12\x14\n" +
+	"\x05stdin\x18\b \x01(\bR\x05stdin\x12\x10\n" +
+	"\x03tty\x18\t \x01(\bR\x03tty\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"!\n" +
@@ -2019,7 +2079,7 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"stdinClose\x123\n" +
 	"\x06resize\x18\x04 \x01(\v2\x19.executor.v1.TerminalSizeH\x00R\x06resize\x12\x18\n" +
 	"\x06signal\x18\x05 \x01(\x05H\x00R\x06signalB\a\n" +
-	"\x05frame\"\xa9\x02\n" +
+	"\x05frame\"\x83\x03\n" +
 	"\tExecStart\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12'\n" +
 	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x12\x18\n" +
@@ -2027,7 +2087,12 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x03tty\x18\x04 \x01(\bR\x03tty\x12\x14\n" +
 	"\x05stdin\x18\x05 \x01(\bR\x05stdin\x12-\n" +
 	"\x04size\x18\x06 \x01(\v2\x19.executor.v1.TerminalSizeR\x04size\x121\n" +
-	"\x03env\x18\a \x03(\v2\x1f.executor.v1.ExecStart.EnvEntryR\x03env\x1a6\n" +
+	"\x03env\x18\a \x03(\v2\x1f.executor.v1.ExecStart.EnvEntryR\x03env\x12\x16\n" +
+	"\x06attach\x18\b \x01(\bR\x06attach\x12\x1d\n" +
+	"\n" +
+	"stdin_once\x18\t \x01(\bR\tstdinOnce\x12!\n" +
+	"\fcontrol_only\x18\n" +
+	" \x01(\bR\vcontrolOnly\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x10\n" +

@@ -182,6 +182,16 @@ type TaskMode struct {
 	// +kubebuilder:validation:items:Pattern=`^[^\x00]*$`
 	// +kubebuilder:validation:XValidation:rule="self.all(a, size(bytes(a)) <= 8192)",message="an argument is over 8192 bytes"
 	Args []string `json:"args,omitempty"`
+	// Stdin keeps the program's stdin open for attach sessions (`docker
+	// attach`, `docker run -i`) instead of reading /dev/null; the
+	// program blocks reading it until one writes.
+	// +optional
+	Stdin bool `json:"stdin,omitempty"`
+	// TTY runs the program on a pseudo-terminal (its stdin, stdout and
+	// stderr; its output is one stream, stdout), reached through attach
+	// sessions (`docker run -t`, resize).
+	// +optional
+	TTY bool `json:"tty,omitempty"`
 }
 
 // FunctionMode loads a handler once and serves invocations.
