@@ -61,7 +61,7 @@ func materialise(ctx context.Context, dirs *runtime.DirPool, dir string, shared 
 		if err != nil {
 			return err
 		}
-		err = w.checkout(cached, gitPath(g.Path), sp)
+		err = w.checkout(ctx, cached, gitPath(g.Path), sp)
 		release()
 		if err != nil {
 			return fmt.Errorf("checking out %s: %w", g.URL, err)
@@ -207,8 +207,9 @@ func gitPath(p string) string {
 
 // copyTree copies the directory src (a tree in the git cache: regular
 // files, directories and links that stay inside it) to rel in the tree.
-// Files are copied (copy_file_range), never linked.
-func (t *tree) copyTree(src, rel string) error {
+// Files are copied (copy_file_range), never linked. It stops, between
+// entries, once ctx is done (runtimed stopping, the Run cancelled).
+func (t *tree) copyTree(ctx context.Context, src, rel string) error {
 	if rel != "." {
 		if err := validation.RelativePath("spec.source.git.path", rel); err != nil {
 			return err
@@ -219,6 +220,9 @@ func (t *tree) copyTree(src, rel string) error {
 	}
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		inner, err := filepath.Rel(src, p)

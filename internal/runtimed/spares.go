@@ -73,15 +73,15 @@ func (t *tree) owner() string {
 // checkout puts the cached tree at rel in t: a spare's entries renamed
 // into place when there is a spare, else a copy; either way every file is
 // t's own (new inodes), so nothing written in t reaches the cache.
-func (t *tree) checkout(cached, rel string, sp *spares) error {
+func (t *tree) checkout(ctx context.Context, cached, rel string, sp *spares) error {
 	if sp == nil {
-		return t.copyTree(cached, rel)
+		return t.copyTree(ctx, cached, rel)
 	}
 	owner := t.owner()
 	defer sp.refill(cached, owner, t)
 	spare, ok := sp.cache.TakeSpare(cached, owner)
 	if !ok {
-		return t.copyTree(cached, rel)
+		return t.copyTree(ctx, cached, rel)
 	}
 	defer sp.cache.DropSpare(spare)
 	if t.moveTree(spare, rel, sp) {
@@ -90,7 +90,7 @@ func (t *tree) checkout(cached, rel string, sp *spares) error {
 	// Some entry could not be moved (it is there already, or the spare
 	// is on another filesystem): the copy goes over what was moved,
 	// replacing files and merging directories, as into any workspace.
-	return t.copyTree(cached, rel)
+	return t.copyTree(ctx, cached, rel)
 }
 
 // moveTree renames every top-level entry of spare into rel (made when
@@ -166,7 +166,7 @@ func (sp *spares) refill(cached, owner string, t *tree) {
 // into a directory of (uid, gid)'s would (chown: it is not this
 // process's user).
 func fillSpare(uid, gid int, chown bool) func(ctx context.Context, cached, dir string) error {
-	return func(_ context.Context, cached, dir string) error {
+	return func(ctx context.Context, cached, dir string) error {
 		if chown {
 			if err := os.Lchown(dir, uid, gid); err != nil {
 				return err
@@ -177,6 +177,6 @@ func fillSpare(uid, gid int, chown bool) func(ctx context.Context, cached, dir s
 			return err
 		}
 		defer t.close()
-		return t.copyTree(cached, ".")
+		return t.copyTree(ctx, cached, ".")
 	}
 }

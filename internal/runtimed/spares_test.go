@@ -2,6 +2,7 @@ package runtimed
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -133,5 +134,33 @@ func TestCheckoutMovesASpareAndKeepsTheCacheSafe(t *testing.T) {
 	want(shared)
 	if b, err := os.ReadFile(filepath.Join(shared, "a/keep")); err != nil || string(b) != "k" {
 		t.Errorf("shared/a/keep: %q, %v", b, err)
+	}
+}
+
+// A spare being made when runtimed stops ends with the daemon's context,
+// between files, rather than copying the whole tree first; it leaves no
+// spare behind.
+func TestSpareStopsWithTheDaemon(t *testing.T) {
+	srv := gittest.NewServer(t, gittest.Options{})
+	commit, url := srv.Commit(t, "app", map[string]string{"a": "1", "b": "2", "c/d": "3"})
+	cache, err := gitsource.New(gitsource.Config{Dir: filepath.Join(t.TempDir(), "git")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, release, err := cache.Tree(context.Background(), url, commit, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the daemon stopped
+	err = cache.MakeSpare(context.Background(), tree, "self", func(_ context.Context, tree, dir string) error {
+		return fillSpare(0, 0, false)(ctx, tree, dir)
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("MakeSpare with the daemon stopped: %v, want context.Canceled", err)
+	}
+	if spare, ok := cache.TakeSpare(tree, "self"); ok {
+		t.Errorf("a spare was left: %s", spare)
 	}
 }
