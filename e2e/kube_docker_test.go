@@ -90,6 +90,12 @@ func TestKubeDocker(t *testing.T) {
 		}
 	})
 
+	// The main process's stdin and terminal through the gateway and
+	// runtimed's hop: run -i, run -it with a resize, run -d -it + attach.
+	t.Run("Interactive", func(t *testing.T) {
+		testRunInteractive(t, cli(t, editor, ""), "kd")
+	})
+
 	t.Run("SDK", func(t *testing.T) {
 		c, err := client.New(client.WithHost("tcp://"+addr+"/namespaces/"+runsNamespace), client.WithAPIVersion(docker.APIVersion),
 			client.WithTLSClientConfig(filepath.Join(editor, "ca.pem"), filepath.Join(editor, "cert.pem"), filepath.Join(editor, "key.pem")))
@@ -136,6 +142,7 @@ func TestKubeDocker(t *testing.T) {
 		if err != nil || ins.ExitCode != 5 {
 			t.Errorf("exec inspect: %+v %v, want exit 5", ins, err)
 		}
+		t.Run("Attach", func(t *testing.T) { testSDKAttach(t, ctx, c) })
 	})
 
 	t.Run("RuntimeImage", func(t *testing.T) {
@@ -195,7 +202,7 @@ func TestKubeDocker(t *testing.T) {
 
 	// Only the editor's containers made Runs.
 	for name := range e.runNames(t) {
-		if !runsBefore[name] && !strings.HasPrefix(name, "kd-") && !strings.HasPrefix(name, "docker-") {
+		if !runsBefore[name] && !strings.HasPrefix(name, "kd-") && !strings.HasPrefix(name, "docker-") && name != "tty-kd" {
 			t.Errorf("a Run %s was made, which no allowed request asked for", name)
 		}
 	}

@@ -122,11 +122,26 @@ func (s *Server) attachProcess(ctx context.Context, c *ctr, stdin io.Reader, std
 		return false
 	}
 	defer sess.Close()
-	if _, err := sess.Stream(ctx, exec.Streams{Stdin: stdin, Stdout: stdout, Stderr: stderr}); err != nil && ctx.Err() == nil {
+	_, err = sess.Stream(ctx, exec.Streams{Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	switch {
+	case err == nil:
+		// The task ended. Where the Runs in memory are an informer's
+		// (Kubernetes) its Run shows so a moment later, and a client
+		// that inspects the container once the stream ends (for
+		// attach's exit code) must find it exited: the stream ends when
+		// the Run shows its end, or after exitVisibleWait.
+		wctx, cancel := context.WithTimeout(ctx, exitVisibleWait)
+		_, _ = s.waitFor(wctx, c, conditionNextExit)
+		cancel()
+	case ctx.Err() == nil:
 		s.log.Info("docker: attach ended early", "container", c.id[:12], "error", err)
 	}
 	return true
 }
+
+// exitVisibleWait bounds how long an attach stream whose task ended waits
+// for the container's Run to show that end.
+const exitVisibleWait = 10 * time.Second
 
 // joinTask starts an attach session into the container's task, waiting
 // while its Run is on its way to Running (the Runs in memory may lag).
