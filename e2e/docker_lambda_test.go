@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,6 +79,16 @@ func TestDockerOnLambda(t *testing.T) {
 			if _, errOut, code := d.run("", args...); code == 0 || !strings.Contains(errOut, "Lambda") {
 				t.Errorf("docker %s: exit %d, stderr %q; want a refusal naming Lambda", strings.Join(args, " "), code, errOut)
 			}
+		}
+		// A task on Lambda has no terminal or stdin to attach (its
+		// process is in the sandbox): -t and -i are refused at create.
+		for i, flag := range []string{"-t", "-i"} {
+			name := fmt.Sprintf("lambda-interactive-%d", i)
+			_, errOut, code := d.run("", "run", flag, "--name", name, "lambda-bash", "true")
+			if code == 0 || !strings.Contains(errOut, "Lambda") || !strings.Contains(errOut, "-t, -i") {
+				t.Errorf("docker run %s on Lambda: exit %d, stderr %q; want a refusal naming Lambda and -t, -i", flag, code, errOut)
+			}
+			d.run("", "rm", "-f", name)
 		}
 		// SIGKILL is what Lambda can do: the Run is cancelled, which ends
 		// the invocation; the task's relay on the Runtime Server's side
