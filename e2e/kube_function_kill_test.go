@@ -63,10 +63,7 @@ func testKubeReplicaServerKilled(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 //     lives on, and once the Function is deleted it has no Run.
 func testKubeReplicaLost(t *testing.T, e *kubeEnv, g *gatewayUsers, name string, inFlightFails bool, lose func(*testing.T, *corev1.Pod)) {
 	urls := e.gateways(t, 2)
-	var bases []string
-	for _, u := range urls {
-		bases = append(bases, u)
-	}
+	bases := gatewayBases(urls)
 	fns := e.watchFunctions(t)
 	defer fns.close()
 	runs := e.watchRuns(t, v1alpha1.LabelFunction+"="+name)

@@ -196,10 +196,7 @@ func testKubeScaleFromZero(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 // scales down to 0 after idleSeconds.
 func testKubeScaleUpAndDown(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 	urls := e.gateways(t, 2)
-	var bases []string
-	for _, u := range urls {
-		bases = append(bases, u)
-	}
+	bases := gatewayBases(urls)
 	fns := e.watchFunctions(t)
 	defer fns.close()
 	_, marksDir := e.kubeFunction(t, "updown", v1alpha1.FunctionScale{Min: 0, Max: 3, IdleSeconds: 2})
@@ -328,10 +325,7 @@ func testKubeTwoGatewaysShareReplicas(t *testing.T, e *kubeEnv, g *gatewayUsers)
 // answers move to the new version.
 func testKubeRollUnderLoad(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 	urls := e.gateways(t, 2)
-	var bases []string
-	for _, u := range urls {
-		bases = append(bases, u)
-	}
+	bases := gatewayBases(urls)
 	fns := e.watchFunctions(t)
 	defer fns.close()
 	e.kubeFunction(t, "roll", v1alpha1.FunctionScale{Min: 2, Max: 2}, v1alpha1.EnvVar{Name: "VERSION", Value: "v1"})

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,6 +121,11 @@ func (e *kubeEnv) gateways(t testing.TB, n int) map[string]string {
 		}
 	}
 	return urls
+}
+
+// gatewayBases are the gateways' base URLs, in order.
+func gatewayBases(urls map[string]string) []string {
+	return slices.Sorted(maps.Values(urls))
 }
 
 // anyGateway is one of the ready gateways' URLs.
@@ -304,10 +311,7 @@ func testGatewayEditAndView(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 // one runs at a time, the rest are 429, and every answer is its own call's.
 func testGatewayConcurrentInvokes(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 	urls := e.gateways(t, 2)
-	var bases []string
-	for _, u := range urls {
-		bases = append(bases, u)
-	}
+	bases := gatewayBases(urls)
 	fn, marker := e.markedFunction(t, "gw-concurrent")
 	const n = 64
 	results := make([]gwResult, n)

@@ -181,17 +181,6 @@ spec:
     - run: echo never
 `
 
-// kubeSleepers are the processes running `sleep 4343`.
-func kubeSleepers() []process {
-	var out []process
-	for _, p := range processes() {
-		if slices.Equal(p.cmdline, []string{"sleep", "4343"}) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // Cancel mid-run on the cluster: spec.cancelRequested set (as `stoke
 // workflow run`'s Ctrl-C does) while the first job's step sleeps; the
 // WorkflowRun ends Cancelled, the running step and its Run Cancelled, the
@@ -210,7 +199,8 @@ func testWorkflowCancel(t *testing.T, e *kubeEnv) {
 		}
 		return false
 	})
-	if left := awaitPresent(runBound, kubeSleepers); len(left) == 0 {
+	sleepers := processesRunning("sleep", "4343")
+	if !awaitProcess(runBound, func() bool { return len(sleepers()) > 0 }) {
 		t.Fatal("the step's sleep never ran on the host")
 	}
 	asked := time.Now()
@@ -237,19 +227,8 @@ func testWorkflowCancel(t *testing.T, e *kubeEnv) {
 	if step.Status.Phase != v1alpha1.PhaseCancelled {
 		t.Errorf("the step Run %s: %s %s", step.Name, step.Status.Phase, step.Status.Message)
 	}
-	if left := awaitGone(runBound, kubeSleepers); len(left) > 0 {
+	if left := awaitGone(runBound, sleepers); len(left) > 0 {
 		t.Errorf("left running after the cancel:\n%s", describeProcesses(left))
-	}
-}
-
-// awaitPresent waits at most bound for list to find something.
-func awaitPresent(bound time.Duration, list func() []process) []process {
-	deadline := time.Now().Add(bound)
-	for {
-		if found := list(); len(found) > 0 || time.Now().After(deadline) {
-			return found
-		}
-		time.Sleep(50 * time.Millisecond) // polls /proc: no event to wait on
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -401,6 +402,20 @@ func processesUnder(dir string) []process {
 		}
 	}
 	return ps
+}
+
+// processesRunning returns a lister of the live processes whose command
+// line is exactly argv.
+func processesRunning(argv ...string) func() []process {
+	return func() []process {
+		var ps []process
+		for _, p := range processes() {
+			if slices.Equal(p.cmdline, argv) {
+				ps = append(ps, p)
+			}
+		}
+		return ps
+	}
 }
 
 // awaitNoProcessesUnder polls /proc (there is no event for another

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,17 +188,6 @@ jobs:
       - run: echo never
 `
 
-// sleepers are the processes running `sleep 4242` (the cancel case's).
-func sleepers() []process {
-	var out []process
-	for _, p := range processes() {
-		if slices.Equal(p.cmdline, []string{"sleep", "4242"}) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 func workflowCancel(t *testing.T, s *cliServer, dir string) {
 	file := filepath.Join(dir, "slow.yml")
 	if err := os.WriteFile(file, []byte(slowWorkflow), 0o644); err != nil {
@@ -237,7 +225,7 @@ func workflowCancel(t *testing.T, s *cliServer, dir string) {
 		t.Errorf("the step Run: %s", run.Status.Phase)
 	}
 	if s.standalone() {
-		if left := awaitGone(5*time.Second, sleepers); len(left) > 0 {
+		if left := awaitGone(5*time.Second, processesRunning("sleep", "4242")); len(left) > 0 {
 			t.Errorf("left running after the cancel:\n%s", describeProcesses(left))
 		}
 	}

@@ -84,12 +84,7 @@ func TestFetchWaitsForTheCacheOnAMiss(t *testing.T) {
 	defer cancel()
 	res := &heldRes{Resource: s.Runs(), gate: make(chan struct{})}
 	inf := informer.New[*v1alpha1.Run](res, informer.Options{})
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := inf.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	start(t, inf)
 
 	created, err := s.Runs().Create(ctx, newRun("late"))
 	if err != nil {
@@ -131,12 +126,7 @@ func TestFetchEndsWithItsContext(t *testing.T) {
 	defer cancel()
 	res := &heldRes{Resource: s.Runs(), gate: make(chan struct{})}
 	inf := informer.New[*v1alpha1.Run](res, informer.Options{})
-	done := make(chan error, 1)
-	go func() { done <- inf.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	if err := inf.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	start(t, inf)
 	if _, err := s.Runs().Create(ctx, newRun("held")); err != nil {
 		t.Fatal(err)
 	}
