@@ -32,10 +32,14 @@ type Metrics struct {
 	// at the first (the series appears with it, as before): no label
 	// lookup for the usual answer.
 	invokeOKOnce sync.Once
-	invokeOK     struct {
-		count, request        prometheus.Counter
-		latency, routeLatency prometheus.Observer
-	}
+	invokeOK     okSeries
+}
+
+// okSeries are the series of an invocation answered 200, and of the
+// invoke route's request answered 200.
+type okSeries struct {
+	count, request        prometheus.Counter
+	latency, routeLatency prometheus.Observer
 }
 
 // NewMetrics builds the registry; runPhases, when set, counts the Runs by
@@ -91,12 +95,8 @@ func (m *Metrics) observeInvoke(status int, d time.Duration) {
 	m.invokeLatency.WithLabelValues(code).Observe(d.Seconds())
 }
 
-// okInvoke is the series of an invocation answered 200, and of the
-// invoke route's request answered 200.
-func (m *Metrics) okInvoke() *struct {
-	count, request        prometheus.Counter
-	latency, routeLatency prometheus.Observer
-} {
+// okInvoke resolves the okSeries at the first call.
+func (m *Metrics) okInvoke() *okSeries {
 	m.invokeOKOnce.Do(func() {
 		code := strconv.Itoa(http.StatusOK)
 		m.invokeOK.count, m.invokeOK.latency = m.invocations.WithLabelValues(code), m.invokeLatency.WithLabelValues(code)
