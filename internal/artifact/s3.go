@@ -3,20 +3,21 @@ package artifact
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 
 	"stoke.dev/stoke/internal/errdefs"
 )
@@ -41,29 +42,23 @@ type S3Config struct {
 	Credentials aws.CredentialsProvider
 	// HTTPClient, when set, makes the SDK's requests.
 	HTTPClient *http.Client
+	// SpoolDir holds a blob while it is hashed, before it goes up (one
+	// temporary file per upload in flight, at most bounds.ArtifactBytes
+	// each); empty: os.TempDir().
+	SpoolDir string
 }
-
-// The multipart upload's shape: parts of s3PartSize, s3Concurrency in
-// flight, so an upload holds at most (s3Concurrency+1)×s3PartSize of
-// memory whatever the artifact's size.
-const (
-	s3PartSize    = 8 << 20
-	s3Concurrency = 2
-)
 
 // S3 is the Backend of Kubernetes and Lambda mode: an S3-compatible
 // bucket, through aws-sdk-go-v2's S3 client. Keys:
-// <prefix><namespace>/<uid>/blobs/<hex>, …/manifests/<name>.json, and
-// …/uploads/<random> while a blob is written: its digest is known only at
-// its end, so it is uploaded (multipart past one part) under a temporary
-// key, then copied server-side to its digest's key (CopyObject: one call
-// up to S3's 5 GiB, over bounds.ArtifactBytes) and the temporary key
-// deleted.
+// <prefix><namespace>/<uid>/blobs/<hex> and …/manifests/<name>.json. A
+// blob's digest is known only at its end, so it is spooled to a local
+// file first (PutBlob); one PutObject takes up to S3's 5 GiB, over
+// bounds.ArtifactBytes.
 type S3 struct {
 	c      *s3.Client
-	tm     *transfermanager.Client
 	bucket string
 	prefix string
+	spool  string
 }
 
 var _ Backend = (*S3)(nil)
@@ -105,11 +100,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	return &S3{c: c, bucket: cfg.Bucket, prefix: prefix, tm: transfermanager.New(c, func(o *transfermanager.Options) {
-		o.PartSizeBytes = s3PartSize
-		o.Concurrency = s3Concurrency
-		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
-	})}, nil
+	return &S3{c: c, bucket: cfg.Bucket, prefix: prefix, spool: cfg.SpoolDir}, nil
 }
 
 func (s *S3) runPrefix(run Run) string { return s.prefix + run.Namespace + "/" + run.UID + "/" }
@@ -139,30 +130,59 @@ func s3Error(op, key string, err error) error {
 	return fmt.Errorf("s3 %s %s: %w", op, key, err)
 }
 
-// PutBlob implements Backend.
+// PutBlob implements Backend. The blob is spooled to a temporary file
+// while it is hashed (bounded by limit), so that its digest is known
+// before anything is sent: a blob already at its digest's key is not sent
+// again (HEAD), and otherwise it goes up in one PutObject straight to that
+// key, signed with the SHA-256 already computed. S3 writes an object whole
+// or not at all, so an upload cut short leaves nothing behind. Reading the
+// local file twice costs far less than the server-side copy it replaces,
+// which rewrote and rehashed every byte.
 func (s *S3) PutBlob(ctx context.Context, run Run, r io.Reader, limit int64) (string, int64, error) {
-	var rnd [12]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := s.runPrefix(run) + "uploads/" + hex.EncodeToString(rnd[:])
+	tmp, err := os.CreateTemp(s.spool, "stoke-artifact-*")
+	if err != nil {
+		return "", 0, fmt.Errorf("artifact store: spooling a blob: %w", err)
+	}
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name())
+	}()
 	h := newHashingReader(r, limit)
-	if _, err := s.tm.UploadObject(ctx, &transfermanager.UploadObjectInput{Bucket: &s.bucket, Key: &tmp, Body: h}); err != nil {
-		// A single PUT that failed stored nothing; a multipart one was
-		// aborted by the transfer manager. The delete is for the rest.
-		_, _ = s.c.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &tmp})
+	if _, err := io.Copy(tmp, ctxReader{ctx, h}); err != nil {
 		if cause := h.err; cause != nil {
 			return "", 0, cause
 		}
-		return "", 0, s3Error("upload", tmp, err)
+		return "", 0, fmt.Errorf("artifact store: spooling a blob: %w", err)
 	}
-	defer func() {
-		_, _ = s.c.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: &s.bucket, Key: &tmp})
-	}()
-	digest := h.digest()
+	digest, sum := h.digest(), hex.EncodeToString(h.h.Sum(nil))
 	key := s.blobKey(run, digest)
-	if _, err := s.c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &s.bucket, Key: &key, CopySource: aws.String(s.bucket + "/" + tmp)}); err != nil {
-		return "", 0, s3Error("copy", key, err)
+	switch _, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key}); {
+	case err == nil:
+		return digest, h.n, nil // content-addressed: the same bytes are there
+	case !errors.Is(s3Error("head", key, err), errdefs.ErrNotFound):
+		return "", 0, s3Error("head", key, err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return "", 0, err
+	}
+	_, err = s.c.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: tmp, ContentLength: aws.Int64(h.n)},
+		s3.WithAPIOptions(knownPayloadHash(sum)))
+	if err != nil {
+		return "", 0, s3Error("put", key, err)
 	}
 	return digest, h.n, nil
+}
+
+// knownPayloadHash gives SigV4 the body's SHA-256 computed while spooling
+// it, so that the SDK does not read the body a second time to hash it (it
+// skips its own hashing when the context has one).
+func knownPayloadHash(sum string) func(*middleware.Stack) error {
+	return func(st *middleware.Stack) error {
+		return st.Finalize.Insert(middleware.FinalizeMiddlewareFunc("StokeKnownPayloadHash",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				return next.HandleFinalize(v4.SetPayloadHash(ctx, sum), in)
+			}), "ComputePayloadHash", middleware.Before)
+	}
 }
 
 // OpenBlob implements Backend.

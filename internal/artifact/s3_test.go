@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,7 +44,7 @@ func startTestS3(t testing.TB) (*S3, *s3test.Server) {
 func s3On(t testing.TB, srv *s3test.Server, secret string) *S3 {
 	t.Helper()
 	b, err := NewS3(context.Background(), S3Config{
-		Bucket: testBucket, Endpoint: srv.Endpoint, PathStyle: true, Region: s3test.Region,
+		Bucket: testBucket, Endpoint: srv.Endpoint, PathStyle: true, Region: s3test.Region, SpoolDir: t.TempDir(),
 		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(srv.AccessKey, secret, "")),
 	})
 	if err != nil {
@@ -51,43 +53,71 @@ func s3On(t testing.TB, srv *s3test.Server, secret string) *S3 {
 	return b
 }
 
-// TestS3MultipartArtifact stores an artifact over one part (8 MiB), so
-// that it goes up as a multipart upload to a temporary key and is copied
-// to its digest's key; it reads back whole, and nothing is left under
-// uploads/.
-func TestS3MultipartArtifact(t *testing.T) {
+// TestS3LargeArtifact stores an artifact of 20 MiB, spooled and sent in
+// one PutObject signed with the SHA-256 computed while spooling (the
+// server checks it), then the same bytes under a second name (one blob,
+// not sent again) and an artifact over the bound (refused). It reads back
+// whole; the bucket holds the one blob and two manifests, no other key;
+// the spool directory is empty after each upload.
+func TestS3LargeArtifact(t *testing.T) {
 	ctx := context.Background()
 	b, srv := startTestS3(t)
-	s := NewStore(StoreConfig{Backend: b})
-	run := Run{Namespace: "default", UID: "multipart-run", Name: "ci"}
-	body := make([]byte, 2*s3PartSize+12345)
-	_, _ = rand.Read(body)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: "big.bin", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}); err != nil {
-		t.Fatal(err)
+	s := NewStore(StoreConfig{Backend: b, Limits: Limits{Bytes: 32 << 20}})
+	run := Run{Namespace: "default", UID: "large-run", Name: "ci"}
+	spoolEmpty := func(after string) {
+		t.Helper()
+		if left, err := os.ReadDir(b.spool); err != nil || len(left) != 0 {
+			t.Fatalf("after %s the spool directory holds %v (%v); want nothing", after, left, err)
+		}
 	}
-	_, _ = tw.Write(body)
-	_ = tw.Close()
-	a, err := s.Put(ctx, run, "big", bytes.NewReader(buf.Bytes()))
+	tarOf := func(size int) []byte {
+		body := make([]byte, size)
+		_, _ = rand.Read(body)
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		if err := tw.WriteHeader(&tar.Header{Name: "big.bin", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = tw.Write(body)
+		_ = tw.Close()
+		return buf.Bytes()
+	}
+	data := tarOf(20<<20 + 12345)
+	a, err := s.Put(ctx, run, "big", bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rc, err := s.Get(ctx, run, "big")
+	spoolEmpty("an upload")
+	again, err := s.Put(ctx, run, "same", bytes.NewReader(data))
+	if err != nil || again.Digest != a.Digest {
+		t.Fatalf("the same bytes again: %+v %v; want digest %s", again, err, a.Digest)
+	}
+	if _, err := s.Put(ctx, run, "over", bytes.NewReader(tarOf(33<<20))); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Fatalf("an artifact over the bound: %v; want TooLarge", err)
+	}
+	spoolEmpty("a refused upload")
+	for _, name := range []string{"big", "same"} {
+		_, rc, err := s.Get(ctx, run, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s read back %d bytes (%v); stored %d as %s", name, len(got), err, len(data), a.Digest)
+		}
+	}
+	out, err := srv.Client().ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(testBucket), Prefix: aws.String("stoke-artifacts/default/large-run/")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil || !bytes.Equal(got, buf.Bytes()) {
-		t.Fatalf("read back %d bytes (%v); stored %d as %s", len(got), err, buf.Len(), a.Digest)
+	var keys []string
+	for _, o := range out.Contents {
+		keys = append(keys, strings.TrimPrefix(aws.ToString(o.Key), "stoke-artifacts/default/large-run/"))
 	}
-	out, err := srv.Client().ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(testBucket), Prefix: aws.String("stoke-artifacts/default/multipart-run/uploads/")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Contents) != 0 {
-		t.Fatalf("temporary keys left: %d, the first %s", len(out.Contents), aws.ToString(out.Contents[0].Key))
+	want := []string{"blobs/" + strings.TrimPrefix(a.Digest, "sha256:"), "manifests/big.json", "manifests/same.json"}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("keys %v; want %v", keys, want)
 	}
 }
 
