@@ -328,14 +328,20 @@ type seen[T any] struct {
 
 // firstSeen is when an object that match accepts was first seen.
 func (o *objects[T]) firstSeen(match func(T) bool) (time.Time, bool) {
+	_, at, ok := o.first(match)
+	return at, ok
+}
+
+// first is the first object that match accepts, and when it was seen.
+func (o *objects[T]) first(match func(T) bool) (obj T, at time.Time, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, s := range o.history {
 		if match(s.obj) {
-			return s.at, true
+			return s.obj, s.at, true
 		}
 	}
-	return time.Time{}, false
+	return obj, time.Time{}, false
 }
 
 func objectMeta(obj any) (metav1.Object, error) {

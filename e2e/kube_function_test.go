@@ -11,18 +11,21 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/loadreport"
 	"stoke.dev/stoke/internal/pydeps/pydepstest"
 )
 
@@ -433,6 +436,13 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	fns := e.watchFunctions(b)
 	defer fns.close()
 	var toScale []time.Duration
+	// Within step 1: the gateway's load record (a Lease per gateway,
+	// internal/loadreport) as the gateway stamps its write (renewTime,
+	// the same machine's clock) and as this test's watch sees it, then
+	// the controller's autoscaler's spec.replicas.
+	leases := e.watchLeases(b, stokeNamespace)
+	defer leases.close()
+	var toLeaseWrite, toLeaseSeen, leaseToScale []time.Duration
 	for i := range b.N {
 		name := fmt.Sprintf("zero%d-%d", round, i)
 		fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: runsNamespace},
@@ -468,6 +478,16 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 				scaled, ok3 := fns.firstSeen(func(f *v1alpha1.Function) bool {
 					return f.Name == name && f.Spec.Replicas != nil && *f.Spec.Replicas == 1
 				})
+				key := strconv.Quote(loadreport.Key(runsNamespace, name))
+				loaded := func(l *coordinationv1.Lease) bool {
+					return l.Labels[loadreport.Label] == "true" && strings.Contains(l.Annotations[loadreport.Annotation], key) &&
+						l.Spec.RenewTime != nil && !l.Spec.RenewTime.Before(&metav1.MicroTime{Time: start})
+				}
+				if l, seen, ok := leases.first(loaded); ok && ok3 {
+					written := l.Spec.RenewTime.Time
+					toLeaseWrite, toLeaseSeen = append(toLeaseWrite, written.Sub(start)), append(toLeaseSeen, seen.Sub(written))
+					leaseToScale = append(leaseToScale, scaled.Sub(seen))
+				}
 				if ok1 && ok2 && ok3 {
 					toScale = append(toScale, scaled.Sub(start))
 					toCreate, toReady = append(toCreate, made.Sub(scaled)), append(toReady, ready.Sub(made))
@@ -503,6 +523,9 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	reportPercentilesAs(b, known, "url-known-after-create")
 	// The steps (a watch's view lags each by its own delivery).
 	reportPercentilesAs(b, toScale, "step1-call-to-spec.replicas")
+	reportPercentilesAs(b, toLeaseWrite, "step1a-call-to-load-record-written")
+	reportPercentilesAs(b, toLeaseSeen, "step1b-load-record-written-to-seen")
+	reportPercentilesAs(b, leaseToScale, "step1c-load-record-seen-to-spec.replicas")
 	reportPercentilesAs(b, toCreate, "step2-to-replica-created")
 	reportPercentilesAs(b, toReady, "step3-to-replica-ready")
 	reportPercentilesAs(b, toAnswer, "step4-to-answer")

@@ -17,6 +17,7 @@ import (
 	"stoke.dev/stoke/internal/autoscaler"
 	"stoke.dev/stoke/internal/functionset"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
 )
 
@@ -43,10 +44,11 @@ type env struct {
 	loads map[string][2]int // name → in flight, queued
 }
 
-func newEnv(t *testing.T) *env { return newEnvWith(t, false) }
+func newEnv(t *testing.T) *env { return newEnvWith(t, false, nil) }
 
-// newEnvWith also runs the Function controller when withController is set.
-func newEnvWith(t *testing.T, withController bool) *env {
+// newEnvWith also runs the Function controller when withController is set;
+// wrap, when set, is what the autoscaler's Functions go through.
+func newEnvWith(t *testing.T, withController bool, wrap func(store.Resource[*v1alpha1.Function]) store.Resource[*v1alpha1.Function]) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	fc := testingclock.NewFakeClock(t0)
@@ -61,8 +63,12 @@ func newEnvWith(t *testing.T, withController bool) *env {
 		AddFunc:    func(*v1alpha1.Function) { e.poke() },
 		UpdateFunc: func(_, _ *v1alpha1.Function) { e.poke() },
 	})
+	var fns store.Resource[*v1alpha1.Function] = st.Functions()
+	if wrap != nil {
+		fns = wrap(fns)
+	}
 	e.a, err = autoscaler.New(autoscaler.Config{
-		Functions: st.Functions(), FunctionInformer: e.fns, Clock: fc, Logger: log,
+		Functions: fns, FunctionInformer: e.fns, Clock: fc, Logger: log,
 		Load: func(_, name string) (int, int) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -226,7 +232,7 @@ func TestScaleDownAfterIdle(t *testing.T) {
 // TestTheControllerFollows: the count the autoscaler sets is the one the
 // Function controller keeps: scaling from zero creates a replica Run.
 func TestTheControllerFollows(t *testing.T) {
-	e := newEnvWith(t, true)
+	e := newEnvWith(t, true, nil)
 	e.create("hello", nil, v1alpha1.FunctionScale{Min: 0, Max: 8})
 	e.setLoad("hello", 0, 1)
 	e.a.Poke("default", "hello")
@@ -245,5 +251,87 @@ func TestTheControllerFollows(t *testing.T) {
 		case <-deadline:
 			t.Fatal("the controller made no replica Run")
 		}
+	}
+}
+
+// observed is the autoscaler's Functions as they reach the real store:
+// it counts the reads, and before the first Update it can let another
+// writer change the Function (a real conflict: the autoscaler's copy is
+// then stale).
+type observed struct {
+	store.Resource[*v1alpha1.Function]
+	mu     sync.Mutex
+	gets   int
+	before func(ctx context.Context, fn *v1alpha1.Function) // once, before the first Update
+}
+
+func (o *observed) Get(ctx context.Context, namespace, name string) (*v1alpha1.Function, error) {
+	o.mu.Lock()
+	o.gets++
+	o.mu.Unlock()
+	return o.Resource.Get(ctx, namespace, name)
+}
+
+func (o *observed) Update(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error) {
+	o.mu.Lock()
+	before := o.before
+	o.before = nil
+	o.mu.Unlock()
+	if before != nil {
+		before(ctx, fn)
+	}
+	return o.Resource.Update(ctx, fn)
+}
+
+func (o *observed) reads() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.gets
+}
+
+// TestScaleWritesWithoutARead: a scale writes spec.replicas on the
+// informer's copy and status.lastScale on what that write returned, with
+// no read of the Function before either (a scale from zero waits for
+// them); when the copy was stale, the conflict is retried on a fresh
+// read and the other writer's change is kept.
+func TestScaleWritesWithoutARead(t *testing.T) {
+	var o *observed
+	e := newEnvWith(t, false, func(r store.Resource[*v1alpha1.Function]) store.Resource[*v1alpha1.Function] {
+		o = &observed{Resource: r}
+		return o
+	})
+	e.create("hello", nil, v1alpha1.FunctionScale{Min: 0, Max: 8})
+	e.setLoad("hello", 0, 1)
+	e.a.Poke("default", "hello")
+	e.waitReplicas("hello", 1)
+	if n := o.reads(); n != 0 {
+		t.Errorf("the scale read the Function %d times before writing, want 0", n)
+	}
+
+	e.create("raced", nil, v1alpha1.FunctionScale{Min: 0, Max: 8})
+	o.mu.Lock()
+	o.before = func(ctx context.Context, _ *v1alpha1.Function) {
+		err := store.RetryOnConflict(func() error {
+			cur, err := e.st.Functions().Get(ctx, "default", "raced")
+			if err != nil {
+				return err
+			}
+			cur.Labels = map[string]string{"other": "writer"}
+			_, err = e.st.Functions().Update(ctx, cur)
+			return err
+		})
+		if err != nil {
+			t.Errorf("the other writer: %v", err)
+		}
+	}
+	o.mu.Unlock()
+	e.setLoad("raced", 0, 1)
+	e.a.Poke("default", "raced")
+	fn := e.waitReplicas("raced", 1)
+	if fn.Labels["other"] != "writer" {
+		t.Errorf("the other writer's label is lost: %v", fn.Labels)
+	}
+	if n := o.reads(); n != 1 {
+		t.Errorf("the conflicting scale read the Function %d times, want 1 (after the conflict)", n)
 	}
 }

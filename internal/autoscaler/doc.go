@@ -26,6 +26,9 @@
 // Runs to match it, and no other field is the autoscaler's but
 // status.lastScale, which says when, from what, to what and why. Each
 // decision is made on the loop's goroutine from the informer's copy; the
-// two writes go to the loop's workers, and the Function is not decided
-// again until the informer shows the write.
+// two writes go to the loop's workers, the first on the informer's copy
+// the decision was made on and the second on what the first returned (no
+// read before them: a scale from zero waits for the first; a stale copy
+// is a conflict, retried on a fresh read), and the Function is not
+// decided again until the informer shows the write.
 package autoscaler

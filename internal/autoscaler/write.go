@@ -18,22 +18,32 @@ import (
 // write hands the decision's two writes to the workers.
 func (a *Autoscaler) write(ctx context.Context, k informer.Key, fn *v1alpha1.Function, st *fnState, d decision) {
 	st.busy, st.holdRV = true, fn.ResourceVersion
-	uid := fn.UID
+	seen := fn.DeepCopy()
 	a.loop.Submit(ctx, func(ctx context.Context) result {
-		return result{key: k, err: a.scale(ctx, k, uid, d)}
+		return result{key: k, err: a.scale(ctx, k, seen, d)}
 	})
 }
 
 // scale writes spec.replicas, then status.lastScale, of the Function
-// with this UID, each retried on a conflict with a fresh read.
-func (a *Autoscaler) scale(ctx context.Context, k informer.Key, uid any, d decision) error {
+// seen (the informer's copy the decision was made on). The first write
+// goes on that copy, the second on what the first returned, so that a
+// scale costs no read before its writes (a scale from zero waits for
+// them); a conflict (the copy was stale) is retried on a fresh read of
+// the Function with seen's UID.
+func (a *Autoscaler) scale(ctx context.Context, k informer.Key, seen *v1alpha1.Function, d decision) error {
 	to := int32(d.to)
+	cur := seen
 	get := func() (*v1alpha1.Function, error) {
+		if cur != nil {
+			fn := cur
+			cur = nil // a conflict: read it again
+			return fn, nil
+		}
 		fn, err := a.cfg.Functions.Get(ctx, k.Namespace, k.Name)
 		if err != nil {
 			return nil, err
 		}
-		if fn.UID != uid || fn.DeletionTimestamp != nil {
+		if fn.UID != seen.UID || fn.DeletionTimestamp != nil {
 			return nil, fmt.Errorf("function %s was replaced or is being deleted: %w", k, errdefs.ErrNotFound)
 		}
 		return fn, nil
@@ -44,7 +54,10 @@ func (a *Autoscaler) scale(ctx context.Context, k informer.Key, uid any, d decis
 			return err
 		}
 		fn.Spec.Replicas = &to
-		_, err = a.cfg.Functions.Update(ctx, fn)
+		cur, err = a.cfg.Functions.Update(ctx, fn)
+		if err != nil {
+			cur = nil
+		}
 		return err
 	})
 	if err != nil {
