@@ -78,6 +78,30 @@ type TaskPreparer interface {
 	PrepareTask(ctx context.Context, dir string, env []string) ([]string, error)
 }
 
+// SpareKeeper is implemented by an adapter that starts an instance's
+// process before its registration arrives (the Python adapter: a spare
+// interpreter idle on its request pipe, handed the next registration), so
+// that the process's own start leaves the registration's path. NewFunctions
+// calls KeepSpare once; Functions.Close calls CloseSpare, after which no
+// spare is left running or made.
+type SpareKeeper interface {
+	KeepSpare(spec SpareSpec)
+	CloseSpare()
+}
+
+// SpareSpec is what a spare is started with: what every registration of
+// the server shares.
+type SpareSpec struct {
+	// Env is the environment of a registration with no env of its own,
+	// without HOME and TMPDIR (each Run's own): an adapter compares with
+	// it what the process reads at its start.
+	Env []string
+	// User is every registration's user (FunctionSpec.User).
+	User   *runuser.User
+	Scopes Scopes       // nil: none
+	Logger *slog.Logger // the server's events
+}
+
 // AgentReporter is implemented by an adapter whose tasks run elsewhere and
 // are reached for exec through a reverse agent (the lambda Runtime
 // Server). An execution's Status and Wait then carry agent_connected, and

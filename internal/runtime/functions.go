@@ -98,6 +98,12 @@ func NewFunctions(cfg FunctionsConfig) (*Functions, error) {
 			return nil, fmt.Errorf("scratch root: %w", err)
 		}
 	}
+	if sk, ok := cfg.Adapter.(SpareKeeper); ok {
+		env := baseEnvWith(cfg.BaseEnv, "", "")
+		delete(env, "HOME") // each Run's own
+		delete(env, "TMPDIR")
+		sk.KeepSpare(SpareSpec{Env: MergeEnv(env, nil), User: cfg.User, Scopes: cfg.Scopes, Logger: cfg.Logger})
+	}
 	return &Functions{cfg: cfg, log: cfg.Logger, regs: map[string]*registration{}}, nil
 }
 
@@ -159,6 +165,9 @@ func (f *Functions) Close(grace time.Duration) {
 	}
 	wg.Wait()
 	f.wg.Wait()
+	if sk, ok := f.cfg.Adapter.(SpareKeeper); ok {
+		sk.CloseSpare()
+	}
 }
 
 func stateName(s pb.FunctionRegistrationState) string {

@@ -79,17 +79,24 @@ type Config struct {
 	// or task imports from it: its directory leads PYTHONPATH. Nil: a
 	// requirements.txt is a file like any other.
 	Deps *pydeps.Cache
+	// Spare keeps one worker started ahead once KeepSpare is called (a
+	// Runtime Server's Functions do), handed to the next registration
+	// that fits (spare.go): its interpreter's start leaves the path.
+	Spare bool
 }
 
 // Adapter runs Python handlers in warm worker processes.
 type Adapter struct {
 	interpreter string
 	deps        *pydeps.Cache
+	spareOn     bool
+	spares      spares
 }
 
 var (
 	_ runtime.Adapter      = (*Adapter)(nil)
 	_ runtime.TaskPreparer = (*Adapter)(nil)
+	_ runtime.SpareKeeper  = (*Adapter)(nil)
 )
 
 // New returns a Python adapter.
@@ -97,7 +104,9 @@ func New(cfg Config) *Adapter {
 	if cfg.Interpreter == "" {
 		cfg.Interpreter = "python3"
 	}
-	return &Adapter{interpreter: cfg.Interpreter, deps: cfg.Deps}
+	a := &Adapter{interpreter: cfg.Interpreter, deps: cfg.Deps, spareOn: cfg.Spare}
+	a.spares.a = a
+	return a
 }
 
 // withDeps returns env with the directory of the dependencies that the

@@ -22,6 +22,7 @@ import (
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/proc"
 	"stoke.dev/stoke/internal/runtime"
+	"stoke.dev/stoke/internal/runuser"
 )
 
 // Response kinds; worker.py has the same constants.
@@ -30,6 +31,7 @@ const (
 	kindError     = 2
 	kindReady     = 3
 	kindInitError = 4
+	kindHanded    = 5 // a spare's: it has its registration (spare.go)
 )
 
 const (
@@ -130,8 +132,9 @@ type instance struct {
 
 var _ runtime.Instance = (*instance)(nil)
 
-// Load starts a worker for spec.Handler and waits until it has imported the
-// handler (READY) or failed to (an *InitError).
+// Load starts a worker for spec.Handler, or hands the spare one the
+// registration (spare.go), and waits until it has imported the handler
+// (READY) or failed to (an *InitError).
 func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.Instance, error) {
 	log := logging.OrDiscard(spec.Logger)
 	env := spec.Env
@@ -144,13 +147,35 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	if err != nil {
 		return nil, err
 	}
-	loaded := false
-	defer func() {
-		if !loaded {
-			releaseDeps()
+	// Whatever happens, the next registration finds a spare again: made
+	// once this one's worker has answered, off its path.
+	defer a.spares.make()
+	if s := a.spares.take(spec.User, a.startEnv(env)); s != nil {
+		if i, handed, err := a.handOver(ctx, s, spec, env, releaseDeps); handed {
+			return i, err
 		}
-	}()
+		log.Debug("the spare python worker could not be handed over; starting one", "pid", s.p.Pid())
+	}
+	w, err := a.startWorker(spec.WorkingDir, env, spec.User,
+		spec.Handler, "__STOKE_WORKDIR="+spec.WorkingDir, "__STOKE_RUN_UID="+spec.RunUID)
+	if err != nil {
+		releaseDeps()
+		return nil, err
+	}
+	return a.ready(ctx, log, spec, w, releaseDeps)
+}
 
+// worker is a started worker process and the parent's ends of its pipes.
+type worker struct {
+	p                    *proc.Process
+	req, resp, out, errp *os.File
+}
+
+func (w *worker) closeFiles() { closeAll([]*os.File{w.req, w.resp, w.out, w.errp}) }
+
+// startWorker starts worker.py in dir with env and extra, as user, for
+// handler ("" for a spare, which is handed its registration later).
+func (a *Adapter) startWorker(dir string, env []string, user *runuser.User, handler string, extra ...string) (*worker, error) {
 	// Parent ends first, then the worker's: reqR, respW, outW, errW.
 	var pipes [8]*os.File
 	for k := 0; k < len(pipes); k += 2 {
@@ -167,41 +192,49 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	// The Run UID, and the working directory whose path holds it, go in
 	// the environment, which only this user can read, not in the
 	// arguments, which every user can; the worker removes them.
-	cmd := exec.Command(a.interpreter, "-s", "-c", workerSource, spec.Handler,
+	cmd := exec.Command(a.interpreter, "-s", "-c", workerSource, handler,
 		strconv.Itoa(bounds.InvokeBody), strconv.Itoa(bounds.OutputKeys), strconv.Itoa(bounds.OutputsTotal),
 		strconv.Itoa(bounds.Message), strconv.Itoa(bounds.StackTrace))
-	cmd.Dir = spec.WorkingDir
-	cmd.Env = append(slices.Clip(env), "__STOKE_WORKDIR="+spec.WorkingDir, "__STOKE_RUN_UID="+spec.RunUID)
+	cmd.Dir = dir
+	cmd.Env = append(slices.Clip(env), extra...)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{reqR, respW}
-	p, err := proc.Start(cmd, proc.AsUser(spec.User.Credential()))
+	p, err := proc.Start(cmd, proc.AsUser(user.Credential()))
 	// The worker holds its own copies now; keeping ours would hide its EOF.
 	closeAll([]*os.File{reqR, respW, outW, errW})
 	if err != nil {
 		closeAll([]*os.File{reqW, respR, outR, errR})
 		return nil, fmt.Errorf("start python worker %s: %w", a.interpreter, err)
 	}
+	return &worker{p: p, req: reqW, resp: respR, out: outR, errp: errR}, nil
+}
 
+// ready makes the instance of the started (or handed over) worker w, its
+// output filed under the registration from here on, and waits for READY.
+// The instance releases the dependencies when it is closed; ready does if
+// it returns an error.
+func (a *Adapter) ready(ctx context.Context, log *slog.Logger, spec runtime.FunctionSpec, w *worker, releaseDeps func()) (runtime.Instance, error) {
 	out := spec.Output
 	if out == nil {
 		out = runtime.DiscardOutput
 	}
-	stdout, err1 := newLogStream("stdout", outR, out)
-	stderr, err2 := newLogStream("stderr", errR, out)
+	stdout, err1 := newLogStream("stdout", w.out, out)
+	stderr, err2 := newLogStream("stderr", w.errp, out)
 	if err := errors.Join(err1, err2); err != nil {
-		p.Kill(0)
-		closeAll([]*os.File{reqW, respR, outR, errR})
+		w.p.Kill(0)
+		w.closeFiles()
+		releaseDeps()
 		return nil, fmt.Errorf("python worker output: %w", err)
 	}
+	p := w.p
 	i := &instance{
-		log: log, p: p, req: reqW, resp: respR,
+		log: log, p: p, req: w.req, resp: w.resp,
 		// Typical requests and responses fit one system call; larger
 		// ones bypass the buffers.
-		w: bufio.NewWriterSize(reqW, 16<<10), r: bufio.NewReaderSize(respR, 16<<10),
+		w: bufio.NewWriterSize(w.req, 16<<10), r: bufio.NewReaderSize(w.resp, 16<<10),
 		stdout: stdout, stderr: stderr,
 		done: make(chan struct{}), releaseDeps: releaseDeps,
 	}
-	loaded = true // i.Close releases the dependencies from here on
 	i.interrupt = func() {
 		past := time.Unix(1, 0)
 		_ = i.resp.SetReadDeadline(past)

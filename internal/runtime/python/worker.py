@@ -7,7 +7,9 @@
 # __STOKE_WORKDIR and __STOKE_RUN_UID, which it removes before the handler
 # loads: every user can read a process's arguments, only its owner its
 # environment, and the Run UID (which the working directory's path holds)
-# must not be shown to other users.
+# must not be shown to other users. A spare (HANDLER "") is started ahead
+# and handed all three, with the registration's environment, on fd 3 once
+# its registration comes (spare.go).
 #
 # It imports the handler's module once, resolves the function, reports READY
 # (or INIT_ERROR) and then serves one invocation at a time over two inherited
@@ -33,6 +35,7 @@ OK = 1
 ERROR = 2
 READY = 3
 INIT_ERROR = 4
+HANDED = 5  # a spare's: it has taken its registration
 
 _REQ = Struct('<IIIQ')  # id length, scope length, input length, remaining ns
 _RESP = Struct('<IB')  # payload length, kind
@@ -368,6 +371,50 @@ def _from_source(workdir, module_name):
                     f'{name!r} is not a package', name=name)
 
 
+def _read_exact(n):
+    parts, have = [], 0
+    while have < n:
+        more = os.read(REQ_FD, n - have)
+        if not more:
+            os._exit(0)  # the Go side closed the pipe: no registration came
+        parts.append(more)
+        have += len(more)
+    return b''.join(parts)
+
+
+def _handover():
+    """A spare's: waits for its registration (the frame is described in
+    spare.go), acknowledges it, and takes its environment and working
+    directory; returns (workdir, run_uid, handler)."""
+    n, = _U32.unpack(_read_exact(4))
+    data = _read_exact(n)
+    fields, off = [], 0
+    while off < n:
+        k, = _U32.unpack_from(data, off)
+        off += 4
+        fields.append(os.fsdecode(data[off:off + k]))
+        off += k
+    _send(HANDED)
+    workdir, run_uid, handler = fields[0], fields[1], fields[2]
+    count = int(fields[3])
+    started = dict(kv.partition('=')[::2] for kv in fields[4:4 + count])
+    # What `site` (a .pth file) changed in the environment it was started
+    # with is kept, as a fresh worker's `site` would have done it in the
+    # registration's: the variables it reads are the same.
+    environ = os.environ
+    changed = {k: v for k, v in environ.items() if started.get(k) != v}
+    removed = [k for k in started if k not in environ]
+    environ.clear()
+    for kv in fields[4 + count:]:
+        k, _, v = kv.partition('=')
+        environ[k] = v
+    environ.update(changed)
+    for k in removed:
+        environ.pop(k, None)
+    os.chdir(workdir)
+    return workdir, run_uid, handler
+
+
 def _load(workdir, handler, limits):
     """Imports the handler; returns (function, takes_context) or exits after
     reporting INIT_ERROR."""
@@ -407,8 +454,6 @@ def _load(workdir, handler, limits):
 
 
 def main():
-    workdir = os.environ.pop('__STOKE_WORKDIR')
-    run_uid = os.environ.pop('__STOKE_RUN_UID')
     handler = sys.argv[1]
     limits = [int(v) for v in sys.argv[2:7]]
     max_output, max_keys, max_outputs_total = limits[0], limits[1], limits[2]
@@ -416,6 +461,11 @@ def main():
     os.set_inheritable(REQ_FD, False)
     os.set_inheritable(RESP_FD, False)
     loads, dumps = _json_codec()
+    if handler:
+        workdir = os.environ.pop('__STOKE_WORKDIR')
+        run_uid = os.environ.pop('__STOKE_RUN_UID')
+    else:
+        workdir, run_uid, handler = _handover()
     fn, takes_context = _load(workdir, handler, limits)
     _flush()  # what the import printed belongs before READY
     _send(READY, sys.version.split()[0].encode())

@@ -148,7 +148,7 @@ func NewAdapter(ctx context.Context, name, pythonPath, bashPath string, deps pyd
 				return nil, err
 			}
 		}
-		return python.New(python.Config{Interpreter: interp, Deps: cache}), nil
+		return python.New(python.Config{Interpreter: interp, Deps: cache, Spare: true}), nil
 	}
 	return nil, fmt.Errorf("unknown runtime %q: want bash or python", name)
 }

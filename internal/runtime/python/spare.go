@@ -1,0 +1,257 @@
+package python
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/proc"
+	"stoke.dev/stoke/internal/runtime"
+	"stoke.dev/stoke/internal/runuser"
+)
+
+// A spare is a worker started ahead of its registration: the interpreter,
+// `site` (the host's .pth files with it) and the worker's own imports done,
+// idle on its request pipe. Load hands it the next registration whose
+// start-up would have been the same — same user, same value of every
+// variable read at start (readAtStart) — with a handover frame on fd 3:
+//
+//	u32 len(payload) | payload
+//	payload: { u32 len(s) | s }* of workdir, run_uid, handler,
+//	         n (decimal), the n entries the spare was started with, then
+//	         the registration's environment ("K=V" each)
+//
+// The worker answers HANDED (kind 5, empty) at once, before it runs
+// anything of the registration's; then it takes the registration's
+// environment (keeping what `site` changed in its own), moves to the
+// working directory and goes on as a fresh worker does, from the
+// handler's import. A spare that died, or that closes its pipes before
+// HANDED, is never handed over: Load starts a worker as before.
+//
+// A spare runs in a process group of its own, as every worker does, which
+// becomes the registration's; as the registration's user; in a scope of
+// its own (runtime.Scopes), ended when the instance closes, so that what a
+// handler forks without exec (which keeps the environment the spare was
+// started with) is traced as it is for a fresh worker. Its output pipes
+// are read from the handover on, under the registration: what `site`
+// printed, which a fresh worker's registration logs, is filed there too.
+// proc.Start gives it the server's death signal (SIGKILL), and CloseSpare
+// kills it: it never outlives the Runtime Server.
+
+// readAtStart reports whether the interpreter, `site` or the worker's own
+// imports read environment variable k before the handover: every PYTHON*
+// variable (PYTHONPATH, a requirements directory included), the locale
+// (LANG, LC_*: the file system and stdio encodings), TZ (the time module's
+// zone at its import), and PATH when the interpreter is not an absolute
+// path (it is found, and its prefix computed, through it).
+func (a *Adapter) readAtStart(k string) bool {
+	return strings.HasPrefix(k, "PYTHON") || k == "LANG" || strings.HasPrefix(k, "LC_") || k == "TZ" ||
+		(k == "PATH" && !strings.HasPrefix(a.interpreter, "/"))
+}
+
+// startEnv returns the entries of env read at start, sorted.
+func (a *Adapter) startEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); a.readAtStart(k) {
+			out = append(out, kv)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// spare is a started spare worker.
+type spare struct {
+	*worker
+	user  *runuser.User
+	env   []string // what it was started with, its scope's entry included
+	start []string // startEnv(env)
+	// endScope ends the spare's scope; once, when the instance it became
+	// closes, or when it is killed unused.
+	endScope func()
+}
+
+// kill ends a spare that was not handed over.
+func (s *spare) kill() {
+	s.p.Kill(0)
+	s.closeFiles()
+	s.endScope()
+}
+
+// spares keeps at most one spare, made again after each handover.
+type spares struct {
+	a   *Adapter
+	seq atomic.Uint64 // numbers the spares' scopes
+
+	mu     sync.Mutex
+	spec   *runtime.SpareSpec // nil: none kept (KeepSpare not called)
+	cur    *spare
+	making bool
+	closed bool
+	wg     sync.WaitGroup // the making goroutine
+	// made, if set (by tests), is called with each spare made, kept.
+	made func(pid int)
+}
+
+// KeepSpare starts keeping a spare worker for registrations like spec
+// (runtime.SpareKeeper); only with Config.Spare.
+func (a *Adapter) KeepSpare(spec runtime.SpareSpec) {
+	if !a.spareOn {
+		return
+	}
+	a.spares.mu.Lock()
+	if a.spares.spec == nil && !a.spares.closed {
+		spec.Env = slices.Clone(spec.Env)
+		a.spares.spec = &spec
+	}
+	a.spares.mu.Unlock()
+	a.spares.make()
+}
+
+// CloseSpare kills the spare and makes no more (runtime.SpareKeeper).
+func (a *Adapter) CloseSpare() {
+	a.spares.mu.Lock()
+	a.spares.closed = true
+	s := a.spares.cur
+	a.spares.cur = nil
+	a.spares.mu.Unlock()
+	a.spares.wg.Wait() // a spare being made is killed as it is done
+	if s != nil {
+		s.kill()
+	}
+}
+
+// make starts a spare in the background unless there is one, one is being
+// made, or none is kept.
+func (ss *spares) make() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.spec == nil || ss.closed || ss.cur != nil || ss.making {
+		return
+	}
+	ss.making = true
+	spec := ss.spec
+	ss.wg.Add(1)
+	go func() {
+		defer ss.wg.Done()
+		s, err := ss.start(spec)
+		ss.mu.Lock()
+		ss.making = false
+		switch {
+		case err != nil:
+			ss.mu.Unlock()
+			logging.OrDiscard(spec.Logger).Warn("no spare python worker", "error", err)
+		case ss.closed:
+			ss.mu.Unlock()
+			s.kill()
+		default:
+			ss.cur = s
+			made := ss.made
+			ss.mu.Unlock()
+			if made != nil {
+				made(s.p.Pid())
+			}
+		}
+	}()
+}
+
+// start starts one spare worker for spec.
+func (ss *spares) start(spec *runtime.SpareSpec) (*spare, error) {
+	a := ss.a
+	env := spec.Env
+	endScope := func() {}
+	if sc := spec.Scopes; sc != nil {
+		scope := "python-spare-" + strconv.FormatUint(ss.seq.Add(1), 10)
+		env = append(slices.Clip(env), proc.ScopeEnv+"="+scope)
+		sc.Begin(scope)
+		var once sync.Once
+		endScope = func() { once.Do(func() { sc.End(scope) }) }
+	}
+	// "/": a directory every user may enter, of no Run; the handover
+	// moves it to the registration's.
+	w, err := a.startWorker("/", env, spec.User, "")
+	if err != nil {
+		endScope()
+		return nil, err
+	}
+	return &spare{worker: w, user: spec.User, env: env, start: a.startEnv(env), endScope: endScope}, nil
+}
+
+// take returns the spare if it can serve a registration as user whose
+// start-up environment is start, and it is alive; nil otherwise (a
+// spare that does not fit is kept for the next one).
+func (ss *spares) take(user *runuser.User, start []string) *spare {
+	ss.mu.Lock()
+	s := ss.cur
+	if s == nil || s.user != user || !slices.Equal(s.start, start) {
+		ss.mu.Unlock()
+		return nil
+	}
+	ss.cur = nil
+	ss.mu.Unlock()
+	select {
+	case <-s.p.Done():
+		s.kill() // its pipes and scope; Load's deferred make starts another
+		return nil
+	default:
+		return s
+	}
+}
+
+// handOver gives the spare s the registration spec with env. handed is
+// false if s turned out dead or broken before it took it: then s is gone
+// and the caller starts a worker as it would have; nothing of the
+// registration ran.
+func (a *Adapter) handOver(ctx context.Context, s *spare, spec runtime.FunctionSpec, env []string, releaseDeps func()) (_ runtime.Instance, handed bool, _ error) {
+	var b []byte
+	b = binary.LittleEndian.AppendUint32(b, 0) // the payload's length, below
+	add := func(v string) {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(v)))
+		b = append(b, v...)
+	}
+	add(spec.WorkingDir)
+	add(spec.RunUID)
+	add(spec.Handler)
+	add(strconv.Itoa(len(s.env)))
+	for _, kv := range s.env {
+		add(kv)
+	}
+	for _, kv := range env {
+		add(kv)
+	}
+	binary.LittleEndian.PutUint32(b, uint32(len(b)-4))
+
+	interrupt := func() {
+		past := time.Unix(1, 0)
+		_ = s.resp.SetReadDeadline(past)
+		_ = s.req.SetWriteDeadline(past)
+	}
+	stop := context.AfterFunc(ctx, interrupt)
+	var ack [respHeaderSize]byte
+	_, err := s.req.Write(b)
+	if err == nil {
+		_, err = io.ReadFull(s.resp, ack[:])
+	}
+	if !stop() {
+		s.kill()
+		releaseDeps()
+		return nil, true, fmt.Errorf("python worker did not become ready: %w", ctx.Err())
+	}
+	if err != nil || ack[4] != kindHanded || binary.LittleEndian.Uint32(ack[:4]) != 0 {
+		s.kill()
+		return nil, false, nil
+	}
+	end := s.endScope
+	release := func() { releaseDeps(); end() }
+	i, err := a.ready(ctx, logging.OrDiscard(spec.Logger), spec, s.worker, release)
+	return i, true, err
+}
