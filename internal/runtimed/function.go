@@ -31,21 +31,36 @@ const registerLate = 3
 // function Run is cancelled, deleted or times out.
 const drainTimeout = 10 * time.Second
 
-func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string) {
+// runFunction registers the function Run and keeps it until it ends. With
+// claimed set, the claim (Scheduled → Running) is still on its way: it
+// delivers the claimed Run, or nil when the claim was refused.
+func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string, claimed <-chan *v1alpha1.Run) {
 	fn := run.Spec.Mode.Function
-	// The finalizer's write and the registration go at once (one API
-	// round trip less before Ready: a scale from zero waits for it); the
-	// finalizer is in place before anything is marked Ready or failed. A
-	// Run that goes away before it holds the finalizer has its
+	// The claim, then the finalizer's write, go while the Runtime Server
+	// registers (API round trips less before Ready: a scale from zero
+	// waits for it); the Run is claimed and holds the finalizer before
+	// anything is marked Ready or failed. A Run whose claim is refused,
+	// or that goes away before it holds the finalizer, has its
 	// registration, if any, ended here.
-	var finalized chan *v1alpha1.Run
-	if !slices.Contains(run.Finalizers, Finalizer) {
-		if run.DeletionTimestamp != nil {
-			return
+	if run.DeletionTimestamp != nil && !slices.Contains(run.Finalizers, Finalizer) {
+		if claimed != nil {
+			<-claimed
 		}
-		finalized = make(chan *v1alpha1.Run, 1)
-		go func(run *v1alpha1.Run) { finalized <- w.addFinalizer(ctx, run) }(run)
+		return
 	}
+	held := make(chan *v1alpha1.Run, 1)
+	go func(run *v1alpha1.Run) {
+		if claimed != nil {
+			if run = <-claimed; run == nil {
+				held <- nil
+				return
+			}
+		}
+		if !slices.Contains(run.Finalizers, Finalizer) {
+			run = w.addFinalizer(ctx, run)
+		}
+		held <- run
+	}(run)
 
 	regReq := &pb.RegisterFunctionRequest{
 		RunUid: w.uid, RegistrationAttempt: max(run.Status.Attempt, 1), WorkingDir: dir,
@@ -70,15 +85,13 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string)
 		}
 		return err
 	})
-	if finalized != nil {
-		if run = <-finalized; run == nil {
-			if err == nil {
-				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout+5*time.Second)
-				_, _ = w.d.functions.UnregisterFunction(uctx, &pb.UnregisterFunctionRequest{Registration: resp.GetRegistration(), CancelInFlight: true})
-				cancel()
-			}
-			return
+	if run = <-held; run == nil {
+		if err == nil {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout+5*time.Second)
+			_, _ = w.d.functions.UnregisterFunction(uctx, &pb.UnregisterFunctionRequest{Registration: resp.GetRegistration(), CancelInFlight: true})
+			cancel()
 		}
+		return
 	}
 	defer w.removeFinalizer(ctx)
 	if err != nil {

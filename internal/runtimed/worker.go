@@ -102,7 +102,7 @@ func (w *worker) run(ctx context.Context) {
 		defer w.removeDir(ctx, run, dir, shared)
 		w.log.Info("adopting a run claimed by the previous runtimed", "phase", run.Status.Phase)
 		if run.Spec.Mode.Function != nil {
-			w.runFunction(ctx, run, dir)
+			w.runFunction(ctx, run, dir, nil)
 			return
 		}
 		w.runTask(ctx, run, dir)
@@ -113,30 +113,48 @@ func (w *worker) run(ctx context.Context) {
 	// function requeued after a restart keeps its first startTime: its
 	// reservation lifetime counts from there (a retry clears it).
 	now := metav1.NewTime(w.d.cfg.Now())
-	claimed, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
-		if r.Status.Phase != v1alpha1.PhaseScheduled {
-			return false
-		}
-		r.Status.Phase = v1alpha1.PhaseRunning
-		if r.Status.StartTime == nil {
-			r.Status.StartTime = &now
-		}
-		r.Status.Reason, r.Status.Message = "", ""
-		return true
-	})
-	if err != nil || claimed == nil {
+	claim := func() *v1alpha1.Run {
+		claimed, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
+			if r.Status.Phase != v1alpha1.PhaseScheduled {
+				return false
+			}
+			r.Status.Phase = v1alpha1.PhaseRunning
+			if r.Status.StartTime == nil {
+				r.Status.StartTime = &now
+			}
+			r.Status.Reason, r.Status.Message = "", ""
+			return true
+		})
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("claiming run", "error", err)
 		}
+		return claimed
+	}
+	run, _ := w.current()
+	// The directory is known before the claim goes (status writes hide
+	// its path).
+	dir, shared, dirErr := w.d.workDir(run)
+	if dirErr == nil {
+		w.dir = dir
+	}
+	// A function's source is materialised and its registration started
+	// while the claim is on its way (one API round trip less before
+	// Ready, which a scale from zero waits for): a registration only
+	// loads the handler, no invocation reaches it before Ready, and
+	// runFunction writes nothing (Ready, failed, the finalizer) until the
+	// claim landed, unregistering it when the claim was refused. A task
+	// starts only once claimed.
+	var claimed chan *v1alpha1.Run
+	if run.Spec.Mode.Function != nil && dirErr == nil {
+		claimed = make(chan *v1alpha1.Run, 1)
+		go func() { claimed <- claim() }()
+	} else if run = claim(); run == nil {
 		return
 	}
-	run := claimed
-	dir, shared, err := w.d.workDir(run)
-	if err != nil {
-		w.fail(ctx, retry.InvalidSpec, err.Error())
+	if dirErr != nil {
+		w.fail(ctx, retry.InvalidSpec, dirErr.Error())
 		return
 	}
-	w.dir = dir
 	defer w.removeDir(ctx, run, dir, shared)
 	if err := materialise(ctx, w.d.cfg.WorkDirs, dir, shared, run.Spec.Source, w.gitTree(run), w.d.spares); err != nil {
 		if ctx.Err() != nil {
@@ -146,11 +164,14 @@ func (w *worker) run(ctx context.Context) {
 		if errors.Is(err, errGitFetch) {
 			reason = retry.SourceFetchFailed
 		}
+		if claimed != nil && <-claimed == nil {
+			return
+		}
 		w.fail(ctx, reason, fmt.Sprintf("materialising source: %v", err))
 		return
 	}
-	if run.Spec.Mode.Function != nil {
-		w.runFunction(ctx, run, dir)
+	if claimed != nil {
+		w.runFunction(ctx, run, dir, claimed)
 		return
 	}
 	w.runTask(ctx, run, dir)
