@@ -230,6 +230,9 @@ func TestDockerSDK(t *testing.T) {
 	t.Run("Attach", func(t *testing.T) {
 		testSDKAttach(t, ctx, cli)
 	})
+	t.Run("Detach", func(t *testing.T) {
+		testSDKDetach(t, ctx, cli)
+	})
 
 	t.Run("BadInput", func(t *testing.T) {
 		raw := rawDocker(up.DataDir)
@@ -253,6 +256,8 @@ func TestDockerSDK(t *testing.T) {
 			{"unknown path", "GET", "/v1.57/swarm", "", nil, 404, "page not found"},
 			{"attach without upgrade", "POST", "/v1.57/containers/CID/attach?stream=1&stdout=1", "", nil, 400, "Upgrade: tcp"},
 			{"exec start without upgrade", "POST", "/v1.57/exec/EID/start", `{}`, nil, 400, "Upgrade: tcp"},
+			{"attach with bad detach keys", "POST", "/v1.57/containers/CID/attach?stream=1&stdout=1&detachKeys=ctrl-", "", nil, 400, "Invalid detach keys (ctrl-)"},
+			{"exec with bad detach keys", "POST", "/v1.57/containers/RUNNING/exec", `{"Cmd":["true"],"DetachKeys":"ctrl-p,,"}`, nil, 400, "Invalid detach keys (ctrl-p,,)"},
 			// A container's root is its Run's working directory.
 			{"archive absolute path", "GET", "/v1.57/containers/RUNNING/archive?path=/etc/passwd", "", nil, 404, "Could not find the file etc/passwd"},
 			{"archive /../ path", "GET", "/v1.57/containers/RUNNING/archive?path=/../etc/passwd", "", nil, 400, "must not contain '..'"},

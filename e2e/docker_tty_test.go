@@ -18,7 +18,8 @@ import (
 // the CLI: `docker run -i` with stdin to its EOF, `docker run -it` under
 // a pseudo-terminal (a command typed runs, `stty size` follows a resize
 // of the outer terminal, `exit 3` is the CLI's status), and `docker run
-// -d -it` then `docker attach`.
+// -d -it` then `docker attach`; the detach keys, Ctrl-P Ctrl-Q, leave
+// `docker run -it` and `docker attach` with the container running.
 func testRunInteractive(t *testing.T, d dockerCLI, tag string) {
 	t.Run("StdinOnce", func(t *testing.T) {
 		d.t = t
@@ -51,6 +52,41 @@ func testRunInteractive(t *testing.T, d dockerCLI, tag string) {
 		}
 		if left := d.ok("ps", "-aq", "--filter", "name="+name); left != "" {
 			t.Errorf("containers left after run -it --rm: %q", left)
+		}
+	})
+	t.Run("DetachKeys", func(t *testing.T) {
+		d.t = t
+		name := "detach-" + tag
+		defer d.run("", "rm", "-f", name)
+		running := func(after string) {
+			t.Helper()
+			if out := d.ok("inspect", "-f", "{{.State.Running}}", name); out != "true\n" {
+				t.Fatalf("after %s the container is not running: %q", after, out)
+			}
+		}
+		// The CLI sees the keys itself and leaves the connection: its
+		// stdin's end must neither stop the shell nor reach it as ^D.
+		term := startTerm(t, d.cmd("run", "-it", "--name", name, "bash", "bash"), 24, 80)
+		term.await("ready-7", term.poke("echo ready-$((3+4))"))
+		fmt.Fprint(term.ptmx, "\x10\x11")
+		if code := term.wait(); code != 0 {
+			t.Errorf("docker run -it, Ctrl-P Ctrl-Q: the CLI exited %d, want 0", code)
+		}
+		running("docker run -it and Ctrl-P Ctrl-Q")
+		term = startTerm(t, d.cmd("attach", name), 24, 80)
+		term.await("again-8", term.poke("echo again-$((4+4))"))
+		fmt.Fprint(term.ptmx, "\x10\x11")
+		// The CLI's own way (against Docker too): it says "read escape
+		// sequence" and exits 1.
+		if code := term.wait(); code != 1 {
+			t.Errorf("docker attach, Ctrl-P Ctrl-Q: the CLI exited %d, want its 1", code)
+		}
+		running("docker attach and Ctrl-P Ctrl-Q")
+		term = startTerm(t, d.cmd("attach", "--detach-keys", "ctrl-x,x", name), 24, 80)
+		term.await("third-9", term.poke("echo third-$((4+5))"))
+		term.typeLine("exit 4")
+		if code := term.wait(); code != 4 {
+			t.Errorf("docker attach, exit 4: the CLI exited %d", code)
 		}
 	})
 	t.Run("DetachedAttach", func(t *testing.T) {

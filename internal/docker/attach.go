@@ -20,6 +20,8 @@ import (
 // the Exec service (stdin in, its output out, with what it wrote before
 // the first attach); one without, and one whose task ended before the
 // session could join, is streamed from its Run's log from its start.
+// With a TTY the detach keys (detachKeys, detach.go) end the stream, the
+// process running on.
 func (s *Server) containerAttach(w http.ResponseWriter, r *http.Request) {
 	c, err := s.lookup(r.PathValue("id"))
 	if err != nil {
@@ -37,6 +39,11 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *http.Request) {
 		// Docker's CLI says so itself before it attaches; an API client
 		// gets it here, before the hijack.
 		writeError(w, errdefs.Errorf(errdefs.ErrConflict, "You cannot attach to a stopped container, start it first"))
+		return
+	}
+	keys, err := parseDetachKeys(q.Get("detachKeys"))
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	lq := logQuery{tail: -1, stdout: q.Get("stdout") != "0" && q.Get("stdout") != "false", stderr: q.Get("stderr") != "0" && q.Get("stderr") != "false"}
@@ -93,11 +100,22 @@ func (s *Server) containerAttach(w http.ResponseWriter, r *http.Request) {
 		stderr = io.Discard
 	}
 	if c.meta.Tty || c.meta.OpenStdin {
+		// As Docker: with StdinOnce and no TTY, stdin's EOF closes the
+		// process's stdin and the output goes on to its end; otherwise
+		// EOF ends this attach (the process goes on), and with a TTY
+		// so do the detach keys, which are not passed on.
+		actx, detach := context.WithCancel(ctx)
+		defer detach()
 		var in io.Reader = in
-		if !stdin {
+		switch {
+		case !stdin:
 			in = nil
+		case c.meta.Tty:
+			in = newDetachingStdin(in, keys, detach)
+		case !c.meta.StdinOnce:
+			in = newDetachingStdin(in, nil, detach)
 		}
-		if s.attachProcess(ctx, c, in, stdout, stderr) {
+		if s.attachProcess(actx, c, in, stdout, stderr) || actx.Err() != nil {
 			return
 		}
 	}
@@ -160,7 +178,7 @@ func (s *Server) joinTask(ctx context.Context, c *ctr, stdin bool, size exec.Ter
 		x, uid, err := s.cfg.Backend.ExecRoute(cur.run.Namespace, cur.run.Name)
 		if err == nil {
 			var sess exec.Session
-			sess, err = x.Start(ctx, exec.Request{RunUID: uid, Attach: true, Stdin: stdin, StdinOnce: c.meta.StdinOnce, TTY: c.meta.Tty, Size: size, ControlOnly: controlOnly})
+			sess, err = x.Start(ctx, exec.Request{RunUID: uid, Attach: true, Stdin: stdin, StdinOnce: c.meta.StdinOnce && !c.meta.Tty, TTY: c.meta.Tty, Size: size, ControlOnly: controlOnly})
 			if err == nil {
 				return sess, nil
 			}

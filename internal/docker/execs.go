@@ -21,6 +21,9 @@ import (
 type execRec struct {
 	id, container string
 	req           container.ExecCreateRequest
+	// detachKeys end a TTY session's stream, the command going on
+	// (DetachKeys, or Docker's ctrl-p,ctrl-q).
+	detachKeys []byte
 
 	mu      sync.Mutex
 	started bool
@@ -124,7 +127,12 @@ func (s *Server) execCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	e := &execRec{id: newID(), container: c.id, req: req}
+	keys, err := parseDetachKeys(req.DetachKeys)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	e := &execRec{id: newID(), container: c.id, req: req, detachKeys: keys}
 	if req.ConsoleSize != nil {
 		e.size = exec.TermSize{Height: uint16(min(req.ConsoleSize[0], 65535)), Width: uint16(min(req.ConsoleSize[1], 65535))}
 	}
@@ -219,17 +227,29 @@ func (s *Server) execStart(w http.ResponseWriter, r *http.Request) {
 	defer conn.Close()
 	streams := exec.Streams{Stdout: io.Discard, Stderr: io.Discard}
 	if e.req.Tty {
+		// As Docker: with a TTY the detach keys, stdin's EOF or a
+		// client gone end the stream, not the command, which runs on
+		// with its output discarded (`docker exec -it`, Ctrl-P Ctrl-Q).
+		out := &detachableWriter{w: io.Discard}
 		if e.req.AttachStdout {
-			streams.Stdout = conn
+			out.w = conn
 		}
-	} else {
-		stdout, stderr := newFramed(conn)
-		if e.req.AttachStdout {
-			streams.Stdout = stdout
+		streams.Stdout = out
+		if e.req.AttachStdin {
+			streams.Stdin = newDetachingStdin(in, e.detachKeys, func() {
+				_ = conn.Close()
+				out.detach()
+			})
 		}
-		if e.req.AttachStderr {
-			streams.Stderr = stderr
-		}
+		s.streamExec(s.serverCtx(), e, sess, streams)
+		return
+	}
+	stdout, stderr := newFramed(conn)
+	if e.req.AttachStdout {
+		streams.Stdout = stdout
+	}
+	if e.req.AttachStderr {
+		streams.Stderr = stderr
 	}
 	if e.req.AttachStdin {
 		streams.Stdin = in
