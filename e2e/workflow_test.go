@@ -84,6 +84,7 @@ func runWorkflowCases(t *testing.T, s *cliServer) {
 	t.Run("PipelineFailsInTheRightJob", func(t *testing.T) { workflowPipelineFails(t, s, file("ci-fail.yml", "b")) })
 	t.Run("Cancel", func(t *testing.T) { workflowCancel(t, s, dir) })
 	t.Run("BadInput", func(t *testing.T) { workflowBadInput(t, s, dir) })
+	t.Run("HashFiles", func(t *testing.T) { workflowHashFiles(t, s, dir) })
 }
 
 // getWorkflowRun reads a WorkflowRun through stoke up's HTTP API.

@@ -34,6 +34,6 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newRuntimeServerCommand(), newLambdaRelayCommand(), newInstallBinaryCommand())
 	root.AddCommand(newRunCommand(), newApplyCommand(), newGetCommand(), newDescribeCommand(),
 		newLogsCommand(), newInvokeCommand(), newExecCommand(), newCancelCommand(), newDeleteCommand(), newWorkflowCommand(), newArtifactsCommand())
-	root.AddCommand(newUpCommand(), newControllerCommand(), newGatewayCommand(), newRuntimedCommand(), newVersionCommand(), newDebugCommand())
+	root.AddCommand(newUpCommand(), newControllerCommand(), newGatewayCommand(), newRuntimedCommand(), newVersionCommand(), newDebugCommand(), newHashFilesCommand())
 	return root
 }

@@ -100,6 +100,8 @@ var forbidden = map[string][]string{
 	// retry engine and the expression language; it starts no process
 	// and reaches pods only through Runs (and the Artifacts hook).
 	"stoke.dev/stoke/internal/workflow": {"stoke.dev/stoke/internal/gateway", "stoke.dev/stoke/internal/dispatch", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/standalone", "stoke.dev/stoke/internal/proc", "stoke.dev/stoke/internal/podcopy", "os/exec"},
+	// hashFiles() hashes a directory; it runs in a hash Run, on a pod.
+	"stoke.dev/stoke/internal/hashfiles": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/workflow", "stoke.dev/stoke/internal/wfexpr", "os/exec"},
 	// The workflow expression language evaluates; it knows the API types
 	// and bounds, nothing that stores, schedules or runs.
 	"stoke.dev/stoke/internal/wfexpr": {"stoke.dev/stoke/internal/store", "stoke.dev/stoke/internal/runtime", "stoke.dev/stoke/internal/workflow", "stoke.dev/stoke/internal/validation", "os/exec"},

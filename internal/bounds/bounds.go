@@ -230,6 +230,16 @@ const (
 	WorkflowInputs = 64
 	// WorkflowRunScript bounds a step's run: (also within WorkflowSpec).
 	WorkflowRunScript = 64 << 10
+	// hashFiles() (internal/hashfiles): HashFilesCalls bounds the
+	// distinct calls one step makes (each is one output of its hash Run),
+	// HashFilesPatterns the patterns of one call, HashFilesPattern one
+	// pattern's bytes, and HashFilesFiles the files one call hashes;
+	// HashFilesTimeout is the hash Run's limit (GitHub's own: 120 s).
+	HashFilesCalls    = 16
+	HashFilesPatterns = 64
+	HashFilesPattern  = 1 << 10
+	HashFilesFiles    = 100_000
+	HashFilesTimeout  = 120 * time.Second
 
 	// Workflow artifacts (internal/artifact, docs/workflows.md):
 	// ArtifactBytes bounds one artifact's tar (its files' contents),

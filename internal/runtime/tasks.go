@@ -48,7 +48,12 @@ const noExitCode = -1
 
 // TasksConfig configures a Tasks table.
 type TasksConfig struct {
-	Adapter   Adapter
+	Adapter Adapter
+	// Self is the program a task whose command is SelfCommand runs: the
+	// server's own executable, so that Stoke's built-in steps (the
+	// workflow engine's hash Run) need no stoke on the task's PATH. Empty:
+	// SelfCommand is looked up in PATH as any command.
+	Self      string
 	Workspace *Workspace
 	// ScratchRoot holds one private directory per execution for TMPDIR and
 	// the $STOKE_OUTPUTS file; it is removed when the execution finishes.

@@ -14,6 +14,10 @@ import (
 	"stoke.dev/stoke/internal/proc"
 )
 
+// SelfCommand is the command name that runs the runtime server's own
+// executable (TasksConfig.Self): `stoke hash-files ...`.
+const SelfCommand = "stoke"
+
 // launch is what starting an execution needs, resolved by Execute.
 type launch struct {
 	argv    []string
@@ -104,7 +108,10 @@ func (t *Tasks) start(e *execution, l launch) {
 		return
 	default:
 	}
-	path, err := proc.LookPath(l.argv[0], l.dir, l.envPath)
+	path, err := t.cfg.Self, error(nil)
+	if l.argv[0] != SelfCommand || path == "" {
+		path, err = proc.LookPath(l.argv[0], l.dir, l.envPath)
+	}
 	if err != nil {
 		fail(pb.ExecutionState_EXECUTION_STATE_FAILED, "start: "+err.Error())
 		return

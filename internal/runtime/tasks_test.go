@@ -808,3 +808,24 @@ func BenchmarkExecuteTrue(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
+
+// A task whose command is "stoke" runs the server's own executable
+// (TasksConfig.Self), whatever the task's PATH holds: how a workflow's
+// hash Run runs `stoke hash-files` on a pod whose image has no stoke.
+func TestSelfCommandRunsTheServersExecutable(t *testing.T) {
+	self := filepath.Join(t.TempDir(), "the-server")
+	if err := os.WriteFile(self, []byte("#!/bin/sh\nprintf '<%s>' \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(c *rt.TasksConfig) { c.Self = self })
+	st := f.run(t, &pb.ExecuteRequest{Id: "self", Args: []string{rt.SelfCommand, "hash-files", "**/go.sum"}, Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if st.State != succeeded || string(st.Stdout) != "<hash-files><**/go.sum>" {
+		t.Errorf("state %s, stdout %q, error %q", st.State, st.Stdout, st.ErrorMessage)
+	}
+	// Without Self, "stoke" is a command like any other.
+	f = newFixture(t, nil)
+	st = f.run(t, &pb.ExecuteRequest{Id: "path", Args: []string{rt.SelfCommand, "version"}, Env: map[string]string{"PATH": "/nonexistent"}})
+	if st.State != failed || !strings.Contains(st.ErrorMessage, `"stoke" not found in PATH`) {
+		t.Errorf("state %s, error %q", st.State, st.ErrorMessage)
+	}
+}

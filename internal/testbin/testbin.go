@@ -29,6 +29,12 @@ func Build(pkg, modfile string) (path string, cleanup func(), err error) {
 		return "", nil, err
 	}
 	cleanup = func() { os.RemoveAll(dir) }
+	// Searchable by all, as an installed stoke is: Runs (as their own
+	// user) run it for Stoke's own steps (a workflow's hash Run).
+	if err := os.Chmod(dir, 0o711); err != nil {
+		cleanup()
+		return "", nil, err
+	}
 	path = filepath.Join(dir, filepath.Base(pkg))
 	args := []string{"build", "-o", path}
 	if modfile != "" {

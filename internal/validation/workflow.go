@@ -595,8 +595,22 @@ func validateIf(e *errorList, cond string, p *field.Path) {
 	if strings.TrimSpace(cond) == "" {
 		return
 	}
-	if _, err := wfexpr.Parse(cond); err != nil {
+	x, err := wfexpr.Parse(cond)
+	if err != nil {
 		e.add(p, "%s does not parse: %v", quote(cond), err)
+		return
+	}
+	refuseHashFiles(e, x.CallsHashFiles(), p)
+}
+
+// hashFilesFields are the fields where hashFiles() may be called: a
+// step's if, run, env and with (GitHub's rule; the engine hashes in the
+// job's workspace before the step starts).
+var hashFilesFields = regexp.MustCompile(`\.steps\[[0-9]+\]\.(if|run|env\[[0-9]+\]\.value|with\[[0-9]+\]\.value)$`)
+
+func refuseHashFiles(e *errorList, calls bool, p *field.Path) {
+	if calls && !hashFilesFields.MatchString(p.String()) {
+		e.add(p, "calls hashFiles, which is only available in a step's if, run, env and with")
 	}
 }
 
@@ -605,15 +619,18 @@ func validateExprs(e *errorList, s string, p *field.Path) {
 	if !wfexpr.HasExpressions(s) {
 		return
 	}
-	if err := wfexpr.Check(s); err != nil {
-		var xe *wfexpr.Error
-		if errors.As(err, &xe) {
-			lo := max(0, xe.Offset-bounds.Quoted/2)
-			e.add(p, "an expression does not parse, near %s: %s", quote(s[lo:min(len(s), lo+bounds.Quoted)]), xe.Msg)
-			return
-		}
-		e.add(p, "%v", err)
+	t, err := wfexpr.ParseTemplate(s)
+	if err == nil {
+		refuseHashFiles(e, t.CallsHashFiles(), p)
+		return
 	}
+	var xe *wfexpr.Error
+	if errors.As(err, &xe) {
+		lo := max(0, xe.Offset-bounds.Quoted/2)
+		e.add(p, "an expression does not parse, near %s: %s", quote(s[lo:min(len(s), lo+bounds.Quoted)]), xe.Msg)
+		return
+	}
+	e.add(p, "%v", err)
 }
 
 // validateCallInputs checks a call's with: (or a run's inputs) against the

@@ -111,6 +111,20 @@ var workflowRunCases = []workflowRunCase{
 		w.Spec = v1alpha1.WorkflowRunSpec{Workflow: "lib", Inputs: []v1alpha1.NameValue{{Name: "n", Value: "3"}}}
 	}, "", "", false},
 	{"runsOn from the matrix", func(w *v1alpha1.WorkflowRun) { job(w, "test").RunsOn = "${{ matrix.runtime }}" }, "", "", true},
+	{"hashFiles in a step's if, run, env and with", func(w *v1alpha1.WorkflowRun) {
+		b := job(w, "build")
+		b.Steps[1].If = "hashFiles('go.sum') != ''"
+		b.Steps[1].Run = "echo ${{ hashFiles('**/go.sum', '!vendor/**') }}"
+		b.Steps[1].Env = []v1alpha1.EnvVar{{Name: "H", Value: "${{ hashFiles('x') }}"}}
+		b.Steps[2].With[0].Value = "bin-${{ hashFiles('out/**') }}"
+	}, "", "", true},
+	{"hashFiles in a job's if", func(w *v1alpha1.WorkflowRun) { job(w, "test").If = "hashFiles('x') != ''" }, "spec.jobs[1].if", "calls hashFiles, which is only available in a step's if, run, env and with", false},
+	{"hashFiles in a job's env", func(w *v1alpha1.WorkflowRun) {
+		job(w, "test").Env = []v1alpha1.EnvVar{{Name: "H", Value: "${{ hashFiles('x') }}"}}
+	}, "spec.jobs[1].env[0].value", "calls hashFiles", false},
+	{"hashFiles in the workflow's env", func(w *v1alpha1.WorkflowRun) { w.Spec.Env[0].Value = "${{ hashFiles('x') }}" }, "spec.env[0].value", "calls hashFiles", false},
+	{"hashFiles in a job's outputs", func(w *v1alpha1.WorkflowRun) { job(w, "build").Outputs[0].Value = "${{ hashFiles('x') }}" }, "spec.jobs[0].outputs[0].value", "calls hashFiles", false},
+	{"hashFiles in a step's name", func(w *v1alpha1.WorkflowRun) { job(w, "build").Steps[1].Name = "${{ hashFiles('x') }}" }, "spec.jobs[0].steps[1].name", "calls hashFiles", false},
 
 	// The issue's bad input.
 	{"cycle", func(w *v1alpha1.WorkflowRun) { job(w, "build").Needs = []string{"publish"} }, "spec.jobs", "needs form a cycle: build → publish → test → build", false},

@@ -29,6 +29,10 @@ type Context struct {
 	Status string
 	// Cancelled is what cancelled() reads: the WorkflowRun is cancelling.
 	Cancelled bool
+	// HashFiles answers hashFiles(): the digest of the files the patterns
+	// (one call's, joined by newlines) name in the job's workspace. Nil
+	// where hashFiles is not available (anywhere but a step's fields).
+	HashFiles func(patterns string) (string, error)
 }
 
 // WorkflowInfo names a WorkflowRun and its attempt.

@@ -3,6 +3,7 @@ package wfexpr
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -324,8 +325,7 @@ func TestParseErrors(t *testing.T) {
 		"foo.bar":                 `unknown context "foo"`,
 		"secrets.token":           `unknown context "secrets"`,
 		"nope()":                  `unknown function "nope"`,
-		"hashFiles('**/go.sum')":  "hashFiles is not supported yet: expressions are evaluated by the controller, which has no workspace",
-		"HASHFILES('x', 'y')":     "hashFiles is not supported yet",
+		"hashFiles()":             "hashFiles takes at least 1 arguments, not 0",
 		"contains('a')":           "contains takes 2 arguments, not 1",
 		"success(1)":              "success takes 0 arguments, not 1",
 		"1 2":                     "did not reach end of input",
@@ -370,5 +370,62 @@ func TestEvalErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Eval(%q) = %v, want %q", in, err, want)
 		}
+	}
+}
+
+// hashFiles is answered by the Context's HashFiles, with the arguments'
+// patterns joined by newlines; HashFilesCalls finds every call's patterns
+// ahead, on every branch, so that one hash Run answers them all.
+func TestHashFiles(t *testing.T) {
+	c := testContext()
+	asked := map[string]int{}
+	c.HashFiles = func(p string) (string, error) {
+		asked[p]++
+		if p == "none" {
+			return "", nil
+		}
+		return "h(" + p + ")", nil
+	}
+	tmpl, err := ParseTemplate("k-${{ hashFiles('**/go.sum', format('{0}/x', matrix.os)) }}-${{ hashFiles('none') || hashFiles('b') }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tmpl.CallsHashFiles() {
+		t.Error("CallsHashFiles = false")
+	}
+	calls := tmpl.HashFilesCalls(c)
+	if want := []string{"**/go.sum\nlinux/x", "none", "b"}; !slices.Equal(calls, want) {
+		t.Errorf("HashFilesCalls = %q, want %q", calls, want)
+	}
+	got, err := tmpl.EvalString(c)
+	if err != nil || got != "k-h(**/go.sum\nlinux/x)-h(b)" {
+		t.Errorf("EvalString = %q, %v", got, err)
+	}
+	e, err := Parse("success() && hashFiles('none') != ''")
+	if err != nil || !e.CallsHashFiles() {
+		t.Fatalf("Parse: %v, calls %v", err, e.CallsHashFiles())
+	}
+	if ok, err := e.EvalIf(c); ok || err != nil {
+		t.Errorf("if over an empty hash = %v, %v", ok, err)
+	}
+	if t2, _ := ParseTemplate("${{ format('{0}', 1) }}"); t2.CallsHashFiles() || t2.HashFilesCalls(c) != nil {
+		t.Error("a template without hashFiles says it calls it")
+	}
+	for in, want := range map[string]string{
+		"hashFiles('--follow-symbolic-links', '**')":        "--follow-symbolic-links is not supported",
+		"hashFiles('--other', '**')":                        "invalid glob option",
+		"hashFiles('a'" + strings.Repeat(", 'a'", 64) + ")": "65 patterns, at most 64",
+	} {
+		e, err := Parse(in)
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		if _, err := e.Eval(c); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Eval(%.50q) = %v, want %q", in, err, want)
+		}
+	}
+	c.HashFiles = nil
+	if _, err := EvalString("${{ hashFiles('x') }}", c); err == nil || !strings.Contains(err.Error(), "only available in a step's") {
+		t.Errorf("hashFiles without a workspace: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package wfexpr
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,7 +14,9 @@ type function struct {
 	min, max int // max -1: any number
 	// status marks success(), failure(), always() and cancelled().
 	status bool
-	call   func(c *Context, args []any) (any, error)
+	// hashFiles marks hashFiles(), which reads the job's workspace.
+	hashFiles bool
+	call      func(c *Context, args []any) (any, error)
 }
 
 func (f function) arity() string {
@@ -26,16 +29,6 @@ func (f function) arity() string {
 		return fmt.Sprintf("at least %d arguments", f.min)
 	}
 	return fmt.Sprintf("%d to %d arguments", f.min, f.max)
-}
-
-// unsupported are GitHub's built-ins a WorkflowRun refuses, and why.
-// hashFiles hashes files in the workspace, which is on the job's pod while
-// expressions are evaluated by the controller: a half-working stand-in
-// (hashing in a separate step Run, only in some fields) would be a second
-// way to do what a step does already.
-var unsupported = map[string]string{
-	"hashfiles": "hashFiles is not supported yet: expressions are evaluated by the controller, which has no workspace; " +
-		"hash in a step (run: sha256sum ... >> $GITHUB_OUTPUT) and use its output",
 }
 
 // functions are GitHub's built-ins, by lower-cased name (GitHub's names
@@ -56,6 +49,7 @@ var functions = map[string]function{
 		}
 		return v, nil
 	}},
+	"hashfiles": {min: 1, max: -1, hashFiles: true, call: hashFiles},
 	"success": {max: 0, status: true, call: func(c *Context, _ []any) (any, error) {
 		return !c.Cancelled && c.status() == "success", nil
 	}},
@@ -175,4 +169,45 @@ func join(_ *Context, a []any) (any, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// hashFiles(patterns...) asks the Context's HashFiles for the digest of
+// the files the patterns name (GitHub's arguments, joined by newlines as
+// its runner joins them).
+func hashFiles(c *Context, a []any) (any, error) {
+	patterns, err := HashFilesPatterns(a)
+	if err != nil {
+		return nil, err
+	}
+	if c.HashFiles == nil {
+		return nil, errors.New("hashFiles is only available in a step's if, run, env and with")
+	}
+	return c.HashFiles(patterns)
+}
+
+// HashFilesPatterns is one hashFiles call's patterns from its arguments,
+// as GitHub's runner reads them: a first argument starting with "--" is
+// an option (only --follow-symbolic-links exists, which Stoke refuses: a
+// link is never followed out of the workspace), the others joined by
+// newlines, within bounds.HashFilesPatterns and bounds.HashFilesPattern.
+func HashFilesPatterns(a []any) (string, error) {
+	ps := make([]string, 0, len(a))
+	for i, v := range a {
+		s := ToString(v)
+		if i == 0 && strings.HasPrefix(s, "--") {
+			if strings.EqualFold(s, "--follow-symbolic-links") {
+				return "", errors.New("hashFiles: --follow-symbolic-links is not supported: symbolic links inside the workspace are read, and none is followed out of it")
+			}
+			return "", fmt.Errorf("hashFiles: invalid glob option %s; the one option is --follow-symbolic-links", bounds.Quote(s))
+		}
+		ps = append(ps, s)
+	}
+	joined := strings.Join(ps, "\n")
+	if n := strings.Count(joined, "\n") + 1; n > bounds.HashFilesPatterns {
+		return "", fmt.Errorf("hashFiles: %d patterns, at most %d allowed", n, bounds.HashFilesPatterns)
+	}
+	if len(joined) > bounds.HashFilesPatterns*bounds.HashFilesPattern {
+		return "", fmt.Errorf("hashFiles: the patterns are over %d bytes", bounds.HashFilesPatterns*bounds.HashFilesPattern)
+	}
+	return joined, nil
 }

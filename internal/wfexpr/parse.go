@@ -25,6 +25,8 @@ type Expr struct {
 	// status reports whether it calls success(), failure(), always() or
 	// cancelled(); an if: that does not is success() && (it).
 	status bool
+	// hashFiles reports whether it calls hashFiles().
+	hashFiles bool
 }
 
 // String is the expression's text.
@@ -124,16 +126,15 @@ func (e *Expr) check(off int) error {
 			}
 		case *actionlint.FuncCallNode:
 			f, ok := functions[strings.ToLower(n.Callee)]
-			why, no := unsupported[strings.ToLower(n.Callee)]
 			switch {
-			case no:
-				err = &Error{Offset: off + n.Token().Offset, Msg: why}
 			case !ok:
 				err = &Error{Offset: off + n.Token().Offset, Msg: fmt.Sprintf("unknown function %q", n.Callee)}
 			case len(n.Args) < f.min || (f.max >= 0 && len(n.Args) > f.max):
 				err = &Error{Offset: off + n.Token().Offset, Msg: fmt.Sprintf("%s takes %s, not %d", n.Callee, f.arity(), len(n.Args))}
 			case f.status:
 				e.status = true
+			case f.hashFiles:
+				e.hashFiles = true
 			}
 		}
 	})
@@ -153,3 +154,57 @@ func Check(s string) error {
 // one more piece than Expressions (the workflow engine rewrites a step's
 // script from them, each expression made an environment variable).
 func (t *Template) Literals() []string { return t.lits }
+
+// CallsHashFiles reports whether the expression calls hashFiles().
+func (e *Expr) CallsHashFiles() bool { return e.hashFiles }
+
+// CallsHashFiles reports whether any of the template's expressions calls
+// hashFiles().
+func (t *Template) CallsHashFiles() bool {
+	for _, e := range t.exprs {
+		if e.hashFiles {
+			return true
+		}
+	}
+	return false
+}
+
+// HashFilesCalls returns the patterns of each hashFiles() call in the
+// expression (HashFilesPatterns of its arguments evaluated in c, on
+// whatever branch the call is): what must be hashed before the
+// expression is evaluated with c.HashFiles. A call whose arguments do not
+// evaluate is left out; evaluating the expression then says why.
+func (e *Expr) HashFilesCalls(c *Context) []string {
+	if !e.hashFiles {
+		return nil
+	}
+	var out []string
+	ev := &evaluator{c: c, vars: map[string]any{}}
+	actionlint.VisitExprNode(e.root, func(n, _ actionlint.ExprNode, entering bool) {
+		call, ok := n.(*actionlint.FuncCallNode)
+		if !entering || !ok || strings.ToLower(call.Callee) != "hashfiles" {
+			return
+		}
+		args := make([]any, len(call.Args))
+		for i, a := range call.Args {
+			v, err := ev.eval(a)
+			if err != nil {
+				return
+			}
+			args[i] = unfilter(v)
+		}
+		if p, err := HashFilesPatterns(args); err == nil {
+			out = append(out, p)
+		}
+	})
+	return out
+}
+
+// HashFilesCalls is Expr.HashFilesCalls over the template's expressions.
+func (t *Template) HashFilesCalls(c *Context) []string {
+	var out []string
+	for _, e := range t.exprs {
+		out = append(out, e.HashFilesCalls(c)...)
+	}
+	return out
+}

@@ -541,11 +541,27 @@ func (d *jobDecider) running() {
 			}
 		}
 		if stopping {
+			if name, active := d.hashActive(i, sc); active {
+				d.p.cancel = append(d.p.cancel, name)
+				return
+			}
 			d.end(stopPhase, stopMsg)
 			d.cleanup(sc)
 			return
 		}
-		// Pending: decide its if, then start it.
+		// Pending: hash what its hashFiles() calls name, decide its if,
+		// then start it.
+		if d.hashFiles(i, step, ss, sc) {
+			return
+		}
+		if sc.infra != "" {
+			d.attemptFailed(sc)
+			return
+		}
+		if ss.Phase.Terminal() {
+			sc.record(i, step, ss)
+			continue
+		}
 		ok, err := wfexpr.EvalIf(step.If, sc.context())
 		if err != nil {
 			d.stepEnded(ss, v1alpha1.JobFailed, resultFailure, nil, fmt.Sprintf("if: %v", err))
@@ -557,7 +573,9 @@ func (d *jobDecider) running() {
 			sc.record(i, step, ss)
 			continue
 		}
-		if !d.start(i, step, ss, sc) {
+		started := d.start(i, step, ss, sc)
+		sc.hashes = nil
+		if !started {
 			return
 		}
 		if ss.Phase.Terminal() {

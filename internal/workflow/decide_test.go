@@ -34,6 +34,8 @@ type sim struct {
 	called map[string]*v1alpha1.WorkflowSpec
 	// top, when set, is the Workflow spec.workflow names.
 	top *v1alpha1.WorkflowSpec
+	// server is every Runtime's server ("" is bash).
+	server string
 }
 
 func newSim(t *testing.T, spec v1alpha1.WorkflowRunSpec) *sim {
@@ -48,7 +50,7 @@ func (s *sim) world() *world {
 	}
 	return &world{now: s.now, wf: s.wf, spec: spec,
 		run:       func(name string) (*v1alpha1.Run, bool) { r, ok := s.runs[name]; return r, ok },
-		server:    func(string) string { return "bash" },
+		server:    func(string) string { return cmpOr(s.server, "bash") },
 		artifact:  func(k string) (artifactResult, bool) { r, ok := s.arts[k]; return r, ok },
 		notBefore: func(n string) time.Time { return s.notBefore[n] }, called: s.called}
 }

@@ -26,12 +26,21 @@ const maxRunName = 120
 // case and '_'. step -1 is the job's cleanup Run, which removes the
 // workspace when its last step did not.
 func stepRunName(wfName, uid, job string, index int, attempt int32, step int) string {
-	id := fmt.Sprintf("%s/%s/%d/%d/%d", uid, job, index, attempt, step)
-	sum := sha256.Sum256([]byte(id))
 	s := "s" + fmt.Sprint(step)
 	if step < 0 {
 		s = "end"
 	}
+	return runName(wfName, fmt.Sprintf("%s/%s/%d/%d/%d", uid, job, index, attempt, step), job, index, attempt, s)
+}
+
+// hashRunName is the name of the hash Run of step (docs/workflows.md,
+// hashFiles): as stepRunName's, its part "h<step>".
+func hashRunName(wfName, uid, job string, index int, attempt int32, step int) string {
+	return runName(wfName, fmt.Sprintf("%s/%s/%d/%d/%d/hash", uid, job, index, attempt, step), job, index, attempt, "h"+fmt.Sprint(step))
+}
+
+func runName(wfName, id, job string, index int, attempt int32, s string) string {
+	sum := sha256.Sum256([]byte(id))
 	var suffix string
 	if index > 0 {
 		suffix = fmt.Sprintf("-%d", index)

@@ -41,6 +41,9 @@ type stepScope struct {
 	pod, podUID string
 	created     int
 	released    bool
+	// hashes answers the hashFiles() calls of the step being decided, by
+	// their patterns (set by hashFiles; nil: none are answered).
+	hashes map[string]string
 }
 
 func newStepScope(d *jobDecider) *stepScope {
@@ -105,6 +108,15 @@ func (sc *stepScope) context() *wfexpr.Context {
 	for _, e := range sc.env {
 		c.Env[e.Name] = e.Value
 	}
+	if h := sc.hashes; h != nil {
+		c.HashFiles = func(patterns string) (string, error) {
+			v, ok := h[patterns]
+			if !ok {
+				return "", fmt.Errorf("hashFiles(%s) was not hashed before the step", bounds.Quote(patterns))
+			}
+			return v, nil
+		}
+	}
 	return c
 }
 
@@ -150,7 +162,7 @@ func (d *jobDecider) observe(i int, step *v1alpha1.Step, ss *v1alpha1.StepStatus
 		if isArtifactStep(step) && run.Status.Phase == v1alpha1.PhaseRunning && !copyDone && !run.Spec.CancelRequested {
 			// Not copied, and perhaps not in flight (a restart): the
 			// controller starts it unless it is in flight.
-			d.p.artifacts = append(d.p.artifacts, d.artifactOp(step, sc, run))
+			d.p.artifacts = append(d.p.artifacts, d.artifactOp(i, step, sc, run))
 		}
 		return false
 	}
@@ -230,9 +242,12 @@ func (d *jobDecider) cleanup(sc *stepScope) {
 }
 
 // artifactOp is the copy of an artifact step, through its Run.
-func (d *jobDecider) artifactOp(step *v1alpha1.Step, sc *stepScope, run *v1alpha1.Run) artifactOp {
+func (d *jobDecider) artifactOp(i int, step *v1alpha1.Step, sc *stepScope, run *v1alpha1.Run) artifactOp {
 	with := map[string]string{}
 	var err error
+	// Its with: is evaluated now, with the answers of its hash Run.
+	d.hashFiles(i, step, &v1alpha1.StepStatus{}, sc)
+	defer func() { sc.hashes = nil }()
 	for _, nv := range step.With {
 		if with[nv.Name], err = wfexpr.EvalString(nv.Value, sc.context()); err != nil {
 			break

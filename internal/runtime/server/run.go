@@ -298,6 +298,7 @@ func Run(ctx context.Context, cfg Config) error {
 	tasks, err := runtime.NewTasks(runtime.TasksConfig{
 		Adapter: adapter, Workspace: ws, ScratchRoot: stateDir + "/tasks", Logger: log, Logs: logs,
 		MaxTaskDuration: maxTask, Scopes: scopes, Cgroup: taskCgroup, User: cfg.RunAs, BaseEnv: cfg.HandlerEnv,
+		Self: self(),
 	})
 	if err != nil {
 		return err
@@ -346,4 +347,14 @@ func Run(ctx context.Context, cfg Config) error {
 	stopReaper()
 	log.Info("runtime server stopped")
 	return err
+}
+
+// self is this executable's path, for tasks that run Stoke's own program
+// (runtime.SelfCommand); "" when it cannot be found.
+func self() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return exe
 }
