@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 )
 
@@ -37,6 +38,10 @@ const maxSeen = 256
 // bounded by ctx and CatchUp; running out of CatchUp is Unavailable with
 // a Retry-After.
 //
+// An object the informer does not select (Options.Phase,
+// Options.AssignedPodUID) never reaches the cache: Fetch returns the
+// store's copy at once, the caller's own.
+//
 // Only misses reach the store, so a hot path that hits the cache asks
 // nothing of it. The object is shared: do not mutate it.
 func (i *Informer[T]) Fetch(ctx context.Context, namespace, name string) (T, error) {
@@ -50,6 +55,9 @@ func (i *Informer[T]) Fetch(ctx context.Context, namespace, name string) (T, err
 	stored, err := i.res.Get(ctx, k.Namespace, name)
 	if err != nil {
 		return zero, err
+	}
+	if !i.selects(stored) {
+		return stored, nil
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, CatchUp, errLagging)
 	defer cancel()
@@ -168,4 +176,15 @@ func (i *Informer[T]) noteApplied(obj T, listed, deleted bool) {
 	for _, w := range i.waits[k] {
 		w.note(obj.GetUID(), obj.GetResourceVersion(), listed, deleted)
 	}
+}
+
+// selects says whether obj is in the set the informer watches: every
+// object, or the Runs its Options select.
+func (i *Informer[T]) selects(obj T) bool {
+	run, ok := any(obj).(*v1alpha1.Run)
+	if !ok {
+		return true
+	}
+	return (i.opts.Phase == "" || run.Status.Phase == i.opts.Phase) &&
+		(i.opts.AssignedPodUID == "" || run.Status.AssignedPodUID == i.opts.AssignedPodUID)
 }

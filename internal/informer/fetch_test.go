@@ -136,3 +136,67 @@ func TestFetchEndsWithItsContext(t *testing.T) {
 		t.Fatalf("Fetch after its caller left: %v, want context.Canceled", err)
 	}
 }
+
+// An informer of one phase holds only the Runs in it, and a Run leaving
+// the phase leaves the cache; Fetch of a Run outside it answers the
+// store's copy at once rather than waiting for a cache that will never
+// hold it (the held watch would make such a wait run out of CatchUp:
+// Unavailable). The Kubernetes gateway's informer of Ready Runs relies
+// on both.
+func TestPhaseInformerHoldsOnlyItsPhase(t *testing.T) {
+	s := openStore(t)
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	task, err := s.Runs().Create(ctx, newRun("task"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := s.Runs().Create(ctx, newRun("fn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn.Status.Phase = v1alpha1.PhaseReady
+	if fn, err = s.Runs().UpdateStatus(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	res := &heldRes{Resource: s.Runs(), gate: make(chan struct{})}
+	inf := informer.New[*v1alpha1.Run](res, informer.Options{Phase: v1alpha1.PhaseReady})
+	left := make(chan *v1alpha1.Run, 1)
+	inf.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{DeleteFunc: func(r *v1alpha1.Run) { left <- r }})
+	start(t, inf)
+	if got := inf.List(func(*v1alpha1.Run) bool { return true }); len(got) != 1 || got[0].Name != "fn" {
+		t.Fatalf("the Ready informer holds %d Runs (%v), want fn alone", len(got), got)
+	}
+
+	task.Status.Phase = v1alpha1.PhaseRunning
+	if task, err = s.Runs().UpdateStatus(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	got, err := inf.Fetch(ctx, "", "task")
+	if err != nil {
+		t.Fatalf("Fetch of a Running Run from a Ready informer: %v", err)
+	}
+	if got.UID != task.UID || got.ResourceVersion != task.ResourceVersion || got.Status.Phase != v1alpha1.PhaseRunning {
+		t.Fatalf("Fetch answered %s at version %s (%s), want the store's %s at %s", got.UID, got.ResourceVersion, got.Status.Phase, task.UID, task.ResourceVersion)
+	}
+	if _, ok := inf.Get("", "task"); ok {
+		t.Fatal("a Run outside the informer's phase is in its cache")
+	}
+
+	close(res.gate)
+	fn.Status.Phase = v1alpha1.PhaseSucceeded
+	if _, err := s.Runs().UpdateStatus(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-left:
+		if r.Name != "fn" || r.Status.Phase != v1alpha1.PhaseReady {
+			t.Fatalf("OnDelete of %s in %s, want fn's last Ready state", r.Name, r.Status.Phase)
+		}
+	case <-ctx.Done():
+		t.Fatal("a Run that left the phase stayed in the cache")
+	}
+	if _, ok := inf.Get("", "fn"); ok {
+		t.Fatal("a Run that left the phase is still in the cache")
+	}
+}

@@ -36,6 +36,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/store"
@@ -85,13 +86,19 @@ func (f HandlerFuncs[T]) OnDelete(obj T) {
 }
 
 // Options configures an Informer. The zero value watches every namespace
-// with no logger and the real clock.
+// and every object, with no logger and the real clock. AssignedPodUID and
+// Phase select a subset of Runs (a field selector in Kubernetes): the API
+// server sends, and the informer decodes, only their events.
 type Options struct {
 	// Namespace limits the informer to one namespace; "" means all.
 	Namespace string
 	// AssignedPodUID limits an informer of Runs to those assigned to
 	// this pod (store.ListOptions.AssignedPodUID); "" means all.
 	AssignedPodUID string
+	// Phase limits an informer of Runs to those in this phase
+	// (store.WatchOptions.Phase); "" means all. A Run leaving the phase
+	// leaves the cache (OnDelete), as one deleted does.
+	Phase v1alpha1.Phase
 	// Logger receives watch and re-list errors; nil discards them.
 	Logger *slog.Logger
 	// Clock times the backoff after a failed list or watch; nil means the
@@ -361,7 +368,11 @@ func (i *Informer[T]) sleep(ctx context.Context, d time.Duration) {
 // list replaces the cache with a fresh List and tells the handlers what
 // differs from what they were last told.
 func (i *Informer[T]) list(ctx context.Context) error {
-	items, rv, err := i.res.List(ctx, store.ListOptions{Namespace: i.opts.Namespace, AssignedPodUID: i.opts.AssignedPodUID})
+	opts := store.ListOptions{Namespace: i.opts.Namespace, AssignedPodUID: i.opts.AssignedPodUID}
+	if i.opts.Phase != "" {
+		opts.Phases = []v1alpha1.Phase{i.opts.Phase}
+	}
+	items, rv, err := i.res.List(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
 	}
@@ -413,7 +424,8 @@ func (i *Informer[T]) list(ctx context.Context) error {
 // It reports whether any event was applied, and why the watch ended: nil
 // for a quiet end, the Error event's error, or Watch's own error.
 func (i *Informer[T]) watch(ctx context.Context) (delivered bool, err error) {
-	w, err := i.res.Watch(ctx, store.WatchOptions{ResourceVersion: i.ResourceVersion(), Namespace: i.opts.Namespace, AssignedPodUID: i.opts.AssignedPodUID})
+	w, err := i.res.Watch(ctx, store.WatchOptions{ResourceVersion: i.ResourceVersion(), Namespace: i.opts.Namespace,
+		AssignedPodUID: i.opts.AssignedPodUID, Phase: i.opts.Phase})
 	if err != nil {
 		return false, fmt.Errorf("watch: %w", err)
 	}

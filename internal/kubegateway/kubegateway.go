@@ -36,6 +36,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	certutil "k8s.io/client-go/util/cert"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/artifact"
 	"stoke.dev/stoke/internal/dispatch"
 	"stoke.dev/stoke/internal/gateway"
@@ -142,7 +143,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 
-	runs := informer.New(st.Runs(), informer.Options{Logger: log})
+	runs := informer.New(st.Runs(), runInformerOptions(cfg, log))
 	hops := newHops(strconv.Itoa(cfg.HopPort), func(addr string) (*grpc.ClientConn, error) {
 		return grpc.NewClient(addr, append(server.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(hopTLS)))...)
 	})
@@ -307,6 +308,21 @@ func functionLoads(d *dispatch.Dispatcher) func() loadreport.Report {
 		}
 		return rep
 	}
+}
+
+// runInformerOptions selects the Runs the gateway keeps in memory: the
+// Ready ones, which are all that invoke routes to (a Function's replicas
+// and function Runs by their URL), so that task Runs' events cost the
+// gateways, and the API server sending them, nothing. Exec and logs of a
+// Run outside that set, session starts, read it from the API server
+// (informer.Informer.Fetch). The Docker port lists and watches every Run
+// (docker ps), so a gateway that serves it keeps them all.
+func runInformerOptions(cfg Config, log *slog.Logger) informer.Options {
+	opts := informer.Options{Logger: log}
+	if cfg.Docker.Listen == "" {
+		opts.Phase = v1alpha1.PhaseReady
+	}
+	return opts
 }
 
 // podScrapeTimeout bounds the scrape of one runtime Pod's metrics.

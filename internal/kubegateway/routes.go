@@ -25,8 +25,9 @@ import (
 	"stoke.dev/stoke/internal/runtimeset"
 )
 
-// runCache is the Runs the gateway knows, from its informer's memory;
-// Fetch reads the API server on a miss (informer.Informer.Fetch).
+// runCache is the Runs the gateway knows, from its informer's memory (the
+// Ready ones: runInformerOptions); Fetch reads the API server on a miss
+// (informer.Informer.Fetch), which is how exec and logs find a task Run.
 type runCache interface {
 	HasSynced() bool
 	Get(namespace, name string) (*v1alpha1.Run, bool)
@@ -35,8 +36,10 @@ type runCache interface {
 
 // routes is the gateway's Router, ExecRouter and LogReader: a Run from
 // the Run informer, its pod's address from the Pod informer (hops), one
-// hop connection per pod. Only a Run the informer does not know yet asks
-// the API server (once, then waits for the informer to catch up).
+// hop connection per pod. Only a Run the informer does not hold asks the
+// API server: one Ready a moment ago (once, then it waits for the
+// informer to catch up), or one the informer does not select (a task
+// Run's exec or log: one read per session start).
 type routes struct {
 	runs runCache
 	hops *hops
@@ -172,7 +175,7 @@ func hopError(run *v1alpha1.Run, err error) error {
 }
 
 // logWaitPoll is how often a follower of a Run not on a pod yet looks at
-// the Run in memory, as standalone's follower looks at its Run's phase.
+// the Run, as standalone's follower looks at its Run's phase.
 const logWaitPoll = 250 * time.Millisecond
 
 // pendingLog is the followed log of a Run not on a pod yet, as `stoke
@@ -190,9 +193,14 @@ func (l *pendingLog) Next(ctx context.Context) ([]byte, error) {
 		tick := time.NewTicker(logWaitPoll)
 		defer tick.Stop()
 		for l.cur == nil {
-			run, ok := l.rt.runs.Get(l.ns, l.name)
+			// A task Run is not in the informer's memory: each look
+			// reads it from the API server, only until it is on a pod.
+			run, err := l.rt.runs.Fetch(ctx, l.ns, l.name)
+			if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return nil, err
+			}
 			switch {
-			case !ok || string(run.UID) != l.uid || (run.Status.AssignedPodUID == "" && run.Status.Phase.Terminal()):
+			case err != nil || string(run.UID) != l.uid || (run.Status.AssignedPodUID == "" && run.Status.Phase.Terminal()):
 				return nil, io.EOF
 			case run.Status.AssignedPodUID != "":
 				s, err := l.rt.openPodLog(ctx, run, true)

@@ -152,9 +152,9 @@ func TestRoutesFindARunTheInformerHasNotSeen(t *testing.T) {
 	hops.set(pod)
 
 	// held starts a Run informer held behind the API server.
-	held := func(t *testing.T) (*routes, *heldRuns) {
+	heldWith := func(t *testing.T, opts informer.Options) (*routes, *heldRuns) {
 		res := &heldRuns{Resource: st.Runs(), gate: make(chan struct{})}
-		inf := informer.New[*v1alpha1.Run](res, informer.Options{})
+		inf := informer.New[*v1alpha1.Run](res, opts)
 		ictx, icancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- inf.Run(ictx) }()
@@ -164,6 +164,7 @@ func TestRoutesFindARunTheInformerHasNotSeen(t *testing.T) {
 		}
 		return &routes{runs: inf, hops: hops}, res
 	}
+	held := func(t *testing.T) (*routes, *heldRuns) { return heldWith(t, informer.Options{}) }
 	// onPod creates a Run and puts it in phase on pod-1, while held.
 	onPod := func(t *testing.T, rt *routes, run *v1alpha1.Run, phase v1alpha1.Phase) *v1alpha1.Run {
 		run.Namespace = ns
@@ -181,6 +182,10 @@ func TestRoutesFindARunTheInformerHasNotSeen(t *testing.T) {
 			t.Fatal("the held informer has the Run already: the hook does not hold it")
 		}
 		return updated
+	}
+	task := func(name string) *v1alpha1.Run {
+		return &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.RunSpec{Runtime: "bash",
+			Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"sleep", "60"}}}}}
 	}
 	function := func(name string) *v1alpha1.Run {
 		return &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.RunSpec{Runtime: "bash",
@@ -201,8 +206,7 @@ func TestRoutesFindARunTheInformerHasNotSeen(t *testing.T) {
 	})
 	t.Run("exec", func(t *testing.T) {
 		rt, _ := held(t)
-		task := onPod(t, rt, &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: "task"}, Spec: v1alpha1.RunSpec{Runtime: "bash",
-			Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: []string{"sleep", "60"}}}}}, v1alpha1.PhaseRunning)
+		task := onPod(t, rt, task("task"), v1alpha1.PhaseRunning)
 		_, uid, err := rt.ExecRoute(ns, "task")
 		if err != nil || uid != string(task.UID) {
 			t.Fatalf("exec right after the create: uid %q, %v; want uid %s", uid, err, task.UID)
@@ -232,6 +236,37 @@ func TestRoutesFindARunTheInformerHasNotSeen(t *testing.T) {
 		}
 		if res.gets != 2 {
 			t.Fatalf("the misses read the API server %d times, want once each (2)", res.gets)
+		}
+	})
+	// The gateway's own informer holds the Ready Runs alone: a task Run's
+	// exec and log read it from the API server, and once the informer has
+	// caught up with a Ready Run written after the task Run, no task Run
+	// is in its memory. Fails when the gateway watches every Run again.
+	t.Run("task Runs stay out of memory", func(t *testing.T) {
+		rt, _ := heldWith(t, runInformerOptions(Config{}, nil))
+		tk := onPod(t, rt, task("quiet-task"), v1alpha1.PhaseRunning)
+		fn := onPod(t, rt, function("ready-fn"), v1alpha1.PhaseReady)
+		_, uid, err := rt.ExecRoute(ns, "quiet-task")
+		if err != nil || uid != string(tk.UID) {
+			t.Fatalf("exec of a task Run: uid %q, %v; want uid %s", uid, err, tk.UID)
+		}
+		l, err := rt.OpenLog(ctx, ns, "quiet-task", false)
+		if err != nil {
+			t.Fatalf("log of a task Run: %v", err)
+		}
+		line, err := l.Next(ctx)
+		l.Close()
+		if err != nil || string(line) != `{"stream":"stdout","line":"from `+string(tk.UID)+`"}`+"\n" {
+			t.Fatalf("the task Run's log through the route: %q, %v", line, err)
+		}
+		if _, err := rt.Route(ns, "ready-fn", string(fn.UID)); err != nil {
+			t.Fatalf("invoke of a Ready function Run: %v", err)
+		}
+		inf := rt.runs.(*informer.Informer[*v1alpha1.Run])
+		for _, r := range inf.List(func(*v1alpha1.Run) bool { return true }) {
+			if r.Spec.Mode.Task != nil || r.Status.Phase != v1alpha1.PhaseReady {
+				t.Errorf("the gateway's informer holds %s/%s (%s): it watches more than the Ready Runs", r.Namespace, r.Name, r.Status.Phase)
+			}
 		}
 	})
 }

@@ -206,6 +206,14 @@ type WatchOptions struct {
 	// Modified. Writes to Runs that match neither before nor after are not
 	// seen.
 	AssignedPodUID string
+	// Phase limits a Run watch to Runs whose status.phase is this phase;
+	// "" means every phase (a watch selects one phase at most: unlike a
+	// list's several, one phase is exact as a Kubernetes field selector).
+	// It is InvalidArgument for kinds without a phase. The set it selects
+	// changes as AssignedPodUID's does: a Run entering the phase is Added,
+	// one leaving it Deleted. With AssignedPodUID too, a Run must match
+	// both.
+	Phase v1alpha1.Phase
 }
 
 // EventType says what happened to an object. The values are Kubernetes'

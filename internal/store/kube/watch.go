@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/store"
 )
@@ -51,7 +52,11 @@ func (r *resource[T]) Watch(ctx context.Context, opts store.WatchOptions) (store
 	if err := r.s.check(); err != nil {
 		return nil, err
 	}
-	sel, _, err := r.fieldSelector(nil, opts.AssignedPodUID)
+	var phases []v1alpha1.Phase
+	if opts.Phase != "" {
+		phases = []v1alpha1.Phase{opts.Phase} // one phase: exact, no filter here
+	}
+	sel, _, err := r.fieldSelector(phases, opts.AssignedPodUID)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 
+	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/store"
 )
@@ -36,7 +37,8 @@ type watcher[T store.Object] struct {
 	r           *resource[T]
 	ctx         context.Context
 	namespace   string
-	podUID      string // WatchOptions.AssignedPodUID
+	podUID      string         // WatchOptions.AssignedPodUID
+	phase       v1alpha1.Phase // WatchOptions.Phase
 	from, until int64
 	limit       int
 
@@ -65,6 +67,9 @@ func (r *resource[T]) Watch(ctx context.Context, opts store.WatchOptions) (store
 	if opts.AssignedPodUID != "" && r.k.assignedPodUID == nil {
 		return nil, fmt.Errorf("watch %ss: an assigned pod filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
 	}
+	if opts.Phase != "" && !r.k.hasPhase {
+		return nil, fmt.Errorf("watch %ss: a phase filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
+	}
 	c := r.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -87,6 +92,7 @@ func (r *resource[T]) Watch(ctx context.Context, opts store.WatchOptions) (store
 		ctx:       ctx,
 		namespace: opts.Namespace,
 		podUID:    opts.AssignedPodUID,
+		phase:     opts.Phase,
 		from:      from,
 		until:     c.rv,
 		limit:     c.opts.watchBuffer,
@@ -122,7 +128,7 @@ func (r *resource[T]) fanout(typ store.EventType, prev, obj T) {
 			continue
 		}
 		seen, out := typ, obj
-		if w.podUID != "" {
+		if w.filtered() {
 			var ok bool
 			if seen, ok = w.filter(typ, typ != store.Added && w.matches(prev), obj); !ok {
 				continue
@@ -137,8 +143,15 @@ func (r *resource[T]) fanout(typ store.EventType, prev, obj T) {
 	}
 }
 
+// filtered says whether the watch sees a set of objects (by assigned pod,
+// by phase) rather than every one.
+func (w *watcher[T]) filtered() bool { return w.podUID != "" || w.phase != "" }
+
 // matches reports whether obj is in a filtered watch's set.
-func (w *watcher[T]) matches(obj T) bool { return w.r.k.assignedPodUID(obj) == w.podUID }
+func (w *watcher[T]) matches(obj T) bool {
+	return (w.podUID == "" || w.r.k.assignedPodUID(obj) == w.podUID) &&
+		(w.phase == "" || w.r.k.phase(obj) == string(w.phase))
+}
 
 // leftAt is what a filtered watch's Deleted event carries for an object
 // that a write took out of its set: the last state in the set, at the
@@ -150,7 +163,7 @@ func leftAt[T store.Object](last T, rv string) T {
 	return out
 }
 
-// filter is what a watch filtered by assigned pod sees of a change, given
+// filter is what a filtered watch sees of a change, given
 // whether the object was in its set before: as with a Kubernetes field
 // selector, entering the set is Added, leaving it Deleted. ok is false when
 // the change is outside the set before and after.
@@ -320,7 +333,7 @@ func (w *watcher[T]) replay() bool {
 				return false
 			}
 			typ := store.EventType(row.typ)
-			if w.podUID != "" {
+			if w.filtered() {
 				key := objectKey{row.namespace, obj.GetName()}
 				prev, known := inSet[key]
 				if !known && typ == store.Modified {

@@ -101,6 +101,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 		{"ListRunPhases", testListRunPhases},
 		{"ListAssignedPod", testListAssignedPod},
 		{"WatchAssignedPod", testWatchAssignedPod},
+		{"WatchPhase", testWatchPhase},
 		{"WatchSeesOneKind", testWatchSeesOneKind},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t), cfg) })

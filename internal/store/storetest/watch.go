@@ -611,3 +611,73 @@ func testWatchAssignedPod(t *testing.T, s store.Store, cfg *config) {
 		wantErr(t, err, errdefs.ErrInvalidArgument)
 	})
 }
+
+// testWatchPhase: a watch of one phase sees Runs enter it (Added), change
+// in it (Modified) and leave it (Deleted, with their last state in it),
+// live and replayed, and nothing of Runs outside it: the Kubernetes
+// gateway watches only Ready Runs so that task Runs cost it nothing.
+func testWatchPhase(t *testing.T, s store.Store, cfg *config) {
+	ctx := testContext(t, cfg)
+	runs := s.Runs()
+	_, startRV, err := runs.List(ctx, store.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := store.WatchOptions{Phase: v1alpha1.PhaseReady}
+	live, err := runs.Watch(ctx, ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Stop()
+	create := func(name string) *v1alpha1.Run {
+		t.Helper()
+		r, err := runs.Create(ctx, runCase.object(nsA, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	type want struct {
+		typ store.EventType
+		obj *v1alpha1.Run
+	}
+	var wants []want
+	task := create("task") // never Ready: never seen
+	task = assign(t, ctx, runs, task, v1alpha1.PhaseScheduled, podUID1)
+	task = assign(t, ctx, runs, task, v1alpha1.PhaseRunning, podUID1)
+	assign(t, ctx, runs, task, v1alpha1.PhaseSucceeded, podUID1)
+	r := assign(t, ctx, runs, create("fn"), v1alpha1.PhaseScheduled, podUID1)
+	r = assign(t, ctx, runs, r, v1alpha1.PhaseReady, podUID1)
+	wants = append(wants, want{store.Added, r}) // enters the set
+	r = assign(t, ctx, runs, r, v1alpha1.PhaseReady, podUID2)
+	wants = append(wants, want{store.Modified, r})
+	last := r
+	r = assign(t, ctx, runs, r, v1alpha1.PhaseSucceeded, podUID2)
+	left := last.DeepCopy()
+	left.ResourceVersion = r.ResourceVersion
+	wants = append(wants, want{store.Deleted, left})
+	end := assign(t, ctx, runs, create("end"), v1alpha1.PhaseReady, podUID1)
+	wants = append(wants, want{store.Added, end})
+
+	check := func(t *testing.T, w store.Watcher[*v1alpha1.Run]) {
+		for _, wt := range wants {
+			wantEvent(t, nextEvent(t, cfg, w), wt.typ, wt.obj)
+		}
+	}
+	t.Run("Live", func(t *testing.T) { check(t, live) })
+	t.Run("Replayed", func(t *testing.T) {
+		w, err := runs.Watch(ctx, store.WatchOptions{ResourceVersion: startRV, Phase: v1alpha1.PhaseReady})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		check(t, w)
+	})
+	t.Run("RuntimesHaveNoPhase", func(t *testing.T) {
+		w, err := s.Runtimes().Watch(ctx, store.WatchOptions{Phase: v1alpha1.PhaseReady})
+		if err == nil {
+			w.Stop()
+		}
+		wantErr(t, err, errdefs.ErrInvalidArgument)
+	})
+}
