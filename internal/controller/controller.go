@@ -143,6 +143,7 @@ type Controller struct {
 	metrics metricsserver.Server // nil when disabled
 	sched   *controlplane.Metrics
 	health  *health.Server
+	runFeed *runtimeset.RunFeed
 
 	mu      sync.Mutex
 	stopped bool           // Run is returning: lead starts nothing more
@@ -212,7 +213,10 @@ func New(cfg Config) (*Controller, error) {
 			return nil, err
 		}
 	}
-	if err := runtimeset.Setup(mgr, runtimeset.Options{Image: cfg.Image, GatewayURL: cfg.GatewayURL, Namespace: cfg.Namespace, Logger: cfg.Logger}); err != nil {
+	// The Runtime status counts slots from the scheduler's informer of
+	// Runs, which lead attaches: one watch of Runs per process.
+	c.runFeed = runtimeset.NewRunFeed()
+	if err := runtimeset.Setup(mgr, runtimeset.Options{Image: cfg.Image, GatewayURL: cfg.GatewayURL, Namespace: cfg.Namespace, Logger: cfg.Logger, Runs: c.runFeed}); err != nil {
 		return nil, fmt.Errorf("controller: runtime reconciler: %w", err)
 	}
 	// A manager.RunnableFunc runs on the leader only.
@@ -288,6 +292,9 @@ func (c *Controller) lead(ctx context.Context) error {
 		return err
 	}
 	inf := controlplane.NewInformers(st, c.log)
+	// The leader leads once per process (losing the lease ends it).
+	c.runFeed.Attach(inf.Runs.List, inf.Runs.Synced())
+	defer inf.Runs.AddEventHandler(c.runFeed)()
 	pods, err := kubepods.New(kubepods.Config{Client: kc, Runtimes: inf.Runtimes, NotReadyGrace: c.cfg.NotReadyGrace, Logger: c.log})
 	if err != nil {
 		return err

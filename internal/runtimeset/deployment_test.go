@@ -147,20 +147,20 @@ func TestStatusCountsReadyPodsAndFreeSlots(t *testing.T) {
 			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.9", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
 		}
 	}
-	run := func(podName string, phase v1alpha1.Phase) v1alpha1.Run {
-		return v1alpha1.Run{Spec: v1alpha1.RunSpec{Runtime: "sh"}, Status: v1alpha1.RunStatus{Phase: phase, AssignedPodUID: "uid-" + podName}}
+	run := func(podName string, phase v1alpha1.Phase) *v1alpha1.Run {
+		return &v1alpha1.Run{Spec: v1alpha1.RunSpec{Runtime: "sh"}, Status: v1alpha1.RunStatus{Phase: phase, AssignedPodUID: "uid-" + podName}}
 	}
 	deleting := pod("d", true)
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	pods := []corev1.Pod{pod("b", true), pod("a", true), pod("c", false), deleting}
-	runs := []v1alpha1.Run{
+	runs := []*v1alpha1.Run{
 		run("a", v1alpha1.PhaseRunning), run("a", v1alpha1.PhaseReady), run("a", v1alpha1.PhaseScheduled),
 		run("a", v1alpha1.PhaseSucceeded), // holds nothing
 		run("b", v1alpha1.PhaseReady),
 		run("c", v1alpha1.PhaseRunning), // on a pod that is not ready
 	}
 	// Five Runs on pod b: more than its slots, which counts as none free.
-	over := []v1alpha1.Run{run("b", v1alpha1.PhaseRunning), run("b", v1alpha1.PhaseRunning), run("b", v1alpha1.PhaseRunning), run("b", v1alpha1.PhaseRunning)}
+	over := []*v1alpha1.Run{run("b", v1alpha1.PhaseRunning), run("b", v1alpha1.PhaseRunning), run("b", v1alpha1.PhaseRunning), run("b", v1alpha1.PhaseRunning)}
 	st := Status(rt, pods, runs)
 	if st.ReadyPods != 2 || st.FreeSlots != (4-3)+(4-1) {
 		t.Fatalf("ready %d free %d, want 2 and 4", st.ReadyPods, st.FreeSlots)

@@ -36,10 +36,12 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/kubetest"
 	"stoke.dev/stoke/internal/mtls"
 	"stoke.dev/stoke/internal/pki"
 	"stoke.dev/stoke/internal/runtimeset"
+	"stoke.dev/stoke/internal/store/kube"
 	"stoke.dev/stoke/internal/testdeps"
 )
 
@@ -114,17 +116,32 @@ func startController(t *testing.T, c *kubetest.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runtimeset.Setup(mgr, runtimeset.Options{Namespace: controllerNamespace, Image: "stoke", StatusInterval: 200 * time.Millisecond}); err != nil {
+	// The Runs come from an informer over the store, as the leader's
+	// scheduler's in stoke controller, with the controller's identity.
+	st, err := kube.New(cfg, kube.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := informer.New(st.Runs(), informer.Options{})
+	feed := runtimeset.NewRunFeed()
+	feed.Attach(runs.List, runs.Synced())
+	removeFeed := runs.AddEventHandler(feed)
+	if err := runtimeset.Setup(mgr, runtimeset.Options{Namespace: controllerNamespace, Image: "stoke", StatusInterval: 200 * time.Millisecond, Runs: feed}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- mgr.Start(ctx) }()
+	go func() { done <- runs.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
 		}
+		removeFeed()
+		st.Close()
 	})
 }
 

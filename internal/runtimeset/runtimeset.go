@@ -11,7 +11,7 @@
 // writes the objects (reading the API directly for those it does not
 // watch, so that the controller needs no cluster-wide watch of Secrets or
 // RBAC), "runtime-status" computes the status from the manager's cache of
-// Pods and Runs and writes it at most once per Options.StatusInterval per
+// Pods and the leader's informer of Runs (RunFeed) and writes it at most once per Options.StatusInterval per
 // Runtime, so that a busy Runtime's status costs a bounded number of API
 // writes, not one per Run.
 package runtimeset
@@ -48,6 +48,9 @@ type Options struct {
 	RunAsUser int64
 	// TerminationGracePeriod is the runtime Pods' (default 30 s).
 	TerminationGracePeriod time.Duration
+	// Runs are the Runs the "runtime-status" controller counts slots
+	// from: the leader's informer of Runs (RunFeed). Required.
+	Runs *RunFeed
 	// StatusInterval is the least time between two status writes of one
 	// Runtime (default 1 s).
 	StatusInterval time.Duration
@@ -79,6 +82,9 @@ func (o Options) withDefaults() Options {
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Namespace == "" {
 		return errors.New("runtimeset: the controller's namespace is required")
+	}
+	if opts.Runs == nil {
+		return errors.New("runtimeset: the Run feed is required")
 	}
 	opts = opts.withDefaults()
 	issuer := &pki.Issuer{

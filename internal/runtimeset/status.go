@@ -16,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -31,10 +30,9 @@ import (
 // stopped renewing its Lease still counts until its readiness probe fails;
 // the scheduler (internal/kubepods) also checks the Lease. Conditions are
 // kept as they are.
-func Status(rt *v1alpha1.Runtime, pods []corev1.Pod, runs []v1alpha1.Run) v1alpha1.RuntimeStatus {
+func Status(rt *v1alpha1.Runtime, pods []corev1.Pod, runs []*v1alpha1.Run) v1alpha1.RuntimeStatus {
 	held := map[string]int32{}
-	for i := range runs {
-		run := &runs[i]
+	for _, run := range runs {
 		if run.Spec.Runtime == rt.Name && run.Status.Phase.HoldsSlot() && run.Status.AssignedPodUID != "" {
 			held[run.Status.AssignedPodUID]++
 		}
@@ -83,11 +81,9 @@ type statusWriter struct {
 	written map[types.NamespacedName]time.Time
 }
 
-// setupStatus adds the "runtime-status" controller. The manager's cache
-// starts its informer of Runs when the controller starts, on the leader
-// only: a field index of Runs would start it at once on every replica, and
-// the standby would decode every Run event for nothing, so Reconcile
-// lists the namespace's Runs and Status picks the Runtime's.
+// setupStatus adds the "runtime-status" controller. Its Runs come from
+// opts.Runs, the leader's informer of Runs, not from a watch of the
+// manager's cache: the controller process decodes each Run event once.
 func setupStatus(mgr ctrl.Manager, opts Options) error {
 	w := &statusWriter{client: mgr.GetClient(), opts: opts, written: map[types.NamespacedName]time.Time{}}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -95,7 +91,7 @@ func setupStatus(mgr ctrl.Manager, opts Options) error {
 		// Its own status writes do not change the generation.
 		For(&v1alpha1.Runtime{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podRuntime), builder.WithPredicates(predicate.NewPredicateFuncs(isRuntimePod))).
-		Watches(&v1alpha1.Run{}, handler.EnqueueRequestsFromMapFunc(runRuntime), builder.WithPredicates(slotChanges{})).
+		WatchesRawSource(opts.Runs.source()).
 		Complete(w)
 }
 
@@ -103,35 +99,6 @@ func isRuntimePod(o client.Object) bool { return o.GetLabels()[LabelRuntime] != 
 
 func podRuntime(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetLabels()[LabelRuntime]}}}
-}
-
-func runRuntime(_ context.Context, o client.Object) []reconcile.Request {
-	run, ok := o.(*v1alpha1.Run)
-	if !ok || run.Spec.Runtime == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: run.Namespace, Name: run.Spec.Runtime}}}
-}
-
-// slotChanges passes the Run events that can change a Runtime's free
-// slots: a Run starting or stopping to hold one, or moving to another Pod.
-type slotChanges struct{ predicate.Funcs }
-
-func holds(o client.Object) (bool, string) {
-	run, ok := o.(*v1alpha1.Run)
-	if !ok || !run.Status.Phase.HoldsSlot() {
-		return false, ""
-	}
-	return true, run.Status.AssignedPodUID
-}
-
-func (slotChanges) Create(e event.CreateEvent) bool { h, _ := holds(e.Object); return h }
-func (slotChanges) Delete(e event.DeleteEvent) bool { h, _ := holds(e.Object); return h }
-func (slotChanges) Generic(event.GenericEvent) bool { return false }
-func (slotChanges) Update(e event.UpdateEvent) bool {
-	oh, op := holds(e.ObjectOld)
-	nh, np := holds(e.ObjectNew)
-	return oh != nh || op != np
 }
 
 // Reconcile writes one Runtime's status when it changed; within
@@ -158,11 +125,11 @@ func (w *statusWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	if err := w.client.List(ctx, &pods, client.InNamespace(rt.Namespace), client.MatchingLabels{LabelRuntime: rt.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("runtime %s: list pods: %w", req, err)
 	}
-	var runs v1alpha1.RunList
-	if err := w.client.List(ctx, &runs, client.InNamespace(rt.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, fmt.Errorf("runtime %s: list runs: %w", req, err)
+	runs, err := w.opts.Runs.held(ctx, rt.Namespace, rt.Name)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("runtime %s: runs: %w", req, err)
 	}
-	st := Status(&rt, pods.Items, runs.Items)
+	st := Status(&rt, pods.Items, runs)
 	if equality.Semantic.DeepEqual(st, rt.Status) {
 		return ctrl.Result{}, nil
 	}
