@@ -19,8 +19,8 @@ import (
 )
 
 // A spare is a worker started ahead of its registration: the interpreter,
-// `site` (the host's .pth files with it) and the worker's own imports done,
-// idle on its request pipe. Load hands it the next registration whose
+// `site` (the host's .pth files with it) and the worker's own imports done
+// (it then says SPARE, kind 6, empty), idle on its request pipe. Load hands it the next registration whose
 // start-up would have been the same — same user, same value of every
 // variable read at start (readAtStart) — with a handover frame on fd 3:
 //
@@ -92,14 +92,16 @@ type spares struct {
 	a   *Adapter
 	seq atomic.Uint64 // numbers the spares' scopes
 
-	mu     sync.Mutex
-	spec   *runtime.SpareSpec // nil: none kept (KeepSpare not called)
-	cur    *spare
-	making bool
-	closed bool
+	mu      sync.Mutex
+	spec    *runtime.SpareSpec // nil: none kept (KeepSpare not called)
+	cur     *spare             // ready, waiting for a registration
+	making  bool
+	pending *spare // started, not yet ready
+	closed  bool
 	wg     sync.WaitGroup // the making goroutine
-	// made, if set (by tests), is called with each spare made, kept.
-	made func(pid int)
+	// started and made, if set (by tests), are called with each spare
+	// started, and each ready and kept.
+	started, made func(pid int)
 }
 
 // KeepSpare starts keeping a spare worker for registrations like spec
@@ -121,10 +123,13 @@ func (a *Adapter) KeepSpare(spec runtime.SpareSpec) {
 func (a *Adapter) CloseSpare() {
 	a.spares.mu.Lock()
 	a.spares.closed = true
-	s := a.spares.cur
+	s, pending := a.spares.cur, a.spares.pending
 	a.spares.cur = nil
 	a.spares.mu.Unlock()
-	a.spares.wg.Wait() // a spare being made is killed as it is done
+	if pending != nil {
+		pending.p.Kill(0) // its maker sees EOF and cleans up
+	}
+	a.spares.wg.Wait()
 	if s != nil {
 		s.kill()
 	}
@@ -143,13 +148,32 @@ func (ss *spares) make() {
 	ss.wg.Add(1)
 	go func() {
 		defer ss.wg.Done()
+		log := logging.OrDiscard(spec.Logger)
 		s, err := ss.start(spec)
+		if err == nil {
+			ss.mu.Lock()
+			if ss.closed {
+				ss.mu.Unlock()
+				s.kill()
+				return
+			}
+			ss.pending = s
+			started := ss.started
+			ss.mu.Unlock()
+			if started != nil {
+				started(s.p.Pid())
+			}
+			err = s.awaitReady()
+		}
 		ss.mu.Lock()
-		ss.making = false
+		ss.making, ss.pending = false, nil
 		switch {
 		case err != nil:
 			ss.mu.Unlock()
-			logging.OrDiscard(spec.Logger).Warn("no spare python worker", "error", err)
+			if s != nil {
+				s.kill()
+			}
+			log.Warn("no spare python worker", "error", err)
 		case ss.closed:
 			ss.mu.Unlock()
 			s.kill()
@@ -184,6 +208,26 @@ func (ss *spares) start(spec *runtime.SpareSpec) (*spare, error) {
 		return nil, err
 	}
 	return &spare{worker: w, user: spec.User, env: env, start: a.startEnv(env), endScope: endScope}, nil
+}
+
+// awaitReady waits for the spare's SPARE frame, sent once its start-up is
+// done and it waits for its registration. One that never sends it (stuck
+// writing more than a pipe holds before its output is read, or killed by
+// CloseSpare) is never handed over.
+func (s *spare) awaitReady() error {
+	var h [respHeaderSize]byte
+	if _, err := io.ReadFull(s.resp, h[:]); err != nil {
+		select {
+		case <-s.p.Done():
+			return fmt.Errorf("the spare python worker exited at its start (%v); a registration starts its own", s.p.Err())
+		default:
+			return fmt.Errorf("the spare python worker: %w", err)
+		}
+	}
+	if h[4] != kindSpare || binary.LittleEndian.Uint32(h[:4]) != 0 {
+		return &protocolError{fmt.Sprintf("response kind %d from a spare", h[4])}
+	}
+	return nil
 }
 
 // take returns the spare if it can serve a registration as user whose

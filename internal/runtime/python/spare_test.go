@@ -222,6 +222,33 @@ func TestSpareBrokenFallsBack(t *testing.T) {
 	})
 }
 
+// A spare stuck in its start-up (here its `site` writes more than a pipe
+// holds before anyone reads it) is never ready, never handed over: the
+// registration gets a worker of its own, whose output is read.
+func TestSpareStuckIsNotHandedOver(t *testing.T) {
+	site := t.TempDir()
+	if err := os.WriteFile(site+"/sitecustomize.py", []byte("import sys\nsys.stdout.write('x' * 200000 + '\\n')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PYTHONPATH": site}
+	a := New(Config{Interpreter: testInterpreter(t), Spare: true})
+	started, made := make(chan int, 1), make(chan int, 1)
+	a.spares.started = func(pid int) { started <- pid }
+	a.spares.made = func(pid int) { made <- pid }
+	a.KeepSpare(runtime.SpareSpec{Env: spareEnv(env)})
+	t.Cleanup(a.CloseSpare)
+	pid := nextSpare(t, started)
+	dir := writeHandlers(t, map[string]string{"app.py": describe})
+	if got := describeCall(t, loadSpec(t, a, testSpec(t, dir, "app.handle", nil, env)), nil, "inv"); got.Pid == pid {
+		t.Fatal("handed to the stuck spare")
+	}
+	select {
+	case pid := <-made:
+		t.Fatalf("the stuck spare %d was made ready", pid)
+	default:
+	}
+}
+
 func writeScript(tb testing.TB, text string) string {
 	tb.Helper()
 	path := tb.TempDir() + "/python"

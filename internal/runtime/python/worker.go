@@ -32,6 +32,7 @@ const (
 	kindReady     = 3
 	kindInitError = 4
 	kindHanded    = 5 // a spare's: it has its registration (spare.go)
+	kindSpare     = 6 // a spare's: started, waiting for its registration
 )
 
 const (

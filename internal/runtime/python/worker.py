@@ -36,6 +36,7 @@ ERROR = 2
 READY = 3
 INIT_ERROR = 4
 HANDED = 5  # a spare's: it has taken its registration
+SPARE = 6  # a spare's: started, waiting for its registration
 
 _REQ = Struct('<IIIQ')  # id length, scope length, input length, remaining ns
 _RESP = Struct('<IB')  # payload length, kind
@@ -465,6 +466,7 @@ def main():
         workdir = os.environ.pop('__STOKE_WORKDIR')
         run_uid = os.environ.pop('__STOKE_RUN_UID')
     else:
+        _send(SPARE)
         workdir, run_uid, handler = _handover()
     fn, takes_context = _load(workdir, handler, limits)
     _flush()  # what the import printed belongs before READY
