@@ -98,7 +98,7 @@ type spares struct {
 	making  bool
 	pending *spare // started, not yet ready
 	closed  bool
-	wg     sync.WaitGroup // the making goroutine
+	wg      sync.WaitGroup // the making goroutine
 	// started and made, if set (by tests), are called with each spare
 	// started, and each ready and kept.
 	started, made func(pid int)
@@ -169,11 +169,14 @@ func (ss *spares) make() {
 		ss.making, ss.pending = false, nil
 		switch {
 		case err != nil:
+			closed := ss.closed // then CloseSpare killed it: no news
 			ss.mu.Unlock()
 			if s != nil {
 				s.kill()
 			}
-			log.Warn("no spare python worker", "error", err)
+			if !closed {
+				log.Warn("no spare python worker", "error", err)
+			}
 		case ss.closed:
 			ss.mu.Unlock()
 			s.kill()
