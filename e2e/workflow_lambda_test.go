@@ -16,11 +16,13 @@ import (
 	"stoke.dev/stoke/internal/gitsource/gittest"
 )
 
-// lambdaWorkflow: build, on a lambda Runtime, checks out a repository
-// and uploads a file of it from its Lambda sandbox (the copy goes through
-// the sandbox's exec agent); use, on a local bash Runtime, downloads it
-// and reads it in its next step. (A file a step writes in a Lambda
-// sandbox does not reach the job's next step yet: docs/lambda.md.)
+// lambdaWorkflow: build, on a lambda Runtime, checks out a repository;
+// its make step writes dist/app.txt in its Lambda sandbox, which is
+// written back into the job's workspace; its next step (another
+// invocation) reads and changes it and outputs its SHA-256; upload-artifact
+// sends it from a third sandbox (the copy goes through the sandbox's exec
+// agent). use, on a local bash Runtime, downloads it and checks it
+// against that SHA-256 in its next step.
 const lambdaWorkflow = `apiVersion: stoke.dev/v1alpha1
 kind: WorkflowRun
 metadata: {name: on-lambda, namespace: default}
@@ -29,22 +31,32 @@ spec:
   jobs:
   - id: build
     runsOn: lambda-bash
+    outputs: [{name: sum, value: '${{ steps.change.outputs.sum }}'}]
     steps:
     - uses: checkout
-    - {uses: upload-artifact, with: [{name: name, value: dist}, {name: path, value: VERSION}, {name: if-no-files-found, value: error}]}
+    - {id: make, run: 'mkdir -p dist && cat VERSION > dist/app.txt && head -c 300000 /dev/urandom | base64 >> dist/app.txt'}
+    - id: change
+      run: |
+        set -e
+        grep -qx 1.2 dist/app.txt
+        echo "changed by the second step" >> dist/app.txt
+        echo "sum=$(sha256sum dist/app.txt | cut -c1-64)" >> "$STOKE_OUTPUTS"
+    - {uses: upload-artifact, with: [{name: name, value: dist}, {name: path, value: dist/app.txt}, {name: if-no-files-found, value: error}]}
   - id: use
     needs: [build]
     runsOn: bash
     steps:
     - {uses: download-artifact, with: [{name: name, value: dist}, {name: path, value: got}]}
-    - {id: read, run: 'grep -qx 1.2 got/VERSION && echo "read $(cat got/VERSION)"'}
+    - {id: read, run: 'echo "${{ needs.build.outputs.sum }}  got/app.txt" | sha256sum -c - && tail -n 1 got/app.txt && echo "read $(head -n 1 got/app.txt)"'}
 `
 
 // TestWorkflowOnLambda runs a 2-job workflow whose first job runs on a
 // lambda Runtime (the simulator with the real RIE), on a stoke up that
-// keeps artifacts in S3 (versitygw, --artifact-s3-*): build's artifact
-// leaves its Lambda sandbox through the exec agent, lies in the bucket
-// and reaches use.
+// keeps artifacts in S3 (versitygw, --artifact-s3-*): a file one of
+// build's steps writes on Lambda reaches its next step and its upload
+// (each step's sandbox is written back into the job's workspace); the
+// artifact leaves its Lambda sandbox through the exec agent, lies in the
+// bucket and reaches use, whose SHA-256 check fails on any other bytes.
 func TestWorkflowOnLambda(t *testing.T) {
 	startLambda(t, 20)
 	// One AWS key pair for both services, from stoke up's environment,
@@ -72,8 +84,10 @@ func TestWorkflowOnLambda(t *testing.T) {
 	if r.code != 0 || wf.Status.Phase != v1alpha1.WorkflowSucceeded {
 		t.Fatalf("stoke workflow run: %s\nphase %s: %s", r, wf.Status.Phase, wf.Status.Message)
 	}
-	if !strings.Contains(r.stdout, "use/read | read 1.2\n") {
-		t.Fatalf("use did not read build's artifact:\n%s", r.stdout)
+	for _, want := range []string{"use/read | got/app.txt: OK\n", "use/read | changed by the second step\n", "use/read | read 1.2\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("use did not read what build's steps wrote and changed on Lambda (no %q):\n%s", want, r.stdout)
+		}
 	}
 	out, err := srv.Client().ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String("artifacts"),
 		Prefix: aws.String("stoke-artifacts/default/" + string(wf.UID) + "/manifests/")})

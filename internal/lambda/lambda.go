@@ -159,6 +159,9 @@ type Config struct {
 	// SandboxIdle is how long a function's exec sandbox stays with no
 	// session open (default DefaultSandboxIdle).
 	SandboxIdle time.Duration
+	// WriteBackBytes bounds what a task of a shared workspace writes back
+	// (default bounds.ArtifactBytes; tests set less).
+	WriteBackBytes int64
 	// AgentMetrics, when set, receives the endpoint's metrics.
 	AgentMetrics *agent.Metrics
 	Logger       *slog.Logger
@@ -233,6 +236,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.MemoryMB == 0 {
 		cfg.MemoryMB = DefaultMemoryMB
+	}
+	if cfg.WriteBackBytes <= 0 {
+		cfg.WriteBackBytes = bounds.ArtifactBytes
 	}
 	if cfg.SandboxIdle <= 0 {
 		cfg.SandboxIdle = DefaultSandboxIdle

@@ -108,6 +108,9 @@ type pkg struct {
 	name   string // the function name, derived from the digest
 	env    map[string]string
 	spec   spec
+	// deps are the entries a python Run's requirements put at the
+	// package's root: not the workspace's, never written back.
+	deps map[string]bool
 }
 
 // build makes the deployment zip of dir in memory: the bootstrap, every
@@ -149,6 +152,7 @@ func (s *Server) build(ctx context.Context, dir string, sp spec) (*pkg, error) {
 		entries = append(entries, entry{path, rel})
 		names[rel] = true
 	}
+	var depNames map[string]bool
 	if s.deps != nil && sp.Runtime == "python" {
 		depsDir, err := s.deps.Dir(ctx, dir)
 		if err != nil {
@@ -172,6 +176,10 @@ func (s *Server) build(ctx context.Context, dir string, sp spec) (*pkg, error) {
 			}
 			slices.SortFunc(deps, func(a, b entry) int { return strings.Compare(a.rel, b.rel) })
 			entries = append(entries, deps...)
+			depNames = make(map[string]bool, len(deps))
+			for _, d := range deps {
+				depNames[filepath.ToSlash(d.rel)] = true
+			}
 		}
 	}
 	var buf bytes.Buffer
@@ -227,7 +235,7 @@ func (s *Server) build(ctx context.Context, dir string, sp spec) (*pkg, error) {
 	digest := hex.EncodeToString(h.Sum(nil))
 	// Lambda names are at most 64 characters.
 	name := s.cfg.NamePrefix + digest[:min(len(digest), 64-len(s.cfg.NamePrefix))]
-	return &pkg{zip: buf.Bytes(), digest: digest, name: name, env: env, spec: sp}, nil
+	return &pkg{zip: buf.Bytes(), digest: digest, name: name, env: env, spec: sp, deps: depNames}, nil
 }
 
 // imagePackage is the package of an image function: nothing to upload,

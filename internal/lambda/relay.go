@@ -192,8 +192,15 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	// Stoke's deadline counts from the relay's start, this one from now, a
 	// little later, and taskSlack after it.
 	deadline := time.Now().Add(timeout + taskSlack)
-	fnTimeout := min(s.cfg.TaskTimeout, (timeout + taskSlack + taskAnswerRoom + time.Second - 1).Truncate(time.Second))
-	ctx, cancel := context.WithDeadline(ctx, deadline.Add(taskAnswerRoom))
+	// A task of a shared workspace holds its invocation after it ends, for
+	// the copy of its directory back (writeback.go).
+	writeBack := s.writesBack(req.WorkingDir)
+	answerRoom := taskAnswerRoom
+	if writeBack {
+		answerRoom += writeBackRoom
+	}
+	fnTimeout := min(s.cfg.TaskTimeout, (timeout + taskSlack + answerRoom + time.Second - 1).Truncate(time.Second))
+	ctx, cancel := context.WithDeadline(ctx, deadline.Add(answerRoom))
 	defer cancel()
 	env := map[string]string{}
 	for k, v := range userEnv(req.Env, req.WorkingDir) {
@@ -223,7 +230,7 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	// the agent.
 	grant, creds := s.taskGrant(req.WorkingDir, uid, time.Now().Add(fnTimeout))
 	ev, err := json.Marshal(payload.Request{Kind: payload.KindTask, TimeoutMillis: max(1, left.Milliseconds()),
-		Task: &payload.Task{Entrypoint: req.Entrypoint, Args: req.Args}, Agent: creds})
+		Task: &payload.Task{Entrypoint: req.Entrypoint, Args: req.Args, WriteBack: writeBack}, Agent: creds})
 	if err != nil {
 		s.dropTaskGrant(req.WorkingDir, grant)
 		return relayResponse{}, err
@@ -235,9 +242,11 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	type answer struct {
 		out *awslambda.InvokeOutput
 		err error
+		// wrote is the write-back's end (nil when there is none).
+		wrote error
 	}
 	answered := make(chan answer, 1)
-	ictx, icancel := context.WithDeadline(s.bgCtx, deadline.Add(taskAnswerRoom))
+	ictx, icancel := context.WithDeadline(s.bgCtx, deadline.Add(answerRoom))
 	released = true // by the invocation's goroutine
 	s.bg.Add(1)
 	go func() {
@@ -254,9 +263,21 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 				}
 			}()
 		}
+		var wrote chan error
+		wctx, wcancel := context.WithCancel(ictx)
+		defer wcancel()
+		if writeBack {
+			wrote = make(chan error, 1)
+			go func() { wrote <- s.writeBack(wctx, grant, req.WorkingDir, uid, p.deps) }()
+		}
 		out, err := s.inv.Invoke(ictx, &awslambda.InvokeInput{FunctionName: aws.String(p.name), Payload: ev})
 		s.observe("task", start)
-		answered <- answer{out, err}
+		a := answer{out: out, err: err}
+		if wrote != nil {
+			wcancel() // it is over already unless the invocation failed
+			a.wrote = <-wrote
+		}
+		answered <- a
 	}()
 	var a answer
 	select {
@@ -278,6 +299,18 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	}
 	if resp.Task == nil {
 		return relayResponse{}, errdefs.Errorf(errdefs.ErrInternal, "lambda: the task's answer has no result")
+	}
+	if a.wrote != nil {
+		// The step fails, with what it printed, saying why: the job's
+		// next step would not see what this one wrote.
+		msg := a.wrote.Error()
+		if resp.Task.Message != "" {
+			msg = resp.Task.Message + "; and " + msg
+		}
+		resp.Task.State, resp.Task.Message = "EXECUTION_STATE_FAILED", msg
+		if resp.Task.ExitCode == 0 {
+			resp.Task.ExitCode = 1
+		}
 	}
 	if notice := grant.Expired(); notice != "" && resp.Task.State != "EXECUTION_STATE_SUCCEEDED" {
 		// What ended it: the invocation's deadline, which the agent

@@ -75,6 +75,7 @@ type WatchResponse struct {
 	//
 	//	*WatchResponse_Hello
 	//	*WatchResponse_Deadline
+	//	*WatchResponse_TaskEnded
 	Event         isWatchResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -135,6 +136,15 @@ func (x *WatchResponse) GetDeadline() *Deadline {
 	return nil
 }
 
+func (x *WatchResponse) GetTaskEnded() *TaskEnded {
+	if x != nil {
+		if x, ok := x.Event.(*WatchResponse_TaskEnded); ok {
+			return x.TaskEnded
+		}
+	}
+	return nil
+}
+
 type isWatchResponse_Event interface {
 	isWatchResponse_Event()
 }
@@ -147,9 +157,15 @@ type WatchResponse_Deadline struct {
 	Deadline *Deadline `protobuf:"bytes,2,opt,name=deadline,proto3,oneof"`
 }
 
+type WatchResponse_TaskEnded struct {
+	TaskEnded *TaskEnded `protobuf:"bytes,3,opt,name=task_ended,json=taskEnded,proto3,oneof"`
+}
+
 func (*WatchResponse_Hello) isWatchResponse_Event() {}
 
 func (*WatchResponse_Deadline) isWatchResponse_Event() {}
+
+func (*WatchResponse_TaskEnded) isWatchResponse_Event() {}
 
 // Hello says which Run the agent serves and when its invocation ends.
 type Hello struct {
@@ -270,6 +286,46 @@ func (x *Deadline) GetDeadlineUnixMillis() int64 {
 	return 0
 }
 
+// TaskEnded: the task ended, in a directory of the sandbox that the
+// Runtime Server copies back into the job's workspace (exec sessions run
+// there until Release); the invocation holds, the agent up, until Release
+// or its deadline.
+type TaskEnded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskEnded) Reset() {
+	*x = TaskEnded{}
+	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskEnded) ProtoMessage() {}
+
+func (x *TaskEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskEnded.ProtoReflect.Descriptor instead.
+func (*TaskEnded) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
 // KillTaskRequest says why, for the task's log.
 type KillTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -280,7 +336,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +348,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +361,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KillTaskRequest) GetReason() string {
@@ -324,7 +380,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +392,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +405,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // ReleaseRequest has no parameters.
@@ -361,7 +417,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +429,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +442,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 // ReleaseResponse has no fields.
@@ -398,7 +454,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +466,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +479,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 var File_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -431,10 +487,12 @@ var File_agent_v1_agent_proto protoreflect.FileDescriptor
 const file_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x14agent/v1/agent.proto\x12\bagent.v1\"\x0e\n" +
-	"\fWatchRequest\"s\n" +
+	"\fWatchRequest\"\xa9\x01\n" +
 	"\rWatchResponse\x12'\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0f.agent.v1.HelloH\x00R\x05hello\x120\n" +
-	"\bdeadline\x18\x02 \x01(\v2\x12.agent.v1.DeadlineH\x00R\bdeadlineB\a\n" +
+	"\bdeadline\x18\x02 \x01(\v2\x12.agent.v1.DeadlineH\x00R\bdeadline\x124\n" +
+	"\n" +
+	"task_ended\x18\x03 \x01(\v2\x13.agent.v1.TaskEndedH\x00R\ttaskEndedB\a\n" +
 	"\x05event\"\x8a\x01\n" +
 	"\x05Hello\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x120\n" +
@@ -442,7 +500,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x17since_invocation_micros\x18\x03 \x01(\x03R\x15sinceInvocationMicros\"V\n" +
 	"\bDeadline\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x120\n" +
-	"\x14deadline_unix_millis\x18\x02 \x01(\x03R\x12deadlineUnixMillis\")\n" +
+	"\x14deadline_unix_millis\x18\x02 \x01(\x03R\x12deadlineUnixMillis\"\v\n" +
+	"\tTaskEnded\")\n" +
 	"\x0fKillTaskRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x12\n" +
 	"\x10KillTaskResponse\"\x10\n" +
@@ -465,31 +524,33 @@ func file_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agent_v1_agent_proto_rawDescData
 }
 
-var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_agent_v1_agent_proto_goTypes = []any{
 	(*WatchRequest)(nil),     // 0: agent.v1.WatchRequest
 	(*WatchResponse)(nil),    // 1: agent.v1.WatchResponse
 	(*Hello)(nil),            // 2: agent.v1.Hello
 	(*Deadline)(nil),         // 3: agent.v1.Deadline
-	(*KillTaskRequest)(nil),  // 4: agent.v1.KillTaskRequest
-	(*KillTaskResponse)(nil), // 5: agent.v1.KillTaskResponse
-	(*ReleaseRequest)(nil),   // 6: agent.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),  // 7: agent.v1.ReleaseResponse
+	(*TaskEnded)(nil),        // 4: agent.v1.TaskEnded
+	(*KillTaskRequest)(nil),  // 5: agent.v1.KillTaskRequest
+	(*KillTaskResponse)(nil), // 6: agent.v1.KillTaskResponse
+	(*ReleaseRequest)(nil),   // 7: agent.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),  // 8: agent.v1.ReleaseResponse
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
 	2, // 0: agent.v1.WatchResponse.hello:type_name -> agent.v1.Hello
 	3, // 1: agent.v1.WatchResponse.deadline:type_name -> agent.v1.Deadline
-	0, // 2: agent.v1.AgentService.Watch:input_type -> agent.v1.WatchRequest
-	4, // 3: agent.v1.AgentService.KillTask:input_type -> agent.v1.KillTaskRequest
-	6, // 4: agent.v1.AgentService.Release:input_type -> agent.v1.ReleaseRequest
-	1, // 5: agent.v1.AgentService.Watch:output_type -> agent.v1.WatchResponse
-	5, // 6: agent.v1.AgentService.KillTask:output_type -> agent.v1.KillTaskResponse
-	7, // 7: agent.v1.AgentService.Release:output_type -> agent.v1.ReleaseResponse
-	5, // [5:8] is the sub-list for method output_type
-	2, // [2:5] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4, // 2: agent.v1.WatchResponse.task_ended:type_name -> agent.v1.TaskEnded
+	0, // 3: agent.v1.AgentService.Watch:input_type -> agent.v1.WatchRequest
+	5, // 4: agent.v1.AgentService.KillTask:input_type -> agent.v1.KillTaskRequest
+	7, // 5: agent.v1.AgentService.Release:input_type -> agent.v1.ReleaseRequest
+	1, // 6: agent.v1.AgentService.Watch:output_type -> agent.v1.WatchResponse
+	6, // 7: agent.v1.AgentService.KillTask:output_type -> agent.v1.KillTaskResponse
+	8, // 8: agent.v1.AgentService.Release:output_type -> agent.v1.ReleaseResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
@@ -500,6 +561,7 @@ func file_agent_v1_agent_proto_init() {
 	file_agent_v1_agent_proto_msgTypes[1].OneofWrappers = []any{
 		(*WatchResponse_Hello)(nil),
 		(*WatchResponse_Deadline)(nil),
+		(*WatchResponse_TaskEnded)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -507,7 +569,7 @@ func file_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_v1_agent_proto_rawDesc), len(file_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,13 +41,15 @@ const (
 // AgentService is served by the agent, next to executor.v1.Exec.
 type AgentServiceClient interface {
 	// Watch streams the agent's events: a Hello first, then a Deadline
-	// when the invocation hosting the agent nears its end.
+	// when the invocation hosting the agent nears its end, or a TaskEnded
+	// when a task whose directory is to be written back has ended.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 	// KillTask kills the task's whole process group (a cancel), so that
 	// the invocation hosting it ends.
 	KillTask(ctx context.Context, in *KillTaskRequest, opts ...grpc.CallOption) (*KillTaskResponse, error)
 	// Release ends an invocation that hosts the agent alone (a function's
-	// exec sandbox) once no session needs it.
+	// exec sandbox) once no session needs it, or one that holds after its
+	// task (TaskEnded) once its directory has been copied back.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 }
 
@@ -105,13 +107,15 @@ func (c *agentServiceClient) Release(ctx context.Context, in *ReleaseRequest, op
 // AgentService is served by the agent, next to executor.v1.Exec.
 type AgentServiceServer interface {
 	// Watch streams the agent's events: a Hello first, then a Deadline
-	// when the invocation hosting the agent nears its end.
+	// when the invocation hosting the agent nears its end, or a TaskEnded
+	// when a task whose directory is to be written back has ended.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	// KillTask kills the task's whole process group (a cancel), so that
 	// the invocation hosting it ends.
 	KillTask(context.Context, *KillTaskRequest) (*KillTaskResponse, error)
 	// Release ends an invocation that hosts the agent alone (a function's
-	// exec sandbox) once no session needs it.
+	// exec sandbox) once no session needs it, or one that holds after its
+	// task (TaskEnded) once its directory has been copied back.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }

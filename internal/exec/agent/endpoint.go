@@ -103,9 +103,13 @@ type Grant struct {
 	// first connection's Hello was sent (the agent's own measure).
 	firstHello time.Duration
 	revoked    bool
-	sessions   int
-	idleTimer  *time.Timer
-	idleFor    time.Duration
+	// taskEnded is closed when the agent says its task ended and its
+	// invocation holds for the write-back (agentv1.TaskEnded).
+	taskEnded     chan struct{}
+	taskEndedOnce sync.Once
+	sessions      int
+	idleTimer     *time.Timer
+	idleFor       time.Duration
 }
 
 // Grant mints a fresh secret (256 random bits) for the invocation that is
@@ -117,7 +121,7 @@ func (e *Endpoint) Grant(key, runUID string, expires time.Time) *Grant {
 	_, _ = rand.Read(id[:])
 	_, _ = rand.Read(secret)
 	g := &Grant{e: e, id: base64.RawURLEncoding.EncodeToString(id[:]), secret: []byte(base64.RawURLEncoding.EncodeToString(secret)),
-		key: key, run: runUID, expires: expires}
+		key: key, run: runUID, expires: expires, taskEnded: make(chan struct{})}
 	e.mu.Lock()
 	e.grants[g.id] = g
 	e.byKey[key] = g
@@ -228,6 +232,10 @@ func (g *Grant) KillTask(ctx context.Context, reason string) error {
 	_, err = c.control.KillTask(ctx, &agentv1.KillTaskRequest{Reason: reason})
 	return err
 }
+
+// TaskEnded is closed once the grant's agent has said that its task ended
+// and its invocation holds until Release (a write-back).
+func (g *Grant) TaskEnded() <-chan struct{} { return g.taskEnded }
 
 // Release tells a connected agent to end its invocation.
 func (g *Grant) Release(ctx context.Context) error {
@@ -432,6 +440,10 @@ func (e *Endpoint) attach(g *Grant, nc net.Conn, log *slog.Logger) error {
 					how = "ended"
 				}
 				break
+			}
+			if m.GetTaskEnded() != nil {
+				g.taskEndedOnce.Do(func() { close(g.taskEnded) })
+				log.Info("the agent's task ended; its invocation holds for the write-back")
 			}
 			if d := m.GetDeadline(); d != nil {
 				e.mu.Lock()

@@ -33,9 +33,15 @@ type ServeConfig struct {
 	// KillTask kills the task's process group; nil when the invocation
 	// hosts no task.
 	KillTask func(reason string)
-	// Release ends an invocation that hosts the agent alone; nil when it
-	// hosts a task.
+	// Release ends an invocation that hosts the agent alone, or one that
+	// holds after its task for the write-back (TaskEnded); nil when it
+	// hosts a task that ends by itself.
 	Release func()
+	// TaskEnded, when set, is closed when the task has ended and the
+	// invocation holds for its directory to be copied back: Watch then
+	// tells the Runtime Server (agentv1.TaskEnded), which copies and
+	// calls Release.
+	TaskEnded <-chan struct{}
 	// TLS configures wss:// (nil: the system's roots).
 	TLS    *tls.Config
 	Logger *slog.Logger
@@ -214,12 +220,22 @@ func (c *control) Watch(_ *agentv1.WatchRequest, stream agentv1.AgentService_Wat
 		RunUid: c.cfg.Credentials.RunUID, DeadlineUnixMillis: l.Deadline().UnixMilli(), SinceInvocationMicros: since(c.cfg.Received)}}}); err != nil {
 		return err
 	}
-	select {
-	case <-stream.Context().Done():
-		return nil
-	case <-c.stopping:
-		return nil
-	case <-l.Ended():
+	ended := c.cfg.TaskEnded
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-c.stopping:
+			return nil
+		case <-ended:
+			ended = nil // told once per watch (a redialled agent tells again)
+			if err := stream.Send(&agentv1.WatchResponse{Event: &agentv1.WatchResponse_TaskEnded{TaskEnded: &agentv1.TaskEnded{}}}); err != nil {
+				return err
+			}
+			continue
+		case <-l.Ended():
+		}
+		break
 	}
 	c.log.Info("lifetime_expired: deadline notice given", "deadline", l.Deadline())
 	if err := stream.Send(&agentv1.WatchResponse{Event: &agentv1.WatchResponse_Deadline{Deadline: &agentv1.Deadline{
@@ -246,7 +262,7 @@ func (c *control) Release(context.Context, *agentv1.ReleaseRequest) (*agentv1.Re
 	if c.cfg.Release == nil {
 		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "agent: this invocation hosts a task, which ends by itself")
 	}
-	c.log.Info("the exec sandbox is released")
+	c.log.Info("the invocation is released")
 	c.cfg.Release()
 	return &agentv1.ReleaseResponse{}, nil
 }

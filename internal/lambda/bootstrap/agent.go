@@ -9,6 +9,7 @@ import (
 	"stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/exec/agent"
 	"stoke.dev/stoke/internal/lambda/payload"
+	"stoke.dev/stoke/internal/runtime"
 )
 
 // serveAgent serves exec's reverse agent for one invocation: sessions run
@@ -17,7 +18,7 @@ import (
 // whichever comes first. kill (a task's) and release (a sandbox's) are
 // what the Runtime Server may ask for. The returned stop ends the agent
 // and every session, killing what they started.
-func (b *Bootstrap) serveAgent(ctx context.Context, deadline, received time.Time, a *payload.Agent, base exec.Target, kill func(string), release func()) (stop func()) {
+func (b *Bootstrap) serveAgent(ctx context.Context, deadline, received time.Time, a *payload.Agent, base exec.Target, kill func(string), release func(), taskEnded <-chan struct{}) (stop func()) {
 	msg := "lifetime_expired: the Lambda invocation hosting this Run reaches its deadline"
 	if !deadline.IsZero() {
 		msg += " at " + deadline.UTC().Format(time.RFC3339)
@@ -30,9 +31,9 @@ func (b *Bootstrap) serveAgent(ctx context.Context, deadline, received time.Time
 	cfg := agent.ServeConfig{
 		Credentials: agent.Credentials{URL: a.URL, ID: a.ID, Secret: a.Secret, RunUID: a.RunUID},
 		Exec:        local, Lifetime: lt, KillTask: kill, Release: release, Logger: log,
-		Received: received,
+		Received: received, TaskEnded: taskEnded,
 	}
-	if release != nil {
+	if release != nil && taskEnded == nil {
 		// A sandbox hosts the agent alone: it ends when the agent cannot
 		// reach its Runtime Server any more.
 		cfg.GiveUp = 3 * agent.DefaultWait
@@ -82,26 +83,44 @@ func (b *Bootstrap) sandbox(ctx context.Context, ev event, req payload.Request) 
 	}
 	rctx, release := context.WithCancel(ctx)
 	defer release()
-	stop := b.serveAgent(rctx, ev.deadline, ev.received, req.Agent, target, nil, release)
+	stop := b.serveAgent(rctx, ev.deadline, ev.received, req.Agent, target, nil, release, nil)
 	<-rctx.Done()
 	stop()
 	return &payload.Response{}, nil
 }
 
 // taskAgent serves the task's agent, when the request has one, until
-// stop: its sessions end with the task.
-func (b *Bootstrap) taskAgent(ctx context.Context, ev event, req payload.Request) (stop func()) {
+// stop: its sessions end with the task, or, with a hold (a write-back),
+// when the Runtime Server releases the invocation after the task, and the
+// agent outlives the task's own timeout until then.
+func (b *Bootstrap) taskAgent(ctx context.Context, ev event, req payload.Request, tasks *runtime.Tasks, h *hold) (stop func()) {
 	if req.Agent == nil {
 		return func() {}
 	}
-	target, err := b.tasks.ExecTarget(ev.requestID)
+	target, err := tasks.ExecTarget(ev.requestID)
 	if err != nil {
 		b.log.Warn("no exec target for the task's agent", "error", err)
 		return func() {}
 	}
 	kill := func(reason string) {
 		b.log.Info("the task is killed at the Runtime Server's request", "reason", reason)
-		_, _ = b.tasks.Cancel(context.WithoutCancel(ctx), &pb.CancelRequest{Id: ev.requestID})
+		_, _ = tasks.Cancel(context.WithoutCancel(ctx), &pb.CancelRequest{Id: ev.requestID})
 	}
-	return b.serveAgent(ctx, ev.deadline, ev.received, req.Agent, target, kill, nil)
+	if h == nil {
+		return b.serveAgent(ctx, ev.deadline, ev.received, req.Agent, target, kill, nil, nil)
+	}
+	// The hold's sessions (the Runtime Server's tar of the directory)
+	// run after the task, until the release.
+	target.Ended, target.Reason = h.released, func() string { return "the invocation was released" }
+	actx := context.WithoutCancel(ctx)
+	if !ev.deadline.IsZero() {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(actx, ev.deadline.Add(-deadlineMargin))
+		stopAgent := b.serveAgent(actx, ev.deadline, ev.received, req.Agent, target, kill, h.release, h.ended)
+		return func() {
+			stopAgent()
+			cancel()
+		}
+	}
+	return b.serveAgent(actx, ev.deadline, ev.received, req.Agent, target, kill, h.release, h.ended)
 }

@@ -124,6 +124,10 @@ type Bootstrap struct {
 	fns   *runtime.Functions // nil for a task function
 	reg   *pb.FunctionRegistration
 	tasks *runtime.Tasks
+	// held runs write-back tasks, in copies of the package under
+	// heldRoot (writeback.go).
+	held     *runtime.Tasks
+	heldRoot string
 }
 
 // Run initialises the sandbox's runtime and serves invocations until ctx
@@ -182,6 +186,9 @@ func (b *Bootstrap) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := b.initHeld(adapter, scratch); err != nil {
+		return err
+	}
 	if b.cfg.Handler == "" || b.cfg.Handler == payload.TaskHandler {
 		return nil
 	}
@@ -220,6 +227,9 @@ func (b *Bootstrap) close() {
 	}
 	if b.tasks != nil {
 		b.tasks.Close(0)
+	}
+	if b.held != nil {
+		b.held.Close(0)
 	}
 }
 
@@ -343,22 +353,35 @@ func (b *Bootstrap) task(ctx context.Context, ev event, req payload.Request) (*p
 			secs = left
 		}
 	}
-	if _, err := b.tasks.Execute(ctx, &pb.ExecuteRequest{
-		Id: requestID, WorkingDir: b.cfg.TaskRoot, Entrypoint: t.Entrypoint, Args: t.Args,
+	tasks, dir := b.tasks, b.cfg.TaskRoot
+	var hold *hold
+	if t.WriteBack {
+		var err error
+		if hold, err = b.newHold(requestID); err != nil {
+			return nil, errorPayload(err)
+		}
+		defer hold.remove()
+		tasks, dir = b.held, hold.dir
+	}
+	if _, err := tasks.Execute(ctx, &pb.ExecuteRequest{
+		Id: requestID, WorkingDir: dir, Entrypoint: t.Entrypoint, Args: t.Args,
 		Env: b.env, TimeoutSeconds: secs,
 	}); err != nil {
 		return nil, errorPayload(err)
 	}
 	defer func() {
-		if _, err := b.tasks.Forget(context.WithoutCancel(ctx), &pb.ForgetRequest{Id: requestID}); err != nil {
+		if _, err := tasks.Forget(context.WithoutCancel(ctx), &pb.ForgetRequest{Id: requestID}); err != nil {
 			b.log.Warn("forgetting the task failed", "request_id", requestID, "error", err)
 		}
 	}()
-	stopAgent := b.taskAgent(ctx, ev, req)
+	stopAgent := b.taskAgent(ctx, ev, req, tasks, hold)
 	defer stopAgent()
-	st, err := b.tasks.Wait(context.WithoutCancel(ctx), &pb.StatusRequest{Id: requestID})
+	st, err := tasks.Wait(context.WithoutCancel(ctx), &pb.StatusRequest{Id: requestID})
 	if err != nil {
 		return nil, errorPayload(err)
+	}
+	if hold != nil && req.Agent != nil {
+		hold.await(ev.deadline)
 	}
 	msg := st.GetErrorMessage()
 	if st.GetState() != pb.ExecutionState_EXECUTION_STATE_SUCCEEDED {

@@ -126,6 +126,12 @@ func appendString(b []byte, s string) []byte {
 type Task struct {
 	Entrypoint string   `json:"entrypoint,omitempty"`
 	Args       []string `json:"args,omitempty"`
+	// WriteBack: the task's source is a job's shared workspace, whose
+	// changes the Runtime Server copies back. The task runs in a copy of
+	// the package under the sandbox's /tmp (the task root is read-only
+	// on AWS), and after it the invocation holds, its agent up, until
+	// the Runtime Server has copied that directory and releases it.
+	WriteBack bool `json:"writeBack,omitempty"`
 }
 
 // Response is the answer of a successful invocation.
