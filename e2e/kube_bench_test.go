@@ -40,12 +40,14 @@ const (
 )
 
 // BenchmarkKube measures the figures on one cluster with Stoke
-// installed from the Helm chart (startKube), all of it on this machine, and a
-// bash Runtime of its own (two Pods of 16 slots) so that the examples'
-// sizes do not decide the figures. Run one sub-benchmark per command
-// (see the Makefile's bench target): each starts its own cluster.
+// installed from the Helm chart with its default values (startKubeWith: no
+// Docker port, so the gateways keep only Ready Runs in memory), all of it
+// on this machine, and a bash Runtime of its own (two Pods of 16 slots) so
+// that the examples' sizes do not decide the figures. Run one
+// sub-benchmark per command (see the Makefile's bench target): each starts
+// its own cluster.
 func BenchmarkKube(b *testing.B) {
-	e := startKube(b)
+	e := startKubeWith(b, kubeInstall{})
 	rt := &v1alpha1.Runtime{Spec: v1alpha1.RuntimeSpec{Server: "bash", Replicas: 2, Runs: 16}}
 	rt.APIVersion, rt.Kind = v1alpha1.GroupVersion.String(), "Runtime"
 	rt.Name, rt.Namespace = benchRuntime, runsNamespace

@@ -67,7 +67,19 @@ type kubeEnv struct {
 // startKube starts the cluster and installs Stoke into it; everything
 // stops when t ends. If t failed, the end of every container's log is
 // printed.
-func startKube(t testing.TB) *kubeEnv {
+func startKube(t testing.TB) *kubeEnv { return startKubeWith(t, kubeInstall{docker: true}) }
+
+// kubeInstall is what an install differs in from the chart's defaults.
+type kubeInstall struct {
+	// docker turns the gateway's Docker port on (gateway.docker.enabled,
+	// kube_docker_test.go). Off, as by default, the gateways keep only the
+	// Ready Runs in memory (docs/kubernetes.md), which BenchmarkKube
+	// measures.
+	docker bool
+}
+
+// startKubeWith is startKube with the install's differences.
+func startKubeWith(t testing.TB, in kubeInstall) *kubeEnv {
 	t.Helper()
 	began := time.Now()
 	e := startCluster(t)
@@ -103,7 +115,7 @@ func startKube(t testing.TB) *kubeEnv {
 	// --create-namespace` installs, rendered by Helm's own packages: the
 	// controller's objects first, the Runtimes once a replica leads.
 	// The workflow artifact store (kube_workflow_test.go).
-	controllerObjs, runtimeObjs := e.renderChart(t, startKubeS3(t))
+	controllerObjs, runtimeObjs := e.renderChart(t, startKubeS3(t), in.docker)
 	e.applyFile(t, controllerObjs)
 	e.awaitLeader(t, installBound)
 	e.applyFile(t, runtimeObjs)
@@ -169,19 +181,19 @@ func (e *kubeEnv) sharedDir(t testing.TB) string {
 func repoPath(path string) string { return filepath.Join("..", filepath.FromSlash(path)) }
 
 // renderChart writes the chart's objects (deploy.Render, default values
-// but the Namespace, a generated gateway certificate and the gateway's
-// Docker port, the artifact store at s3URL and its credentials' Secret,
+// but the Namespace, a generated gateway certificate and, with docker, the
+// gateway's Docker port, the artifact store at s3URL and its credentials' Secret,
 // into stokeNamespace) to two files: the Runtimes', and
 // everything else's.
-func (e *kubeEnv) renderChart(t testing.TB, s3URL string) (others, runtimes string) {
+func (e *kubeEnv) renderChart(t testing.TB, s3URL string, docker bool) (others, runtimes string) {
 	t.Helper()
 	// The gateway's serving certificate from the chart's CA, which the
 	// APIService then verifies it with.
 	ms, err := deploy.Render(stokeNamespace, map[string]any{"namespace": map[string]any{"create": true},
-		// The Docker port too (kube_docker_test.go), its certificate for
-		// 127.0.0.1, where the test forwards a port to it.
+		// With docker, the Docker port too (kube_docker_test.go), its
+		// certificate for 127.0.0.1, where the test forwards a port to it.
 		"gateway": map[string]any{"tls": map[string]any{"generate": true, "ipAddresses": []any{"127.0.0.1"}},
-			"docker": map[string]any{"enabled": true}},
+			"docker": map[string]any{"enabled": docker}},
 		"artifacts": kubeS3Values(s3URL)})
 	if err != nil {
 		t.Fatal(err)
