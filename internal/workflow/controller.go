@@ -31,6 +31,15 @@ const errorRetry = time.Second
 // artifactWorkers bounds the artifact copies in flight at once.
 const artifactWorkers = 4
 
+// progressDelay is how long a WorkflowRun's status may lag its steps'
+// starts (a step Run gone Running, the job's pod learnt): such a change
+// alone is written this long after it was first seen, together with
+// whatever else changed by then, rather than at once. A short step ends
+// within it, and its end writes the start too; a write per start would
+// double the status writes, and the write in flight would hold back the
+// decision on the step's end (docs/workflows.md, "Status writes").
+const progressDelay = 100 * time.Millisecond
+
 // Config configures a Controller.
 type Config struct {
 	// WorkflowRuns' status is written; Runs are created and cancelled
@@ -73,6 +82,11 @@ type memo struct {
 	// informer still shows that version, wrote is newer.
 	wrote  *v1alpha1.WorkflowRun
 	fromRV string
+	// held is a status decided but not written yet, because it only
+	// records steps' starts (progressDelay), over the WorkflowRun at
+	// held.ResourceVersion; due is when it is written anyway.
+	held *v1alpha1.WorkflowRun
+	due  time.Time
 	// notBefore: job instances waiting for their next attempt.
 	notBefore map[string]time.Time
 	// inflight and done: artifact steps being copied, and copied.
@@ -155,6 +169,11 @@ func (c *Controller) sync(ctx context.Context, k informer.Key) {
 	if m.wrote != nil && wf.ResourceVersion == m.fromRV {
 		wf = m.wrote // the informer has not shown the last write yet
 	}
+	if m.held != nil && m.held.ResourceVersion != wf.ResourceVersion {
+		// Written over meanwhile: the starts it held are decided again
+		// from the step Runs.
+		m.held, m.due = nil, time.Time{}
+	}
 	if err := c.reconcile(ctx, k, wf, m); err != nil {
 		c.log.Warn("workflow: sync failed, will try again", "workflowrun", k.String(), "uid", wf.UID, "error", err)
 		c.loop.After(c.clk.Now().Add(errorRetry), k)
@@ -164,6 +183,7 @@ func (c *Controller) sync(ctx context.Context, k informer.Key) {
 func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1.WorkflowRun, m *memo) error {
 	if wf.Status.Phase.Terminal() {
 		m.inflight, m.done, m.notBefore = map[string]bool{}, map[string]artifactResult{}, map[string]time.Time{}
+		m.held, m.due = nil, time.Time{}
 		return c.expire(ctx, k, wf)
 	}
 	invalid, err := c.validate(ctx, wf)
@@ -180,6 +200,10 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 			invalid = fmt.Sprintf("the Workflows this run executes and calls are %d bytes of JSON, at most %d allowed in its snapshot", n, bounds.WorkflowSnapshot)
 			snapshot = nil
 		}
+	}
+	stored := wf
+	if m.held != nil {
+		wf = m.held
 	}
 	w := &world{
 		now: c.clk.Now(), wf: wf, spec: spec, called: called, invalid: invalid,
@@ -225,11 +249,25 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 		p.status.Snapshot = snapshot
 	}
 	p.status.Message = bounds.Truncate(p.status.Message, bounds.Message)
-	if equality.Semantic.DeepEqual(wf.Status, p.status) {
+	if equality.Semantic.DeepEqual(stored.Status, p.status) {
+		m.held, m.due = nil, time.Time{}
 		return nil
 	}
-	next := wf.DeepCopy()
+	next := stored.DeepCopy()
 	next.Status = p.status
+	if onlyStarts(&stored.Status, &p.status) {
+		if m.due.IsZero() {
+			m.due = w.now.Add(progressDelay)
+		}
+		if w.now.Before(m.due) {
+			m.held = next
+			// Armed each time: an earlier timer (a due since written
+			// over) fires, and finds this one not due yet.
+			c.loop.After(m.due, k)
+			return nil
+		}
+	}
+	m.held, m.due = nil, time.Time{}
 	written, err := c.cfg.WorkflowRuns.UpdateStatus(ctx, next)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrConflict) {
@@ -242,6 +280,32 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 		c.log.Info("workflow: finished", "workflowrun", k.String(), "uid", wf.UID, "phase", written.Status.Phase, "message", written.Status.Message)
 	}
 	return nil
+}
+
+// onlyStarts reports whether next differs from stored only in what a
+// step's start records: steps gone from Pending to Running (and their
+// start times), and a job's pod learnt from its first step Run. All of
+// it is read again from the step Runs when it is lost.
+func onlyStarts(stored, next *v1alpha1.WorkflowRunStatus) bool {
+	if len(stored.Jobs) != len(next.Jobs) {
+		return false
+	}
+	undone := next.DeepCopy()
+	for i := range undone.Jobs {
+		was, js := &stored.Jobs[i], &undone.Jobs[i]
+		if len(was.Steps) != len(js.Steps) {
+			return false
+		}
+		if was.PodUID == "" {
+			js.Pod, js.PodUID = was.Pod, was.PodUID
+		}
+		for j := range js.Steps {
+			if was.Steps[j].Phase == v1alpha1.JobPending && js.Steps[j].Phase == v1alpha1.JobRunning {
+				js.Steps[j].Phase, js.Steps[j].StartTime = was.Steps[j].Phase, was.Steps[j].StartTime
+			}
+		}
+	}
+	return equality.Semantic.DeepEqual(stored, undone)
 }
 
 // createWorkers bounds the step Run creates in flight at once.

@@ -289,3 +289,111 @@ func TestControllerRunsTheCalledWorkflowsAsTheyWereAtStart(t *testing.T) {
 		t.Errorf("%d step Runs, want 2 (the edited Workflow's extra job must not run)", n)
 	}
 }
+
+// start plays the scheduler and runtimed for a step Run that starts: it is
+// assigned to pod and Running.
+func (e *env) start(name, pod string) {
+	e.t.Helper()
+	err := store.RetryOnConflict(func() error {
+		run, err := e.st.Runs().Get(e.ctx, "default", name)
+		if err != nil {
+			return err
+		}
+		run.Status.AssignedPod, run.Status.AssignedPodUID = "pod-"+pod, pod
+		run.Status.Phase = v1alpha1.PhaseRunning
+		_, err = e.st.Runs().UpdateStatus(e.ctx, run)
+		return err
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// A step's start alone is not written at once: the status write that
+// records it comes a moment later (or with the next change that must be
+// written), so that a short step costs one write of the WorkflowRun, not
+// two, and no write of a start is in flight when its end is decided.
+// Another WorkflowRun is the barrier: the controller syncs WorkflowRuns
+// in the order their Runs changed, so once the other's next write is
+// seen, the start has been decided.
+func TestControllerHoldsAStepsStartBack(t *testing.T) {
+	e := newEnv(t, t.TempDir())
+	one := func(name string, steps ...v1alpha1.Step) {
+		wf := &v1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: v1alpha1.WorkflowRunSpec{Jobs: []v1alpha1.Job{
+			{ID: "a", RunsOn: "bash", Steps: steps}}}}
+		if _, err := e.st.WorkflowRuns().Create(e.ctx, wf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one("ci", v1alpha1.Step{Run: "true"}, v1alpha1.Step{Run: "true"})
+	one("other", v1alpha1.Step{Run: "true"}, v1alpha1.Step{Run: "true"}, v1alpha1.Step{Run: "true"}, v1alpha1.Step{Run: "true"})
+	get := func(name string) *v1alpha1.WorkflowRun {
+		wf, err := e.st.WorkflowRuns().Get(e.ctx, "default", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wf
+	}
+	stepOf := func(wf *v1alpha1.WorkflowRun, i int) v1alpha1.StepStatus {
+		if len(wf.Status.Jobs) != 1 || len(wf.Status.Jobs[0].Steps) <= i {
+			return v1alpha1.StepStatus{}
+		}
+		return wf.Status.Jobs[0].Steps[i]
+	}
+	e.until("both first step Runs made and written", func() bool {
+		return stepOf(get("ci"), 0).Run != "" && stepOf(get("other"), 0).Run != ""
+	})
+	first := stepOf(get("ci"), 0).Run
+	before := get("ci")
+	// barrier ends the other's next step and waits for its write.
+	barrier := 0
+	next := func() {
+		t.Helper()
+		e.finish(stepOf(get("other"), barrier).Run, "p2", v1alpha1.PhaseSucceeded, nil)
+		barrier++
+		e.until("the other's next write", func() bool {
+			wf := get("other")
+			return stepOf(wf, barrier).Run != "" || wf.Status.Phase == v1alpha1.WorkflowSucceeded
+		})
+	}
+
+	e.start(first, "p1")
+	next()
+	if wf := get("ci"); wf.ResourceVersion != before.ResourceVersion {
+		t.Fatalf("the step's start was written at once: step %+v, job pod %q", stepOf(wf, 0), wf.Status.Jobs[0].PodUID)
+	}
+
+	// The step ends before its start was written: one write records
+	// both, and makes the next step, on the same pod.
+	e.finish(first, "p1", v1alpha1.PhaseSucceeded, nil)
+	e.until("the second step's Run", func() bool { return stepOf(get("ci"), 1).Run != "" })
+	second := stepOf(get("ci"), 1).Run
+
+	// The next start is held too, and written once due, although the
+	// timer armed for the first start (written over since; the delay is
+	// 100 ms) fires before it is due.
+	e.clk.Step(60 * time.Millisecond)
+	e.start(second, "p1")
+	next()
+	if wf := get("ci"); stepOf(wf, 1).Phase != v1alpha1.JobPending {
+		t.Fatalf("the second step's start was written at once: %+v", stepOf(wf, 1))
+	}
+	// The first start's timer is due: two more writes of the other
+	// WorkflowRun see to it that the controller's loop came round to it.
+	e.clk.Step(60 * time.Millisecond)
+	next()
+	next()
+	e.clk.Step(time.Second)
+	e.until("the second start written", func() bool { return stepOf(get("ci"), 1).Phase == v1alpha1.JobRunning })
+	if wf := get("ci"); wf.Status.Jobs[0].PodUID != "p1" || stepOf(wf, 1).StartTime == nil {
+		t.Errorf("job %+v", wf.Status.Jobs[0])
+	}
+	e.finish(second, "p1", v1alpha1.PhaseSucceeded, nil)
+	e.until("Succeeded", func() bool { return get("ci").Status.Phase == v1alpha1.WorkflowSucceeded })
+	wf := get("ci")
+	for i := range 2 {
+		if s := stepOf(wf, i); s.Phase != v1alpha1.JobSucceeded || s.StartTime == nil || s.CompletionTime == nil {
+			t.Errorf("step %d: %+v", i, s)
+		}
+	}
+}
