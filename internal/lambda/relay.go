@@ -247,11 +247,14 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	}
 	answered := make(chan answer, 1)
 	ictx, icancel := context.WithDeadline(s.bgCtx, deadline.Add(answerRoom))
+	// The write-back's copy stops with the Run (a cancel, the timeout).
+	copyCtx, stopCopy := context.WithCancel(ictx)
 	released = true // by the invocation's goroutine
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		defer icancel()
+		defer stopCopy()
 		defer s.release(p.name)
 		defer s.dropTaskGrant(req.WorkingDir, grant)
 		start := time.Now()
@@ -268,7 +271,7 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 		defer wcancel()
 		if writeBack {
 			wrote = make(chan error, 1)
-			go func() { wrote <- s.writeBack(wctx, grant, req.WorkingDir, uid, p.deps) }()
+			go func() { wrote <- s.writeBack(wctx, copyCtx, grant, req.WorkingDir, uid, p.deps) }()
 		}
 		out, err := s.inv.Invoke(ictx, &awslambda.InvokeInput{FunctionName: aws.String(p.name), Payload: ev})
 		s.observe("task", start)
@@ -283,6 +286,7 @@ func (s *Server) runTask(ctx context.Context, req relayRequest) (relayResponse, 
 	select {
 	case a = <-answered:
 	case <-ctx.Done():
+		stopCopy()
 		s.bg.Add(1)
 		go func() {
 			defer s.bg.Done()

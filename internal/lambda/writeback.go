@@ -46,17 +46,24 @@ func (s *Server) writesBack(dir string) bool {
 // errNotWrittenBack says why a write-back did not happen.
 var errNotWrittenBack = errors.New("the invocation ended before it said its task had ended (its agent never connected, or the sandbox failed)")
 
-// writeBack waits for g's task to end, copies the sandbox's directory into
-// dir (skipping skip, the package's entries that are not the
-// workspace's) and releases the invocation, whatever the copy's outcome.
-func (s *Server) writeBack(ctx context.Context, g *agent.Grant, dir, uid string, skip map[string]bool) error {
+// writeBack waits within ctx for g's task to end, copies the sandbox's
+// directory into dir (skipping skip, the package's entries that are not
+// the workspace's) within copyCtx, and releases the invocation, whatever
+// the copy's outcome. A task whose Run was cancelled or timed out
+// (copyCtx ended) is released without a copy, and a copy under way stops:
+// the job's next step (an if: always() one) may be running in dir by
+// then.
+func (s *Server) writeBack(ctx, copyCtx context.Context, g *agent.Grant, dir, uid string, skip map[string]bool) error {
 	select {
 	case <-g.TaskEnded():
 	case <-ctx.Done():
 		return errNotWrittenBack
 	}
 	start := time.Now()
-	err := s.copyBack(ctx, taskKey(dir), dir, uid, skip)
+	err := copyCtx.Err()
+	if err == nil {
+		err = s.copyBack(copyCtx, taskKey(dir), dir, uid, skip)
+	}
 	rctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
 	defer cancel()
 	if rerr := g.Release(rctx); rerr != nil {

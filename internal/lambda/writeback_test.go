@@ -184,3 +184,34 @@ func BenchmarkTaskWriteBack(b *testing.B) {
 	b.ReportMetric(p50ms(shared), "step-written-back-p50-ms")
 	b.ReportMetric(p50ms(copies), "write-back-p50-ms")
 }
+
+// TestCancelledStepIsNotWrittenBack: a step cancelled (or timed out)
+// mid-run is not written back: the job's next step, an if: always() one,
+// may be running in the workspace by then. Its invocation is released
+// all the same, and ends with the bootstrap's answer.
+func TestCancelledStepIsNotWrittenBack(t *testing.T) {
+	e := startWriteBack(t, nil)
+	dir := sharedWorkspace(t, e, "cancelled", map[string]string{"task.sh": "echo partial > partial.txt\nsleep 600\n"})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	mark := fmt.Sprintf("TASK_MARK=%d", time.Now().UnixNano())
+	k, v, _ := strings.Cut(mark, "=")
+	if _, err := e.rs.Runtime.Execute(ctx, &pb.ExecuteRequest{Id: "cancelled", WorkingDir: dir, Entrypoint: "task.sh",
+		Env: map[string]string{k: v}, TimeoutSeconds: 600}); err != nil {
+		t.Fatal(err)
+	}
+	awaitSandbox(t, mark, 1)
+	if _, err := e.rs.Runtime.Cancel(ctx, &pb.CancelRequest{Id: "cancelled"}); err != nil {
+		t.Fatal(err)
+	}
+	ended, err := e.sim.AwaitEnded(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ended[0].ErrorType != "" {
+		t.Fatalf("the step's invocation ended with %s; want the bootstrap's answer after its release", ended[0].ErrorType)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "partial.txt")); !os.IsNotExist(err) {
+		t.Fatalf("the cancelled step's partial.txt was written back (%v)", err)
+	}
+}
