@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -48,6 +49,11 @@ type Config struct {
 	// Load, when set, is the load source (the dispatcher); nil reads the
 	// Function's status.inFlight and status.queued.
 	Load LoadFunc
+	// Expect, when set, hears of each scale up as its write starts (the
+	// Function controller's Expect: it makes the replicas without waiting
+	// for the write to come back through the informer), and of its
+	// withdrawal (replicas 0) when the write failed.
+	Expect func(namespace, name string, uid types.UID, replicas int)
 	// Window defaults to DefaultWindow, SamplePeriod to
 	// DefaultSamplePeriod, Workers to DefaultWorkers.
 	Window       time.Duration
@@ -84,6 +90,7 @@ type fnState struct {
 	// busy: a write is in flight. holdRV: do not decide while the
 	// informer still shows this version (the write is on its way).
 	busy    bool
+	expects bool // the write in flight is a scale up Config.Expect heard of
 	holdRV  string
 	retryAt time.Time
 }
@@ -93,10 +100,11 @@ type sample struct {
 	load int
 }
 
-// result is a finished write.
+// result is a finished write; scaled: spec.replicas was written.
 type result struct {
-	key informer.Key
-	err error
+	key    informer.Key
+	scaled bool
+	err    error
 }
 
 // New checks cfg and returns an Autoscaler.

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -67,8 +68,21 @@ func newEnvWith(t *testing.T, withController bool, wrap func(store.Resource[*v1a
 	if wrap != nil {
 		fns = wrap(fns)
 	}
+	var runners []func(context.Context) error
+	var expect func(namespace, name string, uid types.UID, replicas int)
+	if withController {
+		e.runs = informer.New(st.Runs(), informer.Options{Logger: log})
+		e.runs.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{AddFunc: func(*v1alpha1.Run) { e.poke() }})
+		c, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(),
+			FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runners = append(runners, e.runs.Run, c.Run)
+		expect = c.Expect
+	}
 	e.a, err = autoscaler.New(autoscaler.Config{
-		Functions: fns, FunctionInformer: e.fns, Clock: fc, Logger: log,
+		Functions: fns, FunctionInformer: e.fns, Clock: fc, Logger: log, Expect: expect,
 		Load: func(_, name string) (int, int) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -79,17 +93,7 @@ func newEnvWith(t *testing.T, withController bool, wrap func(store.Resource[*v1a
 	if err != nil {
 		t.Fatal(err)
 	}
-	runners := []func(context.Context) error{e.fns.Run, e.a.Run}
-	if withController {
-		e.runs = informer.New(st.Runs(), informer.Options{Logger: log})
-		e.runs.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{AddFunc: func(*v1alpha1.Run) { e.poke() }})
-		c, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(),
-			FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		runners = append(runners, e.runs.Run, c.Run)
-	}
+	runners = append(runners, e.fns.Run, e.a.Run)
 	var wg sync.WaitGroup
 	for _, run := range runners {
 		wg.Go(func() {
@@ -333,5 +337,54 @@ func TestScaleWritesWithoutARead(t *testing.T) {
 	}
 	if n := o.reads(); n != 1 {
 		t.Errorf("the conflicting scale read the Function %d times, want 1 (after the conflict)", n)
+	}
+}
+
+// TestReplicaBeforeTheScaleWriteLands: scaling from zero, the Function
+// controller makes the replica as the autoscaler's spec.replicas write
+// starts (Config.Expect), not once the write has come back through the
+// informer. Here the write is held until a replica Run exists: before,
+// the replica waited for the write, and the write timed out waiting.
+func TestReplicaBeforeTheScaleWriteLands(t *testing.T) {
+	var runs store.Resource[*v1alpha1.Run]
+	waited := make(chan bool, 1)
+	e := newEnvWith(t, true, func(r store.Resource[*v1alpha1.Function]) store.Resource[*v1alpha1.Function] {
+		return &observed{Resource: r, before: func(ctx context.Context, fn *v1alpha1.Function) {
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				list, _, err := runs.List(ctx, store.ListOptions{Namespace: "default"})
+				if err == nil && len(list) > 0 {
+					waited <- true
+					return
+				}
+				time.Sleep(5 * time.Millisecond) // polling the store: the test's own view
+			}
+			waited <- false
+		}}
+	})
+	runs = e.st.Runs()
+	e.create("hello", nil, v1alpha1.FunctionScale{Min: 0, Max: 8})
+	e.setLoad("hello", 0, 1)
+	e.a.Poke("default", "hello")
+	if !<-waited {
+		t.Fatal("no replica Run before the autoscaler's spec.replicas write")
+	}
+	e.waitReplicas("hello", 1)
+	// Once the write is seen, the count is spec.replicas': one replica.
+	deadline := time.After(waitTimeout)
+	for {
+		replicas := e.runs.List(func(r *v1alpha1.Run) bool { return r.Labels[v1alpha1.LabelFunction] == "hello" })
+		if len(replicas) > 1 {
+			t.Fatalf("%d replica Runs, want 1", len(replicas))
+		}
+		fn, _ := e.fns.Get("default", "hello")
+		if len(replicas) == 1 && fn.Status.Replicas == 1 {
+			return
+		}
+		select {
+		case <-e.changed:
+		case <-deadline:
+			t.Fatalf("no replica in the Function's status: %+v", fn.Status)
+		}
 	}
 }

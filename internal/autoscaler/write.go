@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
@@ -18,9 +19,14 @@ import (
 // write hands the decision's two writes to the workers.
 func (a *Autoscaler) write(ctx context.Context, k informer.Key, fn *v1alpha1.Function, st *fnState, d decision) {
 	st.busy, st.holdRV = true, fn.ResourceVersion
+	st.expects = d.to > d.from && a.cfg.Expect != nil
+	if st.expects {
+		a.cfg.Expect(k.Namespace, k.Name, fn.UID, d.to)
+	}
 	seen := fn.DeepCopy()
 	a.loop.Submit(ctx, func(ctx context.Context) result {
-		return result{key: k, err: a.scale(ctx, k, seen, d)}
+		scaled, err := a.scale(ctx, k, seen, d)
+		return result{key: k, scaled: scaled, err: err}
 	})
 }
 
@@ -29,8 +35,8 @@ func (a *Autoscaler) write(ctx context.Context, k informer.Key, fn *v1alpha1.Fun
 // goes on that copy, the second on what the first returned, so that a
 // scale costs no read before its writes (a scale from zero waits for
 // them); a conflict (the copy was stale) is retried on a fresh read of
-// the Function with seen's UID.
-func (a *Autoscaler) scale(ctx context.Context, k informer.Key, seen *v1alpha1.Function, d decision) error {
+// the Function with seen's UID. scaled: spec.replicas was written.
+func (a *Autoscaler) scale(ctx context.Context, k informer.Key, seen *v1alpha1.Function, d decision) (scaled bool, err error) {
 	to := int32(d.to)
 	cur := seen
 	get := func() (*v1alpha1.Function, error) {
@@ -48,7 +54,7 @@ func (a *Autoscaler) scale(ctx context.Context, k informer.Key, seen *v1alpha1.F
 		}
 		return fn, nil
 	}
-	err := store.RetryOnConflict(func() error {
+	err = store.RetryOnConflict(func() error {
 		fn, err := get()
 		if err != nil {
 			return err
@@ -61,7 +67,7 @@ func (a *Autoscaler) scale(ctx context.Context, k informer.Key, seen *v1alpha1.F
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("scale function %s to %d: %w", k, to, err)
+		return false, fmt.Errorf("scale function %s to %d: %w", k, to, err)
 	}
 	reason := d.reason
 	if len(reason) > bounds.ScaleReason {
@@ -78,10 +84,10 @@ func (a *Autoscaler) scale(ctx context.Context, k informer.Key, seen *v1alpha1.F
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("record the scale of function %s: %w", k, err)
+		return true, fmt.Errorf("record the scale of function %s: %w", k, err)
 	}
 	a.log.Info("autoscaler: scaled", "function", k.String(), "from", d.from, "to", d.to, "reason", d.reason)
-	return nil
+	return true, nil
 }
 
 // handleResult takes a finished write back.
@@ -91,6 +97,11 @@ func (a *Autoscaler) handleResult(ctx context.Context, r result) {
 		return
 	}
 	st.busy = false
+	if !r.scaled && st.expects {
+		// The count is not on its way after all.
+		a.cfg.Expect(r.key.Namespace, r.key.Name, types.UID(st.uid), 0)
+	}
+	st.expects = false
 	switch {
 	case r.err == nil:
 		// Decide again once the informer shows the write (holdRV).

@@ -135,7 +135,7 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	scaler, err := autoscaler.New(autoscaler.Config{Functions: st.Functions(), FunctionInformer: inf.Functions,
-		Load: cfg.FunctionLoad, Logger: log})
+		Load: cfg.FunctionLoad, Expect: fset.Expect, Logger: log})
 	if err != nil {
 		return nil, err
 	}

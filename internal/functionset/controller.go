@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -84,6 +85,17 @@ type Controller struct {
 
 	// Owned by the loop goroutine.
 	fns map[informer.Key]*state
+
+	// expected are desired counts on their way to the store (Expect).
+	mu       sync.Mutex
+	expected map[informer.Key]expectation
+}
+
+// expectation is a desired count written and not yet seen.
+type expectation struct {
+	uid      types.UID
+	replicas int
+	at       time.Time
 }
 
 // state is what the controller remembers of one Function between syncs.
@@ -117,7 +129,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	c := &Controller{cfg: cfg, log: logging.OrDiscard(cfg.Logger), clk: cfg.Clock, fns: map[informer.Key]*state{}}
+	c := &Controller{cfg: cfg, log: logging.OrDiscard(cfg.Logger), clk: cfg.Clock, fns: map[informer.Key]*state{},
+		expected: map[informer.Key]expectation{}}
 	c.loop = loop.New(loop.Config[informer.Key, struct{}, struct{}]{
 		Clock: cfg.Clock,
 		Hooks: loop.Hooks[informer.Key, struct{}, struct{}]{Sync: c.sync},
@@ -156,6 +169,52 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// Expect says that a desired count of replicas for the Function
+// namespace/name with this UID is on its way to spec.replicas (the
+// autoscaler's write): until the informer shows spec.replicas at least
+// that high, or expectTimeout passes, the controller keeps that many
+// replicas (within scale.max) when spec.replicas asks for fewer, so that
+// a scale up, and a scale from zero above all, does not wait for the
+// write to come back through the informer. It only ever adds replicas;
+// replicas 0 withdraws the expectation (the write failed), and the
+// replicas made for it then go as too many. It never blocks and may be
+// called from any goroutine.
+func (c *Controller) Expect(namespace, name string, uid types.UID, replicas int) {
+	if namespace == "" {
+		namespace = store.DefaultNamespace
+	}
+	k := informer.Key{Namespace: namespace, Name: name}
+	c.mu.Lock()
+	if replicas > 0 {
+		c.expected[k] = expectation{uid: uid, replicas: replicas, at: c.clk.Now()}
+	} else {
+		delete(c.expected, k)
+	}
+	c.mu.Unlock()
+	c.loop.Add(k)
+}
+
+// desired is fn's desired count (Desired), raised to a count Expect said
+// is on its way; an expectation the informer's copy meets, of an earlier
+// Function, or too old, is dropped.
+func (c *Controller) desired(k informer.Key, fn *v1alpha1.Function, now time.Time) int {
+	desired := Desired(fn)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	exp, ok := c.expected[k]
+	if !ok {
+		return desired
+	}
+	hi := int(cmpOr(fn.Spec.Scale.Max, bounds.DefaultFunctionMax))
+	if exp.uid != fn.UID || desired >= min(exp.replicas, hi) || now.Sub(exp.at) > expectTimeout {
+		delete(c.expected, k)
+		return desired
+	}
+	// Looked at again when it runs out, should no event come first.
+	c.loop.After(exp.at.Add(expectTimeout), k)
+	return min(exp.replicas, hi)
 }
 
 // replicas lists the replica Runs of the Function at k: labelled for it
@@ -221,7 +280,7 @@ func isDraining(run *v1alpha1.Run) bool {
 func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1.Function, runs []*v1alpha1.Run, st *state) error {
 	now := c.clk.Now()
 	hash := TemplateHash(fn)
-	desired := Desired(fn)
+	desired := c.desired(k, fn, now)
 	var set replicaSet
 	var errs []error
 	seen, seenUID := map[string]bool{}, map[types.UID]bool{}

@@ -33,6 +33,7 @@ type env struct {
 	clk  *testingclock.FakeClock
 	runs *informer.Informer[*v1alpha1.Run]
 	fns  *informer.Informer[*v1alpha1.Function]
+	c    *functionset.Controller
 
 	changed chan struct{}
 }
@@ -67,6 +68,7 @@ func newEnvWith(t *testing.T, load func(ns, name string) (int, int)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.c = c
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context) error{e.runs.Run, e.fns.Run, c.Run} {
 		wg.Add(1)
@@ -383,4 +385,49 @@ func TestStatusCarriesTheDispatchersLoad(t *testing.T) {
 		s := e.function().Status
 		return s.InFlight == 0 && s.Queued == 0
 	})
+}
+
+// A desired count on its way to spec.replicas (Expect: the autoscaler's
+// write) is kept at once, within max, without waiting for the write to
+// come back through the informer; once the informer shows spec.replicas
+// at that count, spec.replicas rules again (a later scale down is not
+// held up), and a withdrawn expectation (the write failed) leaves its
+// replicas too many, to drain.
+func TestAnExpectedCountIsKeptBeforeItsWrite(t *testing.T) {
+	e := newEnv(t)
+	fn, err := e.st.Functions().Create(e.ctx, newFunction(0, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.until("status written", func() bool { return e.function().Status.Selector != "" })
+	e.c.Expect("default", "hello", fn.UID, 5)
+	e.until("2 replicas (max) before any write", func() bool { return len(e.replicas()) == 2 })
+	if r := e.function().Spec.Replicas; r != nil {
+		t.Fatalf("spec.replicas %d: the test wrote none", *r)
+	}
+	e.readyAll()
+
+	// The write lands, then a scale down: it is not held up.
+	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(2)) })
+	e.until("status ready 2", func() bool { return e.function().Status.ReadyReplicas == 2 })
+	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(0)) })
+	e.until("2 draining after the scale down", func() bool { return e.count(draining) == 2 })
+	e.stepUntil("no replicas", 2*time.Second, func() bool { return len(e.replicas()) == 0 })
+
+	// Withdrawn: what it made drains.
+	e.c.Expect("default", "hello", fn.UID, 1)
+	e.until("1 replica", func() bool { return len(e.replicas()) == 1 })
+	e.c.Expect("default", "hello", fn.UID, 0)
+	e.until("it drains once withdrawn", func() bool { return e.count(draining) == 1 })
+
+	// An expectation of an earlier Function of the name counts for nothing.
+	e.stepUntil("no replicas", 2*time.Second, func() bool { return len(e.replicas()) == 0 })
+	e.c.Expect("default", "hello", "an-earlier-uid", 1)
+	e.updateSpec(func(fn *v1alpha1.Function) {
+		fn.Spec.Env = append(fn.Spec.Env, v1alpha1.EnvVar{Name: "POKE", Value: "1"})
+	})
+	e.until("status of the new generation", func() bool { return e.function().Status.ObservedGeneration == e.function().Generation })
+	if n := len(e.replicas()); n != 0 {
+		t.Fatalf("%d replicas for another Function's expectation", n)
+	}
 }
