@@ -266,6 +266,7 @@ var cliCases = []cliCase{
 	{name: "get -w prints changes until Ctrl-C", test: cliGetWatch},
 	{name: "Ctrl-C cancels the task", test: cliInterrupt},
 	{name: "exec as kubectl exec", test: cliExec},
+	{name: "run -i and -t as docker run", test: cliRunInteractive},
 	{name: "cancel and delete", test: cliCancelDelete},
 	{name: "delete takes names, -l and -f as kubectl does", test: cliDeleteMany},
 	{name: "errors are one line", test: cliErrors},

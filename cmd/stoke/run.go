@@ -25,6 +25,12 @@ and stderr as they come and exits with the program's exit code, like
 "docker run". A task that fails without an exit code of its own exits 1 with
 a one-line reason; one that times out exits 124. Ctrl-C cancels the Run and
 exits 130; with --rm the Run is then deleted too, as it is when it finished.
+With -i the program reads this command's stdin (its EOF closes the
+program's stdin); with -t it runs on a pseudo-terminal joined to this one
+(raw while stdin is a terminal, its window size following), as
+"docker run -it": the output then comes through that terminal. Both join
+the task's own process through the exec endpoint's attach mode, on stoke up
+and through a cluster's gateway alike.
 The program is ARGS (the first is the command), or --entrypoint
 (a file of the source) with ARGS as its arguments; a single-file --source
 with no --entrypoint is itself the entrypoint. Outputs the task writes as
@@ -45,6 +51,10 @@ Stoke; run prints its URL once MIN replicas are Ready. Without --scale,
 most 1 MiB, regular files, directories and symlinks to files inside it).`,
 		Example: `  # A task: prints hello, exits with its exit code.
   stoke run --runtime bash -- echo hello
+
+  # An interactive shell on a terminal; stdin to a program.
+  stoke run -it --rm --runtime bash -- bash
+  echo hi | stoke run -i --rm --runtime bash -- cat
 
   # A script from a file, with arguments, env, a timeout and two retries.
   stoke run --runtime bash --source examples/task/task.sh --env GREETING=hi --timeout 30s --retries 2 -- world
@@ -73,6 +83,9 @@ most 1 MiB, regular files, directories and symlinks to files inside it).`,
 			}
 			if opts.Remove && o.IsFunction() {
 				return cf.finish(cliError("--rm applies to tasks only; delete a function with stoke delete"))
+			}
+			if (opts.Stdin || opts.TTY) && o.IsFunction() {
+				return cf.finish(cliError("-i and -t apply to tasks only; a function's input is its invocations"))
 			}
 			c, err := cf.client()
 			if err != nil {
@@ -105,6 +118,8 @@ most 1 MiB, regular files, directories and symlinks to files inside it).`,
 	f.BoolVarP(&opts.Detach, "detach", "d", false, "print the Run's name and return without waiting")
 	f.BoolVar(&opts.Remove, "rm", false, "task: delete the Run once it finished, or after Ctrl-C cancelled it")
 	f.BoolVarP(&opts.Quiet, "quiet", "q", false, "print no notes (retries, outputs, hints) on stderr")
+	f.BoolVarP(&opts.Stdin, "interactive", "i", false, "task: pass stdin to the program (its EOF closes the program's stdin)")
+	f.BoolVarP(&opts.TTY, "tty", "t", false, "task: run the program on a terminal, this one (raw while stdin is one; its size follows)")
 	f.StringVar(&o.Scale, "scale", "", "with --handler and --name: create a Function with MIN:MAX replicas (e.g. 0:8) rather than one function Run")
 	_ = cmd.MarkFlagRequired("runtime")
 	_ = cmd.RegisterFlagCompletionFunc("runtime", func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {

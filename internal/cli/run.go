@@ -24,6 +24,9 @@ type RunOptions struct {
 	Remove bool
 	// Quiet leaves out notes (retries, outputs, hints) on Err.
 	Quiet bool
+	// Stdin (-i) gives a task the CLI's stdin, TTY (-t) a terminal, as
+	// `docker run -i/-t` (runattach.go).
+	Stdin, TTY bool
 }
 
 // createRun creates run. With opts.Detach it prints the Run's name and
@@ -50,12 +53,18 @@ func createRun(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunOpt
 // asks the server to cancel the Run (and, with opts.Remove, deletes it)
 // and returns ExitInterrupted.
 func RunTask(ctx context.Context, c client.API, run *v1alpha1.Run, opts RunOptions, s Streams) error {
+	interactive(run, &opts, s)
 	created, err := createRun(ctx, c, run, opts, s)
 	if created == nil || err != nil {
 		return err
 	}
 	ns, name := created.Namespace, created.Name
-	final, err := followTask(ctx, c, created, opts, s)
+	var final *v1alpha1.Run
+	if opts.Stdin || opts.TTY {
+		final, err = attachTask(ctx, c, created, opts, s)
+	} else {
+		final, err = followTask(ctx, c, created, opts, s)
+	}
 	if ctx.Err() != nil {
 		cancelAfterInterrupt(ctx, c, created, opts.Remove, s)
 		return interrupted()

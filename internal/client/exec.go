@@ -38,10 +38,15 @@ func (e *wsExecutor) Start(ctx context.Context, req exec.Request) (exec.Session,
 		return nil, errdefs.InvalidArgument("request", "the exec endpoint takes no registration ID or env")
 	}
 	q := url.Values{"command": req.Command}
-	q.Set("stdout", "true")
-	q.Set("stderr", strconv.FormatBool(!req.TTY))
+	q.Set("stdout", strconv.FormatBool(!req.ControlOnly))
+	q.Set("stderr", strconv.FormatBool(!req.TTY && !req.ControlOnly))
 	q.Set("stdin", strconv.FormatBool(req.Stdin))
 	q.Set("tty", strconv.FormatBool(req.TTY))
+	if req.Attach {
+		// Stoke's own: the task's own process (`stoke run -i/-t`).
+		q.Set("attach", "true")
+		q.Set("stdinOnce", strconv.FormatBool(req.StdinOnce))
+	}
 	u := e.c.url(q, e.c.dataplanePath(ns, name, "exec", "")...)
 	switch u.Scheme {
 	case "https":

@@ -87,29 +87,43 @@ func (g *Gateway) exec(w http.ResponseWriter, r *http.Request) {
 	g.cfg.Metrics.observeExecStart(http.StatusSwitchingProtocols)
 	done := g.cfg.Metrics.execOpened()
 	defer done()
-	log.Info("exec started", "command", req.Command[0], "tty", req.TTY, "setup", time.Since(start))
+	what := "attach"
+	if !req.Attach {
+		what = req.Command[0]
+	}
+	log.Info("exec started", "command", what, "tty", req.TTY, "setup", time.Since(start))
 	exit, err := channel.Serve(r.Context(), conn, sess, req.Stdin, out, errOut, g.cfg.Metrics.execCounters())
 	log.Info("exec ended", "exit_code", exit.Code, "error", err, "duration", time.Since(start))
 }
 
 // execRequest reads Kubernetes' exec query: command (repeated), stdin,
-// stdout, stderr, tty; container is taken and ignored.
+// stdout, stderr, tty; container is taken and ignored. Stoke's own
+// attach=true joins the task's own process instead of running a command
+// (`stoke run -i/-t`; the task must have been started with stdin or a
+// terminal), with stdinOnce=true its stdin's EOF closing the task's, and
+// without stdout and stderr taking no output (stdin, resize, signals).
 func execRequest(r *http.Request) (req exec.Request, stdout, stderr bool, err error) {
 	q, err := queryOf(r, execParams)
 	if err != nil {
 		return req, false, false, err
 	}
-	req.Command = q["command"]
-	if len(req.Command) == 0 || req.Command[0] == "" {
-		return req, false, false, errdefs.InvalidArgument("command", "must not be empty: give it once per argument (command=ls&command=-l)")
-	}
-	var flags [4]bool
-	for i, name := range []string{"stdin", "stdout", "stderr", "tty"} {
+	var flags [6]bool
+	for i, name := range []string{"stdin", "stdout", "stderr", "tty", "attach", "stdinOnce"} {
 		if flags[i], err = boolParam(q, name); err != nil {
 			return req, false, false, err
 		}
 	}
-	req.Stdin, stdout, stderr, req.TTY = flags[0], flags[1], flags[2], flags[3]
+	req.Stdin, stdout, stderr, req.TTY, req.Attach, req.StdinOnce = flags[0], flags[1], flags[2], flags[3], flags[4], flags[5]
+	req.Command = q["command"]
+	switch {
+	case req.Attach && len(req.Command) > 0:
+		return req, false, false, errdefs.InvalidArgument("command", "must be absent with attach=true: an attach joins the task's own process")
+	case req.StdinOnce && !req.Attach:
+		return req, false, false, errdefs.InvalidArgument("stdinOnce", "applies to attach=true only")
+	case !req.Attach && (len(req.Command) == 0 || req.Command[0] == ""):
+		return req, false, false, errdefs.InvalidArgument("command", "must not be empty: give it once per argument (command=ls&command=-l)")
+	}
+	req.ControlOnly = req.Attach && !stdout && !stderr
 	switch {
 	case !req.Stdin && !stdout && !stderr:
 		return req, false, false, errdefs.InvalidArgument("stdin", "at least one of stdin, stdout and stderr must be true")

@@ -243,6 +243,10 @@ func TestExecErrors(t *testing.T) {
 		{"TTYWithStderr", name, "?command=true&stdout=true&stderr=true&tty=true", nil, nil, 400, "Stoke.InvalidArgument"},
 		{"BadFlag", name, "?command=true&stdout=maybe", nil, nil, 400, "Stoke.InvalidArgument"},
 		{"UnknownParameter", name, "?command=true&stdout=true&shell=1", nil, nil, 400, "Stoke.InvalidArgument"},
+		{"AttachWithCommand", name, "?attach=true&command=true&stdout=true", nil, nil, 400, "Stoke.InvalidArgument"},
+		{"StdinOnceWithoutAttach", name, "?command=true&stdout=true&stdinOnce=true", nil, nil, 400, "Stoke.InvalidArgument"},
+		// Its task was started without stdin or a terminal.
+		{"AttachToAPlainTask", name, "?attach=true&stdout=true", nil, nil, 409, "Stoke.FailedPrecondition"},
 		{"WrongSubprotocol", name, ok, nil, []string{"v4.channel.k8s.io"}, 400, "Stoke.InvalidArgument"},
 	}
 	for _, tc := range tests {
@@ -291,7 +295,7 @@ func TestExecErrors(t *testing.T) {
 		m = do(t, "GET", base+"/metrics", "", nil)
 	}
 	for _, want := range []string{`stoke_exec_sessions_started_total{code="101"} 1`, `stoke_exec_sessions_started_total{code="404"} 1`,
-		`stoke_exec_sessions_started_total{code="409"} 1`, `stoke_exec_bytes_total{direction="out"} 5`, "stoke_exec_sessions_open 0"} {
+		`stoke_exec_sessions_started_total{code="409"} 2`, `stoke_exec_bytes_total{direction="out"} 5`, "stoke_exec_sessions_open 0"} {
 		if !strings.Contains(string(m.body), want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -32,7 +32,7 @@ var (
 	runList    = params{"labelSelector": false, "phase": false, "limit": false, "watch": false, "resourceVersion": false}
 	objectList = params{"labelSelector": false, "limit": false, "watch": false, "resourceVersion": false}
 	logParams  = params{"follow": false}
-	execParams = params{"command": true, "stdin": false, "stdout": false, "stderr": false, "tty": false, "container": false}
+	execParams = params{"command": true, "stdin": false, "stdout": false, "stderr": false, "tty": false, "container": false, "attach": false, "stdinOnce": false}
 )
 
 // queryOf parses r's query string for its route, which takes ps.
