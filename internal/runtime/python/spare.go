@@ -78,6 +78,18 @@ type spare struct {
 	// endScope ends the spare's scope; once, when the instance it became
 	// closes, or when it is killed unused.
 	endScope func()
+
+	// Set while it starts (spares.pending): readyc is closed, under
+	// spares.mu, when its start-up ended, readyErr saying how; claimed
+	// means a registration waits for it, and then owns it once readyc
+	// is closed.
+	readyc   chan struct{}
+	readyErr error
+	claimed  bool
+}
+
+func (s *spare) fits(user *runuser.User, start []string) bool {
+	return s.user == user && slices.Equal(s.start, start)
 }
 
 // kill ends a spare that was not handed over.
@@ -86,6 +98,10 @@ func (s *spare) kill() {
 	s.closeFiles()
 	s.endScope()
 }
+
+// spareWait bounds how long a registration waits for a spare that fits
+// but is still starting (spares.take).
+const spareWait = time.Second
 
 // spares keeps at most one spare, made again after each handover.
 type spares struct {
@@ -167,6 +183,14 @@ func (ss *spares) make() {
 		}
 		ss.mu.Lock()
 		ss.making, ss.pending = false, nil
+		if s != nil {
+			s.readyErr = err
+			close(s.readyc)
+			if s.claimed { // the registration waiting for it owns it
+				ss.mu.Unlock()
+				return
+			}
+		}
 		switch {
 		case err != nil:
 			closed := ss.closed // then CloseSpare killed it: no news
@@ -210,7 +234,7 @@ func (ss *spares) start(spec *runtime.SpareSpec) (*spare, error) {
 		endScope()
 		return nil, err
 	}
-	return &spare{worker: w, user: spec.User, env: env, start: a.startEnv(env), endScope: endScope}, nil
+	return &spare{worker: w, user: spec.User, env: env, start: a.startEnv(env), endScope: endScope, readyc: make(chan struct{})}, nil
 }
 
 // awaitReady waits for the spare's SPARE frame, sent once its start-up is
@@ -234,20 +258,53 @@ func (s *spare) awaitReady() error {
 }
 
 // take returns the spare if it can serve a registration as user whose
-// start-up environment is start, and it is alive; nil otherwise (a
-// spare that does not fit is kept for the next one).
-func (ss *spares) take(user *runuser.User, start []string) *spare {
+// start-up environment is start, and it is alive; nil otherwise (a spare
+// that does not fit is kept for the next one). A spare that fits but is
+// still starting is waited for, at most spareWait or until ctx ends: the
+// rest of its start is shorter than a whole one, which would also share
+// the CPUs with it. One not ready by then is left to be the next one's.
+func (ss *spares) take(ctx context.Context, user *runuser.User, start []string) *spare {
 	ss.mu.Lock()
-	s := ss.cur
-	if s == nil || s.user != user || !slices.Equal(s.start, start) {
+	if s := ss.cur; s != nil && s.fits(user, start) {
+		ss.cur = nil
+		ss.mu.Unlock()
+		return alive(s)
+	}
+	s := ss.pending
+	if s == nil || s.claimed || !s.fits(user, start) {
 		ss.mu.Unlock()
 		return nil
 	}
-	ss.cur = nil
+	s.claimed = true
 	ss.mu.Unlock()
+	t := time.NewTimer(spareWait)
+	defer t.Stop()
+	select {
+	case <-s.readyc:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	ss.mu.Lock()
+	select {
+	case <-s.readyc: // its start ended: it is this registration's
+		ss.mu.Unlock()
+		if s.readyErr != nil {
+			s.kill() // Load's deferred make starts another
+			return nil
+		}
+		return alive(s)
+	default:
+		s.claimed = false // its maker keeps it
+		ss.mu.Unlock()
+		return nil
+	}
+}
+
+// alive returns s, or nil (killing what is left of it) if it has exited.
+func alive(s *spare) *spare {
 	select {
 	case <-s.p.Done():
-		s.kill() // its pipes and scope; Load's deferred make starts another
+		s.kill()
 		return nil
 	default:
 		return s

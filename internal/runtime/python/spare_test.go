@@ -222,9 +222,25 @@ func TestSpareBrokenFallsBack(t *testing.T) {
 	})
 }
 
+// A registration that comes while the spare is still starting waits for
+// it rather than start an interpreter of its own beside it.
+func TestSpareStartingIsWaitedFor(t *testing.T) {
+	a := New(Config{Interpreter: testInterpreter(t), Spare: true})
+	started := make(chan int, 4)
+	a.spares.started = func(pid int) { started <- pid }
+	a.KeepSpare(runtime.SpareSpec{Env: spareEnv(nil)})
+	t.Cleanup(a.CloseSpare)
+	pid := nextSpare(t, started) // its start-up has only begun
+	dir := writeHandlers(t, map[string]string{"app.py": describe})
+	if got := describeCall(t, loadSpec(t, a, testSpec(t, dir, "app.handle", nil, nil)), nil, "inv"); got.Pid != pid {
+		t.Fatalf("handler ran in pid %d, not in the starting spare %d", got.Pid, pid)
+	}
+}
+
 // A spare stuck in its start-up (here its `site` writes more than a pipe
 // holds before anyone reads it) is never ready, never handed over: the
-// registration gets a worker of its own, whose output is read.
+// registration waits for it a bounded time (spareWait) and gets a worker
+// of its own, whose output is read.
 func TestSpareStuckIsNotHandedOver(t *testing.T) {
 	site := t.TempDir()
 	if err := os.WriteFile(site+"/sitecustomize.py", []byte("import sys\nsys.stdout.write('x' * 200000 + '\\n')\n"), 0o644); err != nil {

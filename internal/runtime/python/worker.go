@@ -151,7 +151,7 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	// Whatever happens, the next registration finds a spare again: made
 	// once this one's worker has answered, off its path.
 	defer a.spares.make()
-	if s := a.spares.take(spec.User, a.startEnv(env)); s != nil {
+	if s := a.spares.take(ctx, spec.User, a.startEnv(env)); s != nil {
 		if i, handed, err := a.handOver(ctx, s, spec, env, releaseDeps); handed {
 			return i, err
 		}
