@@ -35,6 +35,7 @@ func TestKube(t *testing.T) {
 		{"WorkflowCancel", testWorkflowCancel},
 		{"WorkflowBadInput", testWorkflowBadInput},
 		{"WorkflowLeaderKilled", testWorkflowLeaderKilled},
+		{"WorkflowHashFiles", testWorkflowHashFiles},
 		{"APIServerStopped", testAPIServerStopped},
 	} {
 		t.Run(st.name, func(t *testing.T) { st.test(t, e) })

@@ -240,6 +240,9 @@ const (
 	HashFilesPattern  = 1 << 10
 	HashFilesFiles    = 100_000
 	HashFilesTimeout  = 120 * time.Second
+	// StepSummary bounds what a Run keeps of its $GITHUB_STEP_SUMMARY
+	// (GitHub keeps 1 MiB; a Run's status is an etcd object).
+	StepSummary = 8 << 10
 
 	// Workflow artifacts (internal/artifact, docs/workflows.md):
 	// ArtifactBytes bounds one artifact's tar (its files' contents),

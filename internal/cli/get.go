@@ -11,6 +11,7 @@ import (
 	"stoke.dev/stoke/internal/cli/printer"
 	"stoke.dev/stoke/internal/client"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/workflow"
 )
 
 // Kind is a resource kind a command names.
@@ -242,7 +243,24 @@ func Describe(ctx context.Context, c client.API, kind Kind, ns, name string, now
 		if err != nil {
 			return err
 		}
-		return printer.DescribeWorkflowRun(s.Out, w, now)
+		// Step summaries stay in the step Runs' status, as their outputs.
+		runs, err := c.ListRuns(ctx, w.Namespace, client.ListOptions{LabelSelector: workflow.LabelWorkflowRun + "=" + w.Name})
+		if err != nil {
+			return err
+		}
+		steps := map[string]bool{}
+		for _, js := range w.Status.Jobs {
+			for _, st := range js.Steps {
+				steps[st.Run] = st.Run != ""
+			}
+		}
+		summaries := map[string]string{}
+		for _, r := range runs.Items {
+			if steps[r.Name] && r.Status.Summary != "" {
+				summaries[r.Name] = r.Status.Summary
+			}
+		}
+		return printer.DescribeWorkflowRun(s.Out, w, summaries, now)
 	case KindWorkflow:
 		return errdefs.InvalidArgument("resource", "describe takes a workflowrun; stoke get workflow %s -o yaml shows a Workflow", name)
 	}

@@ -3,6 +3,7 @@ package outputs
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
@@ -195,4 +196,35 @@ func PrependPath(dirs []string, path string) string {
 		parts = append(parts, path)
 	}
 	return strings.Join(parts, ":")
+}
+
+// ReadSummary reads the $GITHUB_STEP_SUMMARY file at path ("" when there
+// is none): its first bounds.StepSummary bytes, with a note when it held
+// more. It never fails the task, as GitHub's summary never fails a step:
+// a file it cannot read is a note in its place.
+func ReadSummary(path string) string {
+	if path == "" {
+		return ""
+	}
+	f, err := openAt(unix.AT_FDCWD, filepath.Clean(path), "$GITHUB_STEP_SUMMARY")
+	if err != nil {
+		return fmt.Sprintf("(the step summary was not read: %v)", err)
+	}
+	if f == nil {
+		return ""
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, bounds.StepSummary+1))
+	if err != nil {
+		return fmt.Sprintf("(the step summary was not read: %v)", err)
+	}
+	if len(data) <= bounds.StepSummary {
+		return strings.ToValidUTF8(string(data), "\uFFFD")
+	}
+	size := int64(len(data))
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	return strings.ToValidUTF8(bounds.Truncate(string(data), bounds.StepSummary), "\uFFFD") +
+		fmt.Sprintf("\n\n(cut: the step summary is %d bytes; the first %d are kept)\n", size, bounds.StepSummary)
 }

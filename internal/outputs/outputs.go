@@ -45,29 +45,11 @@ func ReadFileAt(dirfd int, name string) (map[string]string, error) {
 // readAt reads the file name in dirfd, which a Run wrote as the file of
 // variable v, up to max bytes; a missing file is nil data.
 func readAt(dirfd int, name, v string, max int) ([]byte, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
-	switch {
-	case err == unix.ENOENT:
-		return nil, nil
-	case err == unix.ELOOP:
-		return nil, fmt.Errorf("outputs: %s is a symbolic link", v)
-	case err != nil:
-		return nil, fmt.Errorf("outputs: %w", err)
+	f, err := openAt(dirfd, name, v)
+	if f == nil || err != nil {
+		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("outputs: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("outputs: %s is not a regular file (%s)", v, fi.Mode().Type())
-	}
-	// A second name for the file could be a link to a file the Run cannot
-	// read itself, which a server running as root would read for it.
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-		return nil, fmt.Errorf("outputs: %s has more than one link", v)
-	}
 	data, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
 	if err != nil {
 		return nil, fmt.Errorf("outputs: %w", err)
@@ -82,6 +64,38 @@ func readAt(dirfd int, name, v string, max int) ([]byte, error) {
 		data = []byte{}
 	}
 	return data, nil
+}
+
+// openAt opens a file a task wrote, refusing what a server running as
+// root must not read for it: a symbolic link, a file with a second name,
+// anything but a regular file. It returns nil, nil when there is none.
+func openAt(dirfd int, name, v string) (*os.File, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	switch {
+	case err == unix.ENOENT:
+		return nil, nil
+	case err == unix.ELOOP:
+		return nil, fmt.Errorf("outputs: %s is a symbolic link", v)
+	case err != nil:
+		return nil, fmt.Errorf("outputs: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("outputs: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("outputs: %s is not a regular file (%s)", v, fi.Mode().Type())
+	}
+	// A second name for the file could be a link to a file the Run cannot
+	// read itself, which a server running as root would read for it.
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+		f.Close()
+		return nil, fmt.Errorf("outputs: %s has more than one link", v)
+	}
+	return f, nil
 }
 
 // Parse reads KEY=VALUE lines. Blank lines are skipped; a later line for the

@@ -188,6 +188,8 @@ type execution struct {
 	outputs     map[string]string
 	// exportedEnv is what the task wrote to $GITHUB_ENV.
 	exportedEnv map[string]string
+	// summary is what it wrote to $GITHUB_STEP_SUMMARY, bounded.
+	summary string
 	// The captured streams once terminal; the buffers are released then.
 	finalStdout, finalStderr string
 	// scratchRemoved is set by finish, before done is closed, when the
@@ -224,7 +226,7 @@ func (t *Tasks) finish(e *execution, state pb.ExecutionState, code int32, msg st
 	e.state = state
 	e.exitCode = code
 	e.errMsg = bounds.Truncate(msg, bounds.Message)
-	e.outputs, e.exportedEnv = res.outputs, res.env
+	e.outputs, e.exportedEnv, e.summary = res.outputs, res.env, res.summary
 	e.finalStdout, e.finalStderr = e.stdout.String(), e.stderr.String()
 	e.stdout.release()
 	e.stderr.release()
@@ -256,6 +258,10 @@ const (
 	scratchGitHubEnv    = "github_env"
 	// scratchGitHubPath is its $GITHUB_PATH file.
 	scratchGitHubPath = "github_path"
+	// scratchGitHubSummary and scratchGitHubState are its
+	// $GITHUB_STEP_SUMMARY and $GITHUB_STATE files.
+	scratchGitHubSummary = "github_step_summary"
+	scratchGitHubState   = "github_state"
 	// scratchSetupFailure is a Relayer's $STOKE_SETUP_FAILURE file.
 	scratchSetupFailure = "setup-failure"
 )
@@ -269,7 +275,7 @@ const scratchPool = ".pool"
 // and the directory with its empty tmp back to the pool for the next
 // execution; anything else falls back to the walk.
 func (t *Tasks) removeScratch(scratch string) error {
-	for _, name := range []string{scratchOutputs, scratchGitHubOutput, scratchGitHubEnv, scratchGitHubPath} {
+	for _, name := range []string{scratchOutputs, scratchGitHubOutput, scratchGitHubEnv, scratchGitHubPath, scratchGitHubSummary, scratchGitHubState} {
 		_ = syscall.Unlink(filepath.Join(scratch, name))
 	}
 	return t.scratch.Remove(scratch)
@@ -297,6 +303,7 @@ func (e *execution) status(full bool) *pb.StatusResponse {
 	r.ErrorMessage = e.errMsg
 	r.Outputs = maps.Clone(e.outputs)
 	r.Env = maps.Clone(e.exportedEnv)
+	r.Summary = e.summary
 	if isTerminalState(e.state) {
 		r.Stdout, r.Stderr = e.finalStdout, e.finalStderr
 	} else {

@@ -32,6 +32,9 @@ type launch struct {
 	// githubPath is the $GITHUB_PATH file: directories later steps find
 	// first on PATH (collected into the exported env's PATH).
 	githubPath string
+	// githubSummary and githubState are the $GITHUB_STEP_SUMMARY and
+	// $GITHUB_STATE files (docs/runs.md).
+	githubSummary, githubState string
 	// setupFailure is a Relayer's $STOKE_SETUP_FAILURE file, "" otherwise.
 	setupFailure string
 	// stdin and tty: the task keeps a stdin pipe, or runs on a terminal,
@@ -52,6 +55,9 @@ func taskEnv(base, env map[string]string, l *launch) ([]string, string) {
 		extra["GITHUB_OUTPUT"], extra["GITHUB_ENV"] = l.githubOutput, l.githubEnv
 		if l.githubPath != "" {
 			extra["GITHUB_PATH"] = l.githubPath
+		}
+		if l.githubSummary != "" {
+			extra["GITHUB_STEP_SUMMARY"], extra["GITHUB_STATE"] = l.githubSummary, l.githubState
 		}
 	}
 	path := base["PATH"]

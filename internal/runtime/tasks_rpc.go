@@ -82,7 +82,8 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	}
 	l := launch{argv: argv, dir: workingDir, stdin: req.GetStdin() || req.GetTty(), tty: req.GetTty(), outputs: filepath.Join(scratch, scratchOutputs),
 		githubOutput: filepath.Join(scratch, scratchGitHubOutput), githubEnv: filepath.Join(scratch, scratchGitHubEnv),
-		githubPath: filepath.Join(scratch, scratchGitHubPath)}
+		githubPath: filepath.Join(scratch, scratchGitHubPath), githubSummary: filepath.Join(scratch, scratchGitHubSummary),
+		githubState: filepath.Join(scratch, scratchGitHubState)}
 	l.env, l.envPath = taskEnv(baseEnvWith(t.cfg.BaseEnv, workingDir, tmp), req.GetEnv(), &l)
 	if l.tty && !slices.ContainsFunc(l.env, func(kv string) bool { return strings.HasPrefix(kv, "TERM=") }) {
 		l.env = append(l.env, "TERM=xterm") // as exec sessions with a TTY

@@ -120,10 +120,13 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, stdio taskIO, attach *s
 		} else {
 			state = pb.ExecutionState_EXECUTION_STATE_SUCCEEDED
 		}
+		outs.summary = outputs.ReadSummary(l.githubSummary)
 	case code < 0:
 		state, msg = pb.ExecutionState_EXECUTION_STATE_FAILED, fmt.Sprintf("waiting for the process: %v", p.Err())
 	default:
 		state, msg = pb.ExecutionState_EXECUTION_STATE_FAILED, exitMessage(code, e.stderr.String())
+		// A failed step's summary is kept, as GitHub keeps it.
+		outs.summary = outputs.ReadSummary(l.githubSummary)
 	}
 	t.finish(e, state, int32(code), msg, outs)
 	e.log.Info("execution finished", "state", stateLabel(state), "exit_code", code, "duration", time.Since(started))
@@ -133,6 +136,7 @@ func (t *Tasks) supervise(e *execution, p *proc.Process, stdio taskIO, attach *s
 type results struct {
 	outputs map[string]string // $STOKE_OUTPUTS's and $GITHUB_OUTPUT's
 	env     map[string]string // $GITHUB_ENV's
+	summary string            // $GITHUB_STEP_SUMMARY's, bounded
 }
 
 // readResults reads the task's $STOKE_OUTPUTS, $GITHUB_OUTPUT and
@@ -157,6 +161,14 @@ func readResults(l launch) (results, error) {
 	}
 	if r.env, err = outputs.ReadGitHubFile(l.githubEnv, "$GITHUB_ENV"); err != nil {
 		return r, err
+	}
+	// $GITHUB_STATE is read as GitHub's runner reads it (a malformed file
+	// fails the task) and kept nowhere: its pairs are an action's, for its
+	// own post step, which no run step has (docs/runs.md).
+	if l.githubState != "" {
+		if _, err := outputs.ReadGitHubFile(l.githubState, "$GITHUB_STATE"); err != nil {
+			return r, err
+		}
 	}
 	// $GITHUB_PATH's directories reach later steps as the PATH this
 	// step had with them before it, in the exported env.

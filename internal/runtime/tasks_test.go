@@ -356,7 +356,7 @@ func TestExecuteOutcomes(t *testing.T) {
 			state:  succeeded,
 			check: func(t *testing.T, _ *fixture, st *pb.StatusResponse) {
 				// bash itself adds PWD, SHLVL and _.
-				want := "unset hi\nGITHUB_ENV GITHUB_OUTPUT GITHUB_PATH GREETING HOME LANG PATH PWD SHLVL STOKE_OUTPUTS TMPDIR _ "
+				want := "unset hi\nGITHUB_ENV GITHUB_OUTPUT GITHUB_PATH GITHUB_STATE GITHUB_STEP_SUMMARY GREETING HOME LANG PATH PWD SHLVL STOKE_OUTPUTS TMPDIR _ "
 				if st.Stdout != want {
 					t.Errorf("stdout = %q, want %q", st.Stdout, want)
 				}
@@ -827,5 +827,31 @@ func TestSelfCommandRunsTheServersExecutable(t *testing.T) {
 	st = f.run(t, &pb.ExecuteRequest{Id: "path", Args: []string{rt.SelfCommand, "version"}, Env: map[string]string{"PATH": "/nonexistent"}})
 	if st.State != failed || !strings.Contains(st.ErrorMessage, `"stoke" not found in PATH`) {
 		t.Errorf("state %s, error %q", st.State, st.ErrorMessage)
+	}
+}
+
+// $GITHUB_STEP_SUMMARY is kept (cut to its bound, also when the task
+// fails, as GitHub keeps a failed step's); $GITHUB_STATE is read as
+// GitHub reads it, a malformed one failing the task, and kept nowhere.
+func TestStepSummaryAndState(t *testing.T) {
+	f := newFixture(t, nil)
+	for i, c := range []struct {
+		script, summary, errMsg string
+		state                   pb.ExecutionState
+	}{
+		{`echo '# Tests' >> "$GITHUB_STEP_SUMMARY"; echo 'key=v' >> "$GITHUB_STATE"`, "# Tests\n", "", succeeded},
+		{`echo '| failed | 3 |' >> "$GITHUB_STEP_SUMMARY"; exit 4`, "| failed | 3 |\n", "exited with status 4", failed},
+		{`echo nonsense >> "$GITHUB_STATE"`, "", "$GITHUB_STATE line 1", failed},
+		{`head -c 9000 /dev/zero | tr '\0' x >> "$GITHUB_STEP_SUMMARY"`, "cut: the step summary is 9000 bytes", "", succeeded},
+		{`ln -s /etc/hostname "$GITHUB_STEP_SUMMARY"`, "is a symbolic link", "", succeeded},
+	} {
+		f.write(t, "task.sh", c.script, 0o755)
+		st := f.run(t, &pb.ExecuteRequest{Id: fmt.Sprintf("summary-%d", i), Entrypoint: "task.sh"})
+		if st.State != c.state || !strings.Contains(st.Summary, c.summary) || (c.errMsg == "") != (st.ErrorMessage == "") || !strings.Contains(st.ErrorMessage, c.errMsg) {
+			t.Errorf("%s: state %s, summary %.80q, error %q", c.script, st.State, st.Summary, st.ErrorMessage)
+		}
+		if len(st.Summary) > bounds.StepSummary+256 {
+			t.Errorf("%s: a summary of %d bytes", c.script, len(st.Summary))
+		}
 	}
 }

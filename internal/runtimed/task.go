@@ -13,6 +13,7 @@ import (
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/retry"
 )
 
@@ -91,12 +92,14 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	exit := st.GetExitCode()
 	outputs := st.GetOutputs()
 	exported := exportedEnv(st.GetEnv())
+	summary := bounds.Truncate(st.GetSummary(), bounds.StepSummary+256)
 	setResult := func(r *v1alpha1.Run) {
 		agentEnd(r, w.d.cfg.Now())
 		r.Status.ExitCode = &exit
 		if len(outputs) > 0 {
 			r.Status.Outputs = outputs
 		}
+		r.Status.Summary = summary
 		if len(exported) > 0 {
 			r.Status.Env = exported
 		}

@@ -67,7 +67,8 @@ func TestSharedWorkspace(t *testing.T) {
 }
 
 // A task's $GITHUB_OUTPUT lands in status.outputs beside $STOKE_OUTPUTS',
-// its $GITHUB_ENV in status.env; a heredoc without its delimiter fails the
+// its $GITHUB_ENV in status.env, its $GITHUB_STEP_SUMMARY in
+// status.summary; a heredoc without its delimiter fails the
 // task, naming the file.
 func TestGitHubFileCommands(t *testing.T) {
 	e := newEnv(t, "bash")
@@ -75,7 +76,8 @@ func TestGitHubFileCommands(t *testing.T) {
 echo "g=github" >> "$GITHUB_OUTPUT"
 { echo "multi<<EOF"; echo "line 1"; echo "line 2"; echo "EOF"; } >> "$GITHUB_OUTPUT"
 echo "B_VAR=b" >> "$GITHUB_ENV"
-printf 'A_VAR<<X\r\nx y\r\nX\r\n' >> "$GITHUB_ENV"`))
+printf 'A_VAR<<X\r\nx y\r\nX\r\n' >> "$GITHUB_ENV"
+echo "## Summary" >> "$GITHUB_STEP_SUMMARY"`))
 	got := e.waitPhase("gh", v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
 	if got.Status.Phase != v1alpha1.PhaseSucceeded {
 		t.Fatalf("status %+v", got.Status)
@@ -86,6 +88,9 @@ printf 'A_VAR<<X\r\nx y\r\nX\r\n' >> "$GITHUB_ENV"`))
 	want := []v1alpha1.EnvVar{{Name: "A_VAR", Value: "x y"}, {Name: "B_VAR", Value: "b"}}
 	if !slices.Equal(got.Status.Env, want) {
 		t.Errorf("env %+v, want %+v", got.Status.Env, want)
+	}
+	if got.Status.Summary != "## Summary\n" {
+		t.Errorf("summary %q", got.Status.Summary)
 	}
 
 	e.submit(taskRun("bad", `{ echo "h<<EOF"; echo never closed; } >> "$GITHUB_OUTPUT"`))

@@ -385,7 +385,12 @@ type StatusResponse struct {
 	// NAME=VALUE lines and NAME<<DELIMITER heredocs), validated and bounded
 	// as outputs are; what $GITHUB_OUTPUT got is in outputs. An additive
 	// extension: a server without it sets none.
-	Env           map[string]string `protobuf:"bytes,10,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Env map[string]string `protobuf:"bytes,10,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// What a task given $GITHUB_OUTPUT wrote to $GITHUB_STEP_SUMMARY
+	// (GitHub Actions' step summary, Markdown), whether it succeeded or
+	// exited non-zero, cut to 8 KiB with a note saying so. An additive
+	// extension: a server without it sets none.
+	Summary       string `protobuf:"bytes,11,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -488,6 +493,13 @@ func (x *StatusResponse) GetEnv() map[string]string {
 		return x.Env
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
 }
 
 type ListRequest struct {
@@ -1991,7 +2003,7 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\rStatusRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
 	"\x14agent_connected_seen\x18\x02 \x01(\bH\x00R\x12agentConnectedSeen\x88\x01\x01B\x17\n" +
-	"\x15_agent_connected_seen\"\xa9\x04\n" +
+	"\x15_agent_connected_seen\"\xc3\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x121\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1b.executor.v1.ExecutionStateR\x05state\x12\x1b\n" +
@@ -2003,7 +2015,8 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\x14backend_setup_failed\x18\b \x01(\bR\x12backendSetupFailed\x12,\n" +
 	"\x0fagent_connected\x18\t \x01(\bH\x00R\x0eagentConnected\x88\x01\x01\x126\n" +
 	"\x03env\x18\n" +
-	" \x03(\v2$.executor.v1.StatusResponse.EnvEntryR\x03env\x1a:\n" +
+	" \x03(\v2$.executor.v1.StatusResponse.EnvEntryR\x03env\x12\x18\n" +
+	"\asummary\x18\v \x01(\tR\asummary\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +

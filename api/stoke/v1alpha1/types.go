@@ -324,6 +324,12 @@ type RunStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	Env []EnvVar `json:"env,omitempty"`
+	// Summary is what a task wrote to $GITHUB_STEP_SUMMARY (Markdown, as
+	// GitHub's step summary), cut to 8 KiB (bounds.StepSummary); `stoke
+	// describe workflowrun` shows a step's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8448
+	Summary string `json:"summary,omitempty"`
 	// SourceCommit is the commit spec.source.git checked out (its ref
 	// resolved once, so that every attempt checks out the same tree).
 	// +optional

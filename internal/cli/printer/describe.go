@@ -18,6 +18,8 @@ import (
 type describer struct {
 	lines [][3]string // indent, key, value
 	now   time.Time
+	// summaries are step Runs' summaries, by name (a WorkflowRun's).
+	summaries map[string]string
 }
 
 func (d *describer) add(indent int, key, value string) {

@@ -138,9 +138,10 @@ func spanOf(start, end *metav1.Time) string {
 // DescribeWorkflowRun writes a WorkflowRun for people: its metadata, its
 // phase, and the DAG: each job instance in the spec's order with what it
 // needs and its phase, attempt and pod, and under it each step's phase,
-// exit code and duration.
-func DescribeWorkflowRun(w io.Writer, wf *v1alpha1.WorkflowRun, now time.Time) error {
-	d := &describer{now: now}
+// exit code and duration, and its step summary ($GITHUB_STEP_SUMMARY)
+// from summaries, by step Run name.
+func DescribeWorkflowRun(w io.Writer, wf *v1alpha1.WorkflowRun, summaries map[string]string, now time.Time) error {
+	d := &describer{now: now, summaries: summaries}
 	describeMeta(d, &wf.ObjectMeta)
 	if wf.Spec.Workflow != "" {
 		d.add(0, "Workflow:", wf.Spec.Workflow)
@@ -247,6 +248,9 @@ func describeInstance(d *describer, js *v1alpha1.JobStatus, needs string, indent
 			line += ": " + s.Message
 		}
 		d.add(indent+1, name+":", line)
+		if sum := strings.TrimRight(d.summaries[s.Run], "\n"); s.Run != "" && sum != "" {
+			d.add(indent+2, "Summary:", sum)
+		}
 	}
 }
 

@@ -34,7 +34,8 @@ func TestDescribeWorkflowRun(t *testing.T) {
 			{Name: "publish", Job: "publish", Phase: v1alpha1.JobSkipped},
 		}}
 	var b bytes.Buffer
-	if err := DescribeWorkflowRun(&b, w, t0.Add(time.Minute)); err != nil {
+	summaries := map[string]string{"ci-build-0-1-0": "## Build\nall green\n", "elsewhere": "not this run's"}
+	if err := DescribeWorkflowRun(&b, w, summaries, t0.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	// Each line with its indent, the alignment's spaces squeezed.
@@ -46,7 +47,8 @@ func TestDescribeWorkflowRun(t *testing.T) {
 	out := strings.Join(lines, "\n")
 	for _, want := range []string{
 		"Phase: Failed",
-		"Jobs:\n  build: Succeeded, pod bash-0, 2s\n    Output sha: abc\n    make: Succeeded, exit 0, 2s, run ci-build-0-1-0",
+		"Jobs:\n  build: Succeeded, pod bash-0, 2s\n    Output sha: abc\n    make: Succeeded, exit 0, 2s, run ci-build-0-1-0\n      Summary: ## Build\n",
+		" all green\n  test (1):",
 		"  test (1): Failed, needs build, attempt 2, pod bash-1, 1s\n    t: Failed, exit 1, 1s: exit status 1",
 		"  publish: Skipped, needs test",
 	} {
@@ -77,7 +79,7 @@ func TestDescribeWorkflowRunWithCalls(t *testing.T) {
 			{Name: "after", Job: "after", Phase: v1alpha1.JobSucceeded},
 		}}
 	var b bytes.Buffer
-	if err := DescribeWorkflowRun(&b, w, time.Now()); err != nil {
+	if err := DescribeWorkflowRun(&b, w, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var lines []string
