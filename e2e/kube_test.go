@@ -36,6 +36,7 @@ func TestKube(t *testing.T) {
 		{"WorkflowBadInput", testWorkflowBadInput},
 		{"WorkflowLeaderKilled", testWorkflowLeaderKilled},
 		{"WorkflowHashFiles", testWorkflowHashFiles},
+		{"WorkflowCalls", testWorkflowCalls},
 		{"APIServerStopped", testAPIServerStopped},
 	} {
 		t.Run(st.name, func(t *testing.T) { st.test(t, e) })
