@@ -249,24 +249,25 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 		p.status.Snapshot = snapshot
 	}
 	p.status.Message = bounds.Truncate(p.status.Message, bounds.Message)
-	if equality.Semantic.DeepEqual(stored.Status, p.status) {
+	switch starts(&stored.Status, &p.status) {
+	case nothing:
 		m.held, m.due = nil, time.Time{}
 		return nil
-	}
-	next := stored.DeepCopy()
-	next.Status = p.status
-	if onlyStarts(&stored.Status, &p.status) {
+	case onlyStarts:
 		if m.due.IsZero() {
 			m.due = w.now.Add(progressDelay)
 		}
 		if w.now.Before(m.due) {
-			m.held = next
+			m.held = stored.DeepCopy()
+			m.held.Status = p.status
 			// Armed each time: an earlier timer (a due since written
 			// over) fires, and finds this one not due yet.
 			c.loop.After(m.due, k)
 			return nil
 		}
 	}
+	next := stored.DeepCopy()
+	next.Status = p.status
 	m.held, m.due = nil, time.Time{}
 	written, err := c.cfg.WorkflowRuns.UpdateStatus(ctx, next)
 	if err != nil {
@@ -282,30 +283,53 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 	return nil
 }
 
-// onlyStarts reports whether next differs from stored only in what a
-// step's start records: steps gone from Pending to Running (and their
-// start times), and a job's pod learnt from its first step Run. All of
-// it is read again from the step Runs when it is lost.
-func onlyStarts(stored, next *v1alpha1.WorkflowRunStatus) bool {
+// change is what a decision changed in a WorkflowRun's status.
+type change int
+
+const (
+	nothing    change = iota
+	onlyStarts        // steps' starts alone (see starts)
+	more              // anything else: written at once
+)
+
+// starts compares next with stored: whether it changed nothing, only
+// what a step's start records (steps gone from Pending to Running, with
+// their start times, and a job's pod learnt from its first step Run; all
+// of it read again from the step Runs when it is lost), or more. It
+// copies only the job and step lists it must change to compare, and
+// compares once.
+func starts(stored, next *v1alpha1.WorkflowRunStatus) change {
 	if len(stored.Jobs) != len(next.Jobs) {
-		return false
+		return more
 	}
-	undone := next.DeepCopy()
+	undone := *next
+	undone.Jobs = slices.Clone(next.Jobs)
+	started := false
 	for i := range undone.Jobs {
 		was, js := &stored.Jobs[i], &undone.Jobs[i]
 		if len(was.Steps) != len(js.Steps) {
-			return false
+			return more
 		}
-		if was.PodUID == "" {
-			js.Pod, js.PodUID = was.Pod, was.PodUID
+		if was.PodUID == "" && js.PodUID != "" {
+			js.Pod, js.PodUID, started = was.Pod, was.PodUID, true
 		}
+		cloned := false
 		for j := range js.Steps {
 			if was.Steps[j].Phase == v1alpha1.JobPending && js.Steps[j].Phase == v1alpha1.JobRunning {
-				js.Steps[j].Phase, js.Steps[j].StartTime = was.Steps[j].Phase, was.Steps[j].StartTime
+				if !cloned {
+					js.Steps, cloned = slices.Clone(js.Steps), true
+				}
+				js.Steps[j].Phase, js.Steps[j].StartTime, started = was.Steps[j].Phase, was.Steps[j].StartTime, true
 			}
 		}
 	}
-	return equality.Semantic.DeepEqual(stored, undone)
+	switch {
+	case !equality.Semantic.DeepEqual(*stored, undone):
+		return more
+	case started:
+		return onlyStarts
+	}
+	return nothing
 }
 
 // createWorkers bounds the step Run creates in flight at once.
