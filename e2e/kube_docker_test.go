@@ -143,6 +143,7 @@ func TestKubeDocker(t *testing.T) {
 			t.Errorf("exec inspect: %+v %v, want exit 5", ins, err)
 		}
 		t.Run("Attach", func(t *testing.T) { testSDKAttach(t, ctx, c) })
+		t.Run("Detach", func(t *testing.T) { testSDKDetach(t, ctx, c) })
 	})
 
 	t.Run("RuntimeImage", func(t *testing.T) {
