@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -48,6 +50,56 @@ type replica struct {
 	// scheduled receives the name of each Run this replica's scheduler
 	// assigned (its OnScheduled hook, called once the write returns).
 	scheduled chan string
+	// watches counts the replica's watches of Runs.
+	watches runWatches
+}
+
+// runWatches counts the watches of Runs a replica has open, and the most
+// it ever had open at once.
+type runWatches struct {
+	mu         sync.Mutex
+	open, most int
+}
+
+func (w *runWatches) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err != nil || req.URL.Query().Get("watch") != "true" || !strings.HasSuffix(req.URL.Path, "/runs") {
+			return resp, err
+		}
+		w.mu.Lock()
+		w.open++
+		w.most = max(w.most, w.open)
+		w.mu.Unlock()
+		resp.Body = &watchBody{ReadCloser: resp.Body, w: w}
+		return resp, nil
+	})
+}
+
+func (w *runWatches) mostOpen() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.most
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// watchBody is a watch's response body; closing it ends the watch.
+type watchBody struct {
+	io.ReadCloser
+	w    *runWatches
+	once sync.Once
+}
+
+func (b *watchBody) Close() error {
+	b.once.Do(func() {
+		b.w.mu.Lock()
+		b.w.open--
+		b.w.mu.Unlock()
+	})
+	return b.ReadCloser.Close()
 }
 
 // awaitScheduledBy waits until r's scheduler reports name.
@@ -80,8 +132,10 @@ func (r *replica) scheduledNothing(t *testing.T) {
 func start(t *testing.T, cluster *kubetest.Cluster, certDir string) *replica {
 	t.Helper()
 	r := &replica{socket: filepath.Join(t.TempDir(), "run", "probe.sock"), done: make(chan struct{}), scheduled: make(chan string, 16)}
+	rc := rest.CopyConfig(cluster.Config)
+	rc.Wrap(r.watches.wrap)
 	c, err := controller.New(controller.Config{
-		REST: cluster.Config, Namespace: ns, MetricsAddr: "127.0.0.1:0", MetricsCertDir: certDir, ProbeSocket: r.socket,
+		REST: rc, Namespace: ns, MetricsAddr: "127.0.0.1:0", MetricsCertDir: certDir, ProbeSocket: r.socket,
 		LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: time.Second,
 		KeepLeaseOnStop: true,
 		OnScheduled:     func(run *v1alpha1.Run, _ time.Duration) { r.scheduled <- run.Name },
@@ -192,6 +246,34 @@ func awaitScheduled(t *testing.T, st store.Store, run *v1alpha1.Run) string {
 	return ""
 }
 
+// awaitFreeSlots waits until the default bash Runtime's status says free.
+func awaitFreeSlots(t *testing.T, st store.Store, free int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	rt, err := st.Runtimes().Get(ctx, "default", "bash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Status.FreeSlots == free && rt.Status.ReadyPods == 1 {
+		return
+	}
+	w, err := st.Runtimes().Watch(ctx, store.WatchOptions{Namespace: "default", ResourceVersion: rt.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.Events() {
+		if ev.Type == store.Error {
+			t.Fatalf("runtime watch: %v", ev.Err)
+		}
+		if r := ev.Object; r != nil && r.Name == "bash" && r.Status.FreeSlots == free && r.Status.ReadyPods == 1 {
+			return
+		}
+	}
+	t.Fatalf("runtime default/bash never had %d free slots", free)
+}
+
 // Two replicas: one leads and schedules, the other waits; when the leader
 // dies without releasing its Lease, the standby takes the Lease once it
 // expires and schedules from then on. The Runs go to a fake Pod that is
@@ -238,6 +320,15 @@ func TestLeaderElectionAndScheduling(t *testing.T) {
 		t.Fatalf("first was assigned to %s, want the fake pod %s", uid, pod.UID)
 	}
 	leader.awaitScheduledBy(t, "first")
+
+	// The Runtime's status counts the Run's slot (the runtime-status
+	// reconciler has read it), and the leader watched Runs once: the
+	// reconciler counts from the scheduler's informer, not from a watch of
+	// its own.
+	awaitFreeSlots(t, st, 3)
+	if n := leader.watches.mostOpen(); n != 1 {
+		t.Errorf("the leader had %d watches of Runs open at once, want 1 (the scheduler's informer, shared with the Runtime status)", n)
+	}
 
 	t.Run("metrics need a Kubernetes identity allowed to get /metrics", func(t *testing.T) {
 		checkMetricsAuth(t, kc, leader.c.MetricsAddr(), roots)
