@@ -21,6 +21,8 @@
 //	kind 1 OK          payload: u32 len(output) | output (JSON) |
 //	                   { u32 len(key) | u32 len(value) | key | value }*
 //	kind 2 ERROR       payload: type | message | traceback
+//	kind 5 HANDED      a spare's, empty: it took its registration (spare.go)
+//	kind 6 SPARE       a spare's, empty: started, waiting for one
 //
 // where each string is u32 length | UTF-8 bytes. The worker flushes the
 // handler's stdout and stderr before it writes a response, and the adapter

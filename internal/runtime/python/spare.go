@@ -99,6 +99,10 @@ func (s *spare) kill() {
 	s.endScope()
 }
 
+// remakeAfter is how long after a handover the next spare is made at the
+// latest, if the instance has not been invoked by then (a var for tests).
+var remakeAfter = time.Second
+
 // spareWait bounds how long a registration waits for a spare that fits
 // but is still starting (spares.take).
 const spareWait = time.Second
@@ -114,6 +118,7 @@ type spares struct {
 	making  bool
 	pending *spare // started, not yet ready
 	closed  bool
+	timer   *time.Timer    // makeSoon's
 	wg      sync.WaitGroup // the making goroutine
 	// started and made, if set (by tests), are called with each spare
 	// started, and each ready and kept.
@@ -139,6 +144,9 @@ func (a *Adapter) KeepSpare(spec runtime.SpareSpec) {
 func (a *Adapter) CloseSpare() {
 	a.spares.mu.Lock()
 	a.spares.closed = true
+	if a.spares.timer != nil {
+		a.spares.timer.Stop() // and make, if it runs, sees closed
+	}
 	s, pending := a.spares.cur, a.spares.pending
 	a.spares.cur = nil
 	a.spares.mu.Unlock()
@@ -148,6 +156,22 @@ func (a *Adapter) CloseSpare() {
 	a.spares.wg.Wait()
 	if s != nil {
 		s.kill()
+	}
+}
+
+// makeSoon arms make for remakeAfter from now and returns a function
+// that makes it at once instead; CloseSpare disarms it.
+func (ss *spares) makeSoon() func() {
+	t := time.AfterFunc(remakeAfter, ss.make)
+	ss.mu.Lock()
+	if ss.timer != nil {
+		ss.timer.Stop()
+	}
+	ss.timer = t
+	ss.mu.Unlock()
+	return func() {
+		t.Stop()
+		ss.make()
 	}
 }
 

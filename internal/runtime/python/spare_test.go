@@ -222,6 +222,31 @@ func TestSpareBrokenFallsBack(t *testing.T) {
 	})
 }
 
+// The next spare is made after the handed-over worker's first invocation
+// (a scale from zero's first answer), not while it is on its way.
+func TestSpareRemadeAfterFirstInvocation(t *testing.T) {
+	defer func(d time.Duration) { remakeAfter = d }(remakeAfter)
+	remakeAfter = time.Hour
+	a := New(Config{Interpreter: testInterpreter(t), Spare: true})
+	started := make(chan int, 4)
+	a.spares.started = func(pid int) { started <- pid }
+	a.KeepSpare(runtime.SpareSpec{Env: spareEnv(nil)})
+	t.Cleanup(a.CloseSpare)
+	pid := nextSpare(t, started)
+	dir := writeHandlers(t, map[string]string{"app.py": describe})
+	inst := loadSpec(t, a, testSpec(t, dir, "app.handle", nil, nil))
+	a.spares.mu.Lock()
+	making := a.spares.making || a.spares.cur != nil
+	a.spares.mu.Unlock()
+	if making {
+		t.Fatal("the next spare is made before the first invocation")
+	}
+	if got := describeCall(t, inst, nil, "inv"); got.Pid != pid {
+		t.Fatalf("handler ran in pid %d, not in the spare %d", got.Pid, pid)
+	}
+	nextSpare(t, started)
+}
+
 // A registration that comes while the spare is still starting waits for
 // it rather than start an interpreter of its own beside it.
 func TestSpareStartingIsWaitedFor(t *testing.T) {

@@ -126,6 +126,11 @@ type instance struct {
 	// nil if they could not be opened (then proc.Children by path).
 	scan *proc.ChildScanner
 
+	// afterFirst, if set (an instance that was a spare), is called once
+	// when the first invocation has returned; first records that.
+	afterFirst func()
+	first      bool
+
 	// Scratch headers, reused: the core never invokes concurrently.
 	reqHdr  [reqHeaderSize]byte
 	respHdr [respHeaderSize]byte
@@ -148,15 +153,23 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	if err != nil {
 		return nil, err
 	}
-	// Whatever happens, the next registration finds a spare again: made
-	// once this one's worker has answered, off its path.
-	defer a.spares.make()
 	if s := a.spares.take(ctx, spec.User, a.startEnv(env)); s != nil {
 		if i, handed, err := a.handOver(ctx, s, spec, env, releaseDeps); handed {
+			// The next spare is made off this registration's path, which
+			// runs to its first answer (a scale from zero's): after its
+			// first invocation, or remakeAfter, whichever comes first.
+			if err != nil {
+				a.spares.make()
+			} else {
+				i.(*instance).afterFirst = a.spares.makeSoon()
+			}
 			return i, err
 		}
 		log.Debug("the spare python worker could not be handed over; starting one", "pid", s.p.Pid())
 	}
+	// A spare that was not there (or did not fit) is made once this
+	// worker has answered.
+	defer a.spares.make()
 	w, err := a.startWorker(spec.WorkingDir, env, spec.User,
 		spec.Handler, "__STOKE_WORKDIR="+spec.WorkingDir, "__STOKE_RUN_UID="+spec.RunUID)
 	if err != nil {
@@ -337,6 +350,10 @@ func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.
 	defer func() {
 		i.stdout.attribute("")
 		i.stderr.attribute("")
+		if !i.first && i.afterFirst != nil { // the core never invokes concurrently
+			i.first = true
+			i.afterFirst()
+		}
 	}()
 
 	stop := context.AfterFunc(ctx, i.interrupt)
