@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -146,6 +147,45 @@ func TestKubeDocker(t *testing.T) {
 		t.Run("Detach", func(t *testing.T) { testSDKDetach(t, ctx, c) })
 	})
 
+	// A created container is its Run, held: the other replica starts,
+	// lists, inspects and removes it.
+	t.Run("CreatedAcrossReplicas", func(t *testing.T) {
+		urls := gatewayBases(e.gateways(t, 2))
+		if len(urls) < 2 {
+			t.Fatalf("gateways %v, want two", urls)
+		}
+		one := dockerCLI{t: t, bin: bin, host: "tcp://" + dockerForwardTo(t, urls[0]), env: []string{"DOCKER_TLS_VERIFY=1", "DOCKER_CERT_PATH=" + editor}}
+		other := one
+		other.host = "tcp://" + dockerForwardTo(t, urls[1])
+		id := strings.TrimSpace(one.ok("create", "--name", "kd-held", "bash", "sh", "-c", "echo held-ran"))
+		rmID := strings.TrimSpace(one.ok("create", "--name", "kd-held-rm", "bash", "true"))
+		if run := e.getRun(t, "kd-held"); !run.Spec.Held || run.Status.AssignedPod != "" {
+			t.Fatalf("the created container's Run: held %v, pod %q", run.Spec.Held, run.Status.AssignedPod)
+		}
+		// At once, by the ID create answered: the other replica reads the
+		// store for a container not in its memory yet.
+		other.ok("start", id)
+		if out := other.ok("wait", id); out != "0\n" {
+			t.Errorf("wait through the other replica: %q", out)
+		}
+		if out := other.ok("logs", id); out != "held-ran\n" {
+			t.Errorf("logs through the other replica: %q", out)
+		}
+		if out := other.ok("inspect", "-f", "{{.State.Status}}", rmID); out != "created\n" {
+			t.Errorf("inspect through the other replica: %q", out)
+		}
+		// kd-held-rm was created before kd-held started: the other
+		// replica, having seen kd-held end, holds it in memory too.
+		if out := other.ok("ps", "-a", "--filter", "status=created", "--filter", "name=kd-held", "--format", "{{.Names}} {{.Status}}"); out != "kd-held-rm Created\n" {
+			t.Errorf("ps -a --filter status=created through the other replica: %q", out)
+		}
+		other.ok("rm", rmID)
+		if _, err := e.stoke.Get().Namespace(runsNamespace).Resource("runs").Name("kd-held-rm").DoRaw(context.Background()); !apierrors.IsNotFound(err) {
+			t.Errorf("the removed container's Run: %v", err)
+		}
+		one.ok("rm", id)
+	})
+
 	t.Run("RuntimeImage", func(t *testing.T) {
 		// A Runtime whose Pods run a user's image is what that image
 		// selects: the image's own module is there.
@@ -216,7 +256,13 @@ func TestKubeDocker(t *testing.T) {
 // CLI verifies.
 func (e *kubeEnv) dockerForward(t testing.TB) string {
 	t.Helper()
-	u := anyGateway(e.gateways(t, 1))
+	return dockerForwardTo(t, anyGateway(e.gateways(t, 1)))
+}
+
+// dockerForwardTo forwards a local port to the Docker port of the gateway
+// whose base URL is u.
+func dockerForwardTo(t testing.TB, u string) string {
+	t.Helper()
 	host, _, err := net.SplitHostPort(strings.TrimPrefix(u, "https://"))
 	if err != nil {
 		t.Fatal(err)

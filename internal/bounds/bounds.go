@@ -61,11 +61,15 @@ const (
 	// API remembers (created, running, or ended and still inspectable);
 	// DockerArchive the bytes one `docker cp` moves either way;
 	// DockerEvents the container events kept for `docker events --since`
-	// (a follower that falls that far behind is disconnected).
+	// (a follower that falls that far behind is disconnected);
+	// DockerCreated the containers of a namespace created and not started
+	// (held Runs, counted in the Runs in memory: the gateway's replicas
+	// may each let one more through at the same instant).
 	DockerRequest = 1 << 20
 	DockerExecs   = 1024
 	DockerArchive = 1 << 30
 	DockerEvents  = 1024
+	DockerCreated = 1024
 	// DockerNamespaces bounds the namespaces the Kubernetes gateway's
 	// Docker API keeps state (and a Run watch) for; DockerWatchEvents the
 	// Run events one of those watches holds for its follower before it is

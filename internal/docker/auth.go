@@ -41,20 +41,22 @@ var needs = map[string][]need{
 	"GET /info":             {{verb: "list"}},
 	"GET /containers/json":  {{verb: "list"}},
 	"GET /events":           {{verb: "watch"}},
-	// create makes no Run yet; its name is the Run's to be.
+	// create makes the container's Run, held until start; its name is
+	// the Run's.
 	"POST /containers/create":   {{verb: "create"}},
 	"GET /containers/{id}/json": {{verb: "get", container: true}},
 	"GET /containers/{id}/top":  {{verb: "get", container: true}},
 	// stats reads the task's usage with a script of the server's own.
-	"GET /containers/{id}/stats":    {{verb: "get", container: true}},
-	"POST /containers/{id}/wait":    {{verb: "get", container: true}},
-	"POST /containers/{id}/start":   {{verb: "create", container: true}},
+	"GET /containers/{id}/stats": {{verb: "get", container: true}},
+	"POST /containers/{id}/wait": {{verb: "get", container: true}},
+	// start clears the held Run's spec.held.
+	"POST /containers/{id}/start":   {{verb: "update", container: true}},
 	"GET /containers/{id}/logs":     {{verb: "get", subresource: "log", container: true}},
 	"POST /containers/{id}/attach":  {{verb: "get", subresource: "log", container: true}, {verb: "create", subresource: "exec", container: true, ifQuery: "stdin"}},
 	"POST /containers/{id}/resize":  {{verb: "create", subresource: "exec", container: true}},
 	"POST /containers/{id}/kill":    {{verb: "update", container: true}},
 	"POST /containers/{id}/stop":    {{verb: "update", container: true}},
-	"POST /containers/{id}/restart": {{verb: "delete", container: true}, {verb: "create", container: true}},
+	"POST /containers/{id}/restart": {{verb: "delete", container: true}, {verb: "create", container: true}, {verb: "update", container: true}},
 	"DELETE /containers/{id}":       {{verb: "delete", container: true}},
 	"HEAD /containers/{id}/archive": {{verb: "create", subresource: "exec", container: true}},
 	"GET /containers/{id}/archive":  {{verb: "create", subresource: "exec", container: true}},

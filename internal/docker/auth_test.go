@@ -55,6 +55,12 @@ func (b noRuns) DeleteRun(context.Context, string, string) (*v1alpha1.Run, error
 func (b noRuns) WatchRuns(context.Context, store.WatchOptions) (store.Watcher[*v1alpha1.Run], error) {
 	return nil, b.fail("WatchRuns")
 }
+func (b noRuns) ListRuns(context.Context, store.ListOptions) ([]*v1alpha1.Run, string, error) {
+	return nil, "", b.fail("ListRuns")
+}
+func (b noRuns) ReleaseRun(context.Context, string, string) (*v1alpha1.Run, error) {
+	return nil, b.fail("ReleaseRun")
+}
 func (noRuns) CachedRun(string, string) (*v1alpha1.Run, bool) { return nil, false }
 func (noRuns) CachedRuns(string) []*v1alpha1.Run              { return nil }
 func (b noRuns) ExecRoute(string, string) (exec.Executor, string, error) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -24,6 +25,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/store"
 )
 
 // Annotations a container's Run carries: its Docker ID and what `docker
@@ -48,13 +50,17 @@ type meta struct {
 	StopTimeout *int              `json:"stopTimeout,omitempty"`
 	AutoRemove  bool              `json:"autoRemove,omitempty"`
 	// Tty, OpenStdin and StdinOnce are the main process's (attach.go).
-	Tty       bool      `json:"tty,omitempty"`
-	OpenStdin bool      `json:"openStdin,omitempty"`
-	StdinOnce bool      `json:"stdinOnce,omitempty"`
-	Created   time.Time `json:"created"`
+	Tty       bool `json:"tty,omitempty"`
+	OpenStdin bool `json:"openStdin,omitempty"`
+	StdinOnce bool `json:"stdinOnce,omitempty"`
+	// ConsoleSize is create's [height, width] of the terminal (Tty), the
+	// task's spec.mode.task.ttySize; nil: 80×24.
+	ConsoleSize []uint    `json:"consoleSize,omitempty"`
+	Created     time.Time `json:"created"`
 }
 
-// ctr is one container: created (no Run yet), or a task Run.
+// ctr is one container: a task Run, held (spec.held) while the container
+// is created and not started.
 type ctr struct {
 	id, name string
 	meta     meta
@@ -62,9 +68,9 @@ type ctr struct {
 	runtime  string
 	// run is the Run once started; nil while created.
 	run *v1alpha1.Run
-	// starting is set while start creates the Run (created ones, under
-	// Server.mu).
-	starting bool
+	// held is the Run while created: held, not ended (a held Run that was
+	// cancelled is an exited container).
+	held *v1alpha1.Run
 }
 
 func (c *ctr) running() bool { return c.run != nil && !c.run.Status.Phase.Terminal() }
@@ -117,12 +123,18 @@ func containerID(run *v1alpha1.Run) string {
 // fromRun is the container view of a task Run.
 func (s *Server) fromRun(run *v1alpha1.Run) *ctr {
 	c := &ctr{id: containerID(run), name: run.Name, run: run, runtime: run.Spec.Runtime}
+	if run.Spec.Held && !run.Status.Phase.Terminal() {
+		c.run, c.held = nil, run
+	}
 	if raw := run.Annotations[AnnotationConfig]; raw != "" {
 		_ = json.Unmarshal([]byte(raw), &c.meta)
 	} else {
 		c.meta = meta{Image: "stoke/" + run.Spec.Runtime, Labels: run.Labels, Created: run.CreationTimestamp.UTC()}
 		if t := run.Spec.Mode.Task; t != nil {
 			c.meta.Cmd, c.meta.Tty, c.meta.OpenStdin = t.Args, t.TTY, t.Stdin
+			if sz := t.TTYSize; sz != nil {
+				c.meta.ConsoleSize = []uint{uint(sz.Height), uint(sz.Width)}
+			}
 			if t.Entrypoint != "" {
 				c.meta.Entrypoint = []string{t.Entrypoint}
 			}
@@ -134,18 +146,10 @@ func (s *Server) fromRun(run *v1alpha1.Run) *ctr {
 	return c
 }
 
-// containers are the created containers and the namespace's task Runs,
-// newest first; without all, only the running ones.
+// containers are the namespace's task Runs, newest first; without all,
+// only the running ones.
 func (s *Server) containers(all bool) []*ctr {
-	s.mu.Lock()
-	out := make([]*ctr, 0, len(s.created))
-	for _, c := range s.created {
-		if c.run == nil && all {
-			cp := *c // start sets run under mu
-			out = append(out, &cp)
-		}
-	}
-	s.mu.Unlock()
+	var out []*ctr
 	for _, run := range s.cfg.Backend.CachedRuns(s.cfg.Namespace) {
 		if run.Spec.Mode.Task == nil {
 			continue
@@ -165,17 +169,6 @@ func (s *Server) lookup(ref string) (*ctr, error) {
 	if name == "" {
 		return nil, noSuchContainer(ref)
 	}
-	s.mu.Lock()
-	for _, c := range s.created {
-		if c.id == name || c.name == name {
-			// A copy: start sets run under mu. A started one not yet in
-			// memory has the Run as created.
-			cp := *c
-			s.mu.Unlock()
-			return &cp, nil
-		}
-	}
-	s.mu.Unlock()
 	if run, ok := s.cfg.Backend.CachedRun(s.cfg.Namespace, name); ok && run.Spec.Mode.Task != nil {
 		return s.fromRun(run), nil
 	}
@@ -192,10 +185,37 @@ func (s *Server) lookup(ref string) (*ctr, error) {
 		}
 	}
 	if found == nil {
-		return nil, noSuchContainer(ref)
+		return s.lookupStored(name, ref)
 	}
 	return found, nil
 }
+
+// lookupStored finds, by its full ID, a container another server created
+// a moment ago and this one does not hold in memory yet (the Kubernetes
+// gateway's replicas): a client that created it there may start, inspect
+// or remove it here at once. One read of the store, for full IDs only,
+// and only of the Runs not yet scheduled (a created container's).
+func (s *Server) lookupStored(name, ref string) (*ctr, error) {
+	if len(name) != 64 || strings.Trim(name, "0123456789abcdef") != "" {
+		return nil, noSuchContainer(ref)
+	}
+	ctx, cancel := context.WithTimeout(s.serverCtx(), storedLookupBound)
+	defer cancel()
+	runs, _, err := s.cfg.Backend.ListRuns(ctx, store.ListOptions{Namespace: s.cfg.Namespace, Phases: []v1alpha1.Phase{"", v1alpha1.PhasePending}})
+	if err != nil {
+		s.log.Warn("docker: reading the store for a container not in memory", "container", name[:12], "error", err)
+		return nil, noSuchContainer(ref)
+	}
+	for _, run := range runs {
+		if run.Spec.Mode.Task != nil && run.Annotations[AnnotationID] == name {
+			return s.fromRun(run), nil
+		}
+	}
+	return nil, noSuchContainer(ref)
+}
+
+// storedLookupBound bounds lookupStored's read of the store.
+const storedLookupBound = 10 * time.Second
 
 // readJSON decodes a bounded JSON body; an empty body leaves v as it is.
 func readJSON(r *http.Request, v any) error {
@@ -256,6 +276,13 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *http.Request) {
 	c := &ctr{id: id, name: name, runtime: rule.Runtime, env: cfg.Env, meta: meta{Image: ref, Cmd: cfg.Cmd, Entrypoint: cfg.Entrypoint,
 		Labels: cfg.Labels, StopSignal: cfg.StopSignal, StopTimeout: cfg.StopTimeout, AutoRemove: host.AutoRemove, Created: time.Now().UTC(),
 		Tty: cfg.Tty, OpenStdin: cfg.OpenStdin, StdinOnce: cfg.StdinOnce}}
+	if rows, cols := host.ConsoleSize[0], host.ConsoleSize[1]; cfg.Tty && rows > 0 && cols > 0 {
+		if rows > math.MaxUint16 || cols > math.MaxUint16 {
+			writeError(w, errdefs.InvalidArgument("HostConfig.ConsoleSize", "is %d×%d, at most %d each", rows, cols, math.MaxUint16))
+			return
+		}
+		c.meta.ConsoleSize = []uint{rows, cols}
+	}
 	if (c.meta.Tty || c.meta.OpenStdin) && s.onLambda(c) {
 		writeError(w, notOnLambda(c, "give its task a terminal or stdin (-t, -i): run it detached and use `docker exec -it` into it"))
 		return
@@ -267,22 +294,30 @@ func (s *Server) containerCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.InvalidArgument("Cmd", "no command specified"))
 		return
 	}
-	if _, err := s.toRun(c); err != nil {
+	run, err := s.toRun(c)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if other, err := s.lookup(name); err == nil {
-		writeError(w, errdefs.Errorf(errdefs.ErrAlreadyExists, "Conflict. The container name %q is already in use by container %q. You have to remove (or rename) that container to be able to reuse that name.", "/"+name, other.id))
+	if n := s.heldCount(); n >= bounds.DockerCreated {
+		writeError(w, errdefs.Errorf(errdefs.ErrResourceExhausted, "%d containers are created and not started in namespace %s, the most it keeps; start or remove one", n, s.cfg.Namespace))
 		return
 	}
-	s.mu.Lock()
-	if len(s.created) >= bounds.DockerExecs {
-		s.mu.Unlock()
-		writeError(w, errdefs.Errorf(errdefs.ErrResourceExhausted, "%d containers are created and not started, the most this server keeps; start or remove one", bounds.DockerExecs))
+	// A created container is its Run, held until `docker start`: every
+	// server on the same Runs (a restarted stoke up, the gateway's other
+	// replicas) finds it.
+	run.Spec.Held = true
+	if _, err := s.cfg.Backend.CreateRun(r.Context(), run); err != nil {
+		if errors.Is(err, errdefs.ErrAlreadyExists) {
+			other := "a Run"
+			if cur, lerr := s.lookup(name); lerr == nil {
+				other = "container " + strconv.Quote(cur.id)
+			}
+			err = errdefs.Errorf(errdefs.ErrAlreadyExists, "Conflict. The container name %q is already in use by %s. You have to remove (or rename) that container to be able to reuse that name.", "/"+name, other)
+		}
+		writeError(w, err)
 		return
 	}
-	s.created[id] = c
-	s.mu.Unlock()
 	s.cfg.Images.remember(ref)
 	s.event(c, events.ActionCreate, nil)
 	writeJSON(w, http.StatusCreated, container.CreateResponse{ID: id, Warnings: []string{}})
@@ -301,6 +336,18 @@ func unsupported(cfg *container.Config, host *container.HostConfig) error {
 		return errdefs.InvalidArgument("HostConfig.Privileged", "privileged containers are not supported on Stoke")
 	}
 	return nil
+}
+
+// heldCount is how many containers of the namespace are created and not
+// started, as the Runs in memory say.
+func (s *Server) heldCount() int {
+	n := 0
+	for _, run := range s.cfg.Backend.CachedRuns(s.cfg.Namespace) {
+		if run.Spec.Held && !run.Status.Phase.Terminal() {
+			n++
+		}
+	}
+	return n
 }
 
 // toRun is the task Run that runs a created container.
@@ -322,6 +369,9 @@ func (s *Server) toRun(c *ctr) (*v1alpha1.Run, error) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindRun},
 		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: namespace, Annotations: map[string]string{AnnotationID: c.id, AnnotationConfig: string(raw)}},
 		Spec:       v1alpha1.RunSpec{Runtime: c.runtime, Mode: v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: args, Stdin: c.meta.OpenStdin, TTY: c.meta.Tty}}},
+	}
+	if cs := c.meta.ConsoleSize; len(cs) == 2 && c.meta.Tty {
+		run.Spec.Mode.Task.TTYSize = &v1alpha1.TerminalSize{Height: int32(min(cs[0], math.MaxUint16)), Width: int32(min(cs[1], math.MaxUint16))}
 	}
 	// Labels that are Kubernetes labels select the Run too (stoke get -l);
 	// all of them are in the config annotation.
@@ -365,89 +415,77 @@ func (s *Server) containerStart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Errorf(errdefs.ErrNotRunning, "container %s has exited: a task Run runs once on Stoke; create another container", c.id[:12]))
 		return
 	}
-	if err := s.start(r, c); err != nil {
+	run, err := s.start(r, c)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
 	// As Docker's: the answer comes once the process runs (or ended), so
 	// that an exec right after it finds it.
-	if err := s.awaitStarted(r.Context(), c.id); err != nil {
+	if err := s.awaitStarted(r.Context(), run); err != nil {
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// awaitStarted waits until the container's Run is Running or has ended.
-func (s *Server) awaitStarted(ctx context.Context, id string) error {
+// awaitStarted waits until the Runs in memory show run Running or ended,
+// so that what the client asks next of this server finds it so (exec,
+// wait, logs). A Run deleted meanwhile ends the wait.
+func (s *Server) awaitStarted(ctx context.Context, run *v1alpha1.Run) error {
 	tick := time.NewTicker(waitRecheck)
 	defer tick.Stop()
 	for {
 		ch := s.changes()
-		cur, err := s.lookup(id)
-		if err != nil || cur.run == nil {
-			return nil // removed in between: nothing to wait for
-		}
-		if p := cur.run.Status.Phase; p == v1alpha1.PhaseRunning || p.Terminal() {
-			return nil
+		if cur, ok := s.cfg.Backend.CachedRun(run.Namespace, run.Name); ok {
+			if cur.UID != run.UID {
+				return nil // removed, and the name taken again
+			}
+			if p := cur.Status.Phase; !cur.Spec.Held && (p == v1alpha1.PhaseRunning || p.Terminal()) {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ch:
 		case <-tick.C:
+			// No event for a deletion the Runs in memory have not seen.
+			if got, err := s.cfg.Backend.GetRun(ctx, run.Namespace, run.Name); errors.Is(err, errdefs.ErrNotFound) || (err == nil && got.UID != run.UID) {
+				return nil
+			}
 		}
 	}
 }
 
-// start creates the Run of a created container.
-func (s *Server) start(r *http.Request, c *ctr) error {
-	run, err := s.toRun(c)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	cur := s.created[c.id]
-	if cur == nil || cur.run != nil || cur.starting {
+// start releases a created container's held Run (one write), or, for a
+// restart (held nil), creates its Run anew.
+func (s *Server) start(r *http.Request, c *ctr) (*v1alpha1.Run, error) {
+	if c.meta.AutoRemove {
+		// This server deletes it once it ended (Config.Replicated).
+		s.mu.Lock()
+		s.started[c.id] = struct{}{}
 		s.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrConflict, "container %s is being started", c.id[:12])
 	}
-	cur.starting = true
-	s.mu.Unlock()
-	created, err := s.cfg.Backend.CreateRun(r.Context(), run)
-	s.mu.Lock()
-	cur.starting = false
-	if err == nil {
-		// Kept until the Runs in memory have it (forget).
-		cur.run = created
-		if c.meta.AutoRemove {
-			s.started[c.id] = struct{}{}
+	var run *v1alpha1.Run
+	var err error
+	if c.held != nil {
+		run, err = s.cfg.Backend.ReleaseRun(r.Context(), c.held.Namespace, c.held.Name)
+		if err == nil && run.UID != c.held.UID {
+			err = noSuchContainer(c.id)
 		}
+	} else if run, err = s.toRun(c); err == nil {
+		run, err = s.cfg.Backend.CreateRun(r.Context(), run)
 	}
-	s.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("starting container %s: %w", c.id[:12], err)
-	}
-	// The Runs in memory may have it already: its events may come before
-	// CreateRun answers (they then found no started container to forget).
-	if cached, ok := s.cfg.Backend.CachedRun(created.Namespace, created.Name); ok && cached.UID == created.UID {
-		s.forget(string(created.UID))
+		s.mu.Lock()
+		delete(s.started, c.id)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("starting container %s: %w", c.id[:12], err)
 	}
 	s.wake()
-	s.log.Info("docker: container started", "container", c.id[:12], "run", created.Namespace+"/"+created.Name, "run_uid", created.UID)
-	return nil
-}
-
-// forget drops a started container from the created ones once the Runs
-// in memory have its Run (or it is gone).
-func (s *Server) forget(uid string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id, c := range s.created {
-		if c.run != nil && string(c.run.UID) == uid {
-			delete(s.created, id)
-		}
-	}
+	s.log.Info("docker: container started", "container", c.id[:12], "run", run.Namespace+"/"+run.Name, "run_uid", run.UID)
+	return run, nil
 }
 
 func (s *Server) containerInspect(w http.ResponseWriter, r *http.Request) {
@@ -487,6 +525,9 @@ func (s *Server) inspect(c *ctr) container.InspectResponse {
 	}
 	if len(argv) > 0 {
 		out.Path, out.Args = argv[0], argv[1:]
+	}
+	if cs := c.meta.ConsoleSize; len(cs) == 2 {
+		out.HostConfig.ConsoleSize = [2]uint{cs[0], cs[1]}
 	}
 	return out
 }
@@ -641,21 +682,18 @@ func (s *Server) containerRemove(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// remove deletes a container's Run (a running task is killed as it goes),
-// or forgets a created one.
+// remove deletes a container's Run (a running task is killed as it goes;
+// a created one's held Run never ran).
 func (s *Server) remove(r *http.Request, c *ctr) error {
-	if c.run == nil {
-		s.mu.Lock()
-		delete(s.created, c.id)
-		s.mu.Unlock()
-		return nil
+	run := c.run
+	if run == nil {
+		run = c.held
 	}
-	if _, err := s.cfg.Backend.DeleteRun(r.Context(), c.run.Namespace, c.run.Name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.cfg.Backend.DeleteRun(r.Context(), run.Namespace, run.Name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return err
 	}
-	s.forget(string(c.run.UID))
 	s.execs.dropContainer(c.id)
-	s.log.Info("docker: container removed", "container", c.id[:12], "run_uid", c.run.UID)
+	s.log.Info("docker: container removed", "container", c.id[:12], "run_uid", run.UID)
 	return nil
 }
 

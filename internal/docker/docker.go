@@ -33,6 +33,12 @@ type Backend interface {
 	// store by a moment.
 	CachedRun(namespace, name string) (*v1alpha1.Run, bool)
 	CachedRuns(namespace string) []*v1alpha1.Run
+	// ListRuns reads Runs from the store: a container another server
+	// created a moment ago, not in memory here yet.
+	ListRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Run, string, error)
+	// ReleaseRun clears a held Run's spec.held: a created container
+	// starts.
+	ReleaseRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error)
 	gateway.ExecRouter
 }
 
@@ -69,9 +75,6 @@ type Server struct {
 	mux *http.ServeMux
 
 	mu sync.Mutex
-	// created holds containers created and not yet started: they are no
-	// Run until `docker start`.
-	created map[string]*ctr
 	// changed is closed (and replaced) at every Run event: waiters look at
 	// the Runs in memory again.
 	changed chan struct{}
@@ -96,7 +99,7 @@ func New(cfg Config) *Server {
 	if cfg.Namespace == "" {
 		cfg.Namespace = store.DefaultNamespace
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), created: map[string]*ctr{},
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
 		changed: make(chan struct{}), attached: map[string]int{}, started: map[string]struct{}{}, execs: newExecTable(), events: newEventLog(), ctx: context.Background()}
 	s.routes()
 	return s
@@ -158,7 +161,6 @@ func (s *Server) follow(ctx context.Context) error {
 			return ev.Err
 		}
 		if ev.Object != nil {
-			s.forget(string(ev.Object.UID))
 			s.runEvent(ev)
 			if ev.Type == store.Deleted {
 				s.mu.Lock()

@@ -168,13 +168,17 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *http.Request) {
 		}
 		skip = max(0, total-lq.tail)
 	}
-	w.Header().Set("Content-Type", streamType(false))
+	// As Docker's: a TTY container's log is its terminal's one raw stream.
+	w.Header().Set("Content-Type", streamType(c.meta.Tty))
 	w.WriteHeader(http.StatusOK)
 	if c.run == nil {
 		return
 	}
 	fw := &flushWriter{w: w, rc: http.NewResponseController(w)}
-	stdout, stderr := newFramed(fw)
+	var stdout, stderr io.Writer = fw, io.Discard
+	if !c.meta.Tty {
+		stdout, stderr = newFramed(fw)
+	}
 	if _, err := s.copyLog(r.Context(), c, lq, lq.follow, skip, stdout, stderr); err != nil && r.Context().Err() == nil {
 		s.log.Info("docker: logs ended early", "container", c.id[:12], "error", err)
 	}

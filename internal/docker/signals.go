@@ -234,15 +234,13 @@ func (s *Server) containerRestart(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		c = &ctr{id: c.id, name: c.name, meta: c.meta, env: c.env, runtime: c.runtime}
-		s.mu.Lock()
-		s.created[c.id] = c
-		s.mu.Unlock()
 	}
-	if err := s.start(r, c); err != nil {
+	run, err := s.start(r, c)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := s.awaitStarted(r.Context(), c.id); err != nil {
+	if err := s.awaitStarted(r.Context(), run); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -148,6 +148,14 @@ func (b *dockerBackend) CancelRun(ctx context.Context, namespace, name string) (
 	return store.RequestCancel(ctx, b.runs, namespace, name)
 }
 
+func (b *dockerBackend) ReleaseRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
+	return store.ReleaseHold(ctx, b.runs, namespace, name)
+}
+
+func (b *dockerBackend) ListRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Run, string, error) {
+	return b.runs.List(ctx, opts)
+}
+
 func (b *dockerBackend) DeleteRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
 	run, err := b.runs.Get(ctx, namespace, name)
 	if err != nil {

@@ -136,6 +136,21 @@ func TestAttachTTY(t *testing.T) {
 	}
 }
 
+// TestTTYSize: a task started on a terminal with tty_size starts at that
+// size (Docker's ConsoleSize), without a resize; a size past 65535 is
+// refused.
+func TestTTYSize(t *testing.T) {
+	f := newFixture(t, nil)
+	f.execute(t, &pb.ExecuteRequest{Id: "size", Args: []string{"stty", "size"}, Tty: true, TtySize: &pb.TerminalSize{Width: 111, Height: 33}})
+	if st := f.wait(t, "size"); st.ExitCode != 0 || strings.TrimSpace(st.Stdout) != "33 111" {
+		t.Errorf("stty size: exit %d, %q; want 33 111", st.ExitCode, st.Stdout)
+	}
+	_, err := f.tasks.Execute(context.Background(), &pb.ExecuteRequest{Id: "huge", WorkingDir: f.work, Args: []string{"true"}, Tty: true, TtySize: &pb.TerminalSize{Width: 1 << 16, Height: 24}})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "tty_size") {
+		t.Errorf("tty_size 65536 wide: %v, want InvalidArgument naming tty_size", err)
+	}
+}
+
 // TestAttachRefused: a task without stdin or terminal cannot be attached
 // to, and an attach request carrying a command is refused.
 func TestAttachRefused(t *testing.T) {

@@ -40,6 +40,8 @@ type launch struct {
 	// stdin and tty: the task keeps a stdin pipe, or runs on a terminal,
 	// for attach sessions (ExecuteRequest's stdin and tty).
 	stdin, tty bool
+	// size is the terminal's at the start (tty_size; zero: 80×24).
+	size stokeexec.TermSize
 }
 
 // taskEnv builds the child's environment: the minimal base, the request's
@@ -193,7 +195,7 @@ func (stdio taskIO) closeAll() {
 func (t *Tasks) taskStdio(cmd *exec.Cmd, l launch) (taskIO, error) {
 	var stdio taskIO
 	if l.tty {
-		master, tty, err := stokeexec.OpenPTY(stokeexec.TermSize{})
+		master, tty, err := stokeexec.OpenPTY(l.size)
 		if err != nil {
 			return stdio, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	stokeexec "stoke.dev/stoke/internal/exec"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/validation"
 )
@@ -39,6 +41,9 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	}
 	if err := validation.Env("env", req.GetEnv()); err != nil {
 		return nil, err
+	}
+	if sz := req.GetTtySize(); sz.GetWidth() > math.MaxUint16 || sz.GetHeight() > math.MaxUint16 {
+		return nil, errdefs.InvalidArgument("tty_size", "is %d×%d, at most %d each", sz.GetWidth(), sz.GetHeight(), math.MaxUint16)
 	}
 	if r, ok := t.cfg.Adapter.(Relayer); ok && r.RelaysTasks() && (req.GetStdin() || req.GetTty()) {
 		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "execution %q: stdin and tty: runtime %s runs its tasks elsewhere, without a stdin or terminal here", id, t.cfg.Adapter.Name())
@@ -84,6 +89,9 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 		githubOutput: filepath.Join(scratch, scratchGitHubOutput), githubEnv: filepath.Join(scratch, scratchGitHubEnv),
 		githubPath: filepath.Join(scratch, scratchGitHubPath), githubSummary: filepath.Join(scratch, scratchGitHubSummary),
 		githubState: filepath.Join(scratch, scratchGitHubState)}
+	if sz := req.GetTtySize(); l.tty {
+		l.size = stokeexec.TermSize{Width: uint16(sz.GetWidth()), Height: uint16(sz.GetHeight())}
+	}
 	l.env, l.envPath = taskEnv(baseEnvWith(t.cfg.BaseEnv, workingDir, tmp), req.GetEnv(), &l)
 	if l.tty && !slices.ContainsFunc(l.env, func(kv string) bool { return strings.HasPrefix(kv, "TERM=") }) {
 		l.env = append(l.env, "TERM=xterm") // as exec sessions with a TTY

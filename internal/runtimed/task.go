@@ -39,6 +39,9 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 		WorkingDir: dir, Entrypoint: task.Entrypoint,
 		Stdin: task.Stdin, Tty: task.TTY,
 	}
+	if sz := task.TTYSize; sz != nil {
+		req.TtySize = &pb.TerminalSize{Width: uint32(sz.Width), Height: uint32(sz.Height)}
+	}
 	var err error
 	if w.adopted {
 		// Never started again: what the Runtime Server does not know

@@ -47,6 +47,8 @@ type runState struct {
 	queue    *runHeap  // the heap it waits in: its pool's, or its pod's for a pinned Run
 	since    time.Time // when this attempt was first seen waiting
 	unschedQ bool      // queued in its pool's due list
+	// heldSince is when the Run was first seen held (spec.held).
+	heldSince time.Time
 }
 
 func poolOf(run *v1alpha1.Run) informer.Key {
@@ -152,6 +154,25 @@ func (s *Scheduler) decide(ctx context.Context, rs *runState, run *v1alpha1.Run)
 		s.write(ctx, rs, run, job{kind: jobCancel})
 		return
 	}
+	if run.Spec.Held {
+		s.unwait(rs)
+		rs.since = time.Time{}
+		if heldWritten(run) {
+			return
+		}
+		if rs.heldSince.IsZero() {
+			rs.heldSince = now
+		}
+		// A hold cleared at once (`docker run`: create, then start) costs
+		// no write.
+		if at := rs.heldSince.Add(s.cfg.UnschedulableAfter); now.Before(at) {
+			s.after(rs, at)
+			return
+		}
+		s.write(ctx, rs, run, job{kind: jobHeld, message: "held (spec.held): created and not started; `docker start` (clearing spec.held) schedules it"})
+		return
+	}
+	rs.heldSince = time.Time{}
 	if nb, ok := retry.NotBefore(run); ok && now.Before(nb) {
 		s.unwait(rs)
 		rs.since = time.Time{}
@@ -201,6 +222,15 @@ func unschedulableWritten(run *v1alpha1.Run) bool {
 	}
 	c := meta.FindStatusCondition(run.Status.Conditions, ConditionScheduled)
 	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonUnschedulable
+}
+
+// heldWritten reports whether run already says it is held.
+func heldWritten(run *v1alpha1.Run) bool {
+	if run.Status.Phase != v1alpha1.PhasePending {
+		return false
+	}
+	c := meta.FindStatusCondition(run.Status.Conditions, ConditionScheduled)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonHeld
 }
 
 // enqueue makes rs wait in q.

@@ -53,6 +53,13 @@
 // it stops as soon as the pool hands out a slot again (a pause of a loaded
 // machine marks a few Runs, not the whole queue).
 //
+// A Run with spec.held waits in no queue: once it has been held
+// UnschedulableAfter (so that `docker run`, a create and a start at once,
+// costs no write), it gets phase Pending and condition Scheduled=False
+// with reason Held, written once. It is decided again when the hold is
+// cleared (spec.held true → false, one write: `docker
+// start`). spec.cancelRequested still ends it Cancelled.
+//
 // A Run with spec.placement.podUID (pinned: a workflow job's step, which
 // must find the files the job's earlier steps left on that pod) waits in
 // its pod's own queue, not its pool's, and takes a slot only on that pod;
@@ -109,6 +116,9 @@ const (
 	// ReasonWaitingForPod is the reason of Scheduled=False while a pinned
 	// Run waits for a slot of its pod, which other Runs hold.
 	ReasonWaitingForPod = "WaitingForPod"
+	// ReasonHeld is the reason of Scheduled=False while spec.held keeps
+	// the Run back (a Docker container created and not started).
+	ReasonHeld = "Held"
 )
 
 // Default tunables.

@@ -825,6 +825,47 @@ func TestCancelPending(t *testing.T) {
 	}
 }
 
+// TestHeld: a held Run takes no free slot, says why once, and is scheduled
+// once its hold is cleared; cancelling a held Run ends it.
+func TestHeld(t *testing.T) {
+	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []podsource.Pod{pod("bash", "a", 2)}})
+	held := func(r *v1alpha1.Run) { r.Spec.Held = true }
+	e.create("h1", "bash", held)
+	e.create("h2", "bash", held)
+	for _, name := range []string{"h1", "h2"} {
+		e.track.waitFor(name+" held", func(st map[string]*v1alpha1.Run) bool {
+			r := st[name]
+			if r == nil || r.Status.Phase != v1alpha1.PhasePending {
+				return false
+			}
+			c := meta.FindStatusCondition(r.Status.Conditions, scheduler.ConditionScheduled)
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == scheduler.ReasonHeld
+		})
+	}
+	// A Run created after them takes a slot they left free.
+	e.create("r1", "bash")
+	e.track.waitFor("r1 scheduled", phaseIs("r1", v1alpha1.PhaseScheduled))
+	if got := e.track.get("h1").Status; got.Phase != v1alpha1.PhasePending || got.AssignedPod != "" {
+		t.Fatalf("h1 is held yet %s on %q", got.Phase, got.AssignedPod)
+	}
+	h1 := e.track.get("h1").DeepCopy()
+	h1.Spec.Held = false
+	if _, err := e.runs.Update(e.ctx, h1); err != nil {
+		t.Fatal(err)
+	}
+	e.track.waitFor("h1 scheduled", phaseIs("h1", v1alpha1.PhaseScheduled))
+	h2 := e.track.get("h2").DeepCopy()
+	h2.Spec.CancelRequested = true
+	if _, err := e.runs.Update(e.ctx, h2); err != nil {
+		t.Fatal(err)
+	}
+	e.track.waitFor("h2 cancelled", phaseIs("h2", v1alpha1.PhaseCancelled))
+	if n := e.track.writesOf("h1"); n != 4 {
+		t.Errorf("h1 had %d writes, want 4 (created, held once, released, scheduled)", n)
+	}
+	e.track.check()
+}
+
 func TestUnknownRuntime(t *testing.T) {
 	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []podsource.Pod{pod("bash", "a", 2)}})
 	e.create("r1", "nope")

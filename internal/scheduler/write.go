@@ -32,6 +32,9 @@ const (
 	// jobPinnedWaiting writes Scheduled=False, WaitingForPod: a pinned
 	// Run waits for its full pod.
 	jobPinnedWaiting
+	// jobHeld writes phase Pending and Scheduled=False, Held: spec.held
+	// keeps the Run back.
+	jobHeld
 )
 
 // job is one status write for one Run. run is the informer's shared copy
@@ -63,10 +66,13 @@ func (s *Scheduler) do(ctx context.Context, j job) result {
 		assign(run, j.pod, now)
 	case jobCancel:
 		retry.Apply(run, retry.Decide(run, retry.Cancelled, "cancelled before it was scheduled", now))
-	case jobUnschedulable, jobPinnedWaiting:
+	case jobUnschedulable, jobPinnedWaiting, jobHeld:
 		reason := ReasonUnschedulable
-		if j.kind == jobPinnedWaiting {
+		switch j.kind {
+		case jobPinnedWaiting:
 			reason = ReasonWaitingForPod
+		case jobHeld:
+			reason = ReasonHeld
 		}
 		run.Status.Phase = v1alpha1.PhasePending
 		meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{

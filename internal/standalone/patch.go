@@ -18,8 +18,8 @@ import (
 
 // PatchRun applies a JSON merge patch (RFC 7386) to a Run, as `kubectl
 // patch --type merge` does: labels, annotations, the client's finalizers,
-// spec.cancelRequested (false → true) and spec.ttlSecondsAfterFinished may
-// change; anything else the patch changes is InvalidArgument. Stoke's own
+// spec.cancelRequested (false → true), spec.held (true → false) and
+// spec.ttlSecondsAfterFinished may change; anything else the patch changes is InvalidArgument. Stoke's own
 // finalizers (stoke.dev/…) stay as stored whatever the patch says of them.
 // metadata.resourceVersion or metadata.uid in the patch are preconditions
 // (Conflict when they do not match); without them the patch applies to

@@ -555,6 +555,12 @@ func (s *Standalone) CancelRun(ctx context.Context, namespace, name string) (*v1
 	return store.RequestCancel(ctx, s.store.Runs(), namespace, name)
 }
 
+// ReleaseRun clears a held Run's spec.held (`docker start` of a created
+// container); the scheduler then places it.
+func (s *Standalone) ReleaseRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {
+	return store.ReleaseHold(ctx, s.store.Runs(), namespace, name)
+}
+
 // DeleteRun deletes a Run and returns it as it was; a function Run first
 // drains and unregisters.
 func (s *Standalone) DeleteRun(ctx context.Context, namespace, name string) (*v1alpha1.Run, error) {

@@ -54,3 +54,27 @@ func RequestWorkflowCancel(ctx context.Context, wfruns Resource[*v1alpha1.Workfl
 	}
 	return out, nil
 }
+
+// ReleaseHold clears the Run's spec.held (a Docker container's start),
+// unless it is not held, retrying on conflicts; it returns the Run as
+// stored. The scheduler then places it as any Pending Run.
+func ReleaseHold(ctx context.Context, runs Resource[*v1alpha1.Run], namespace, name string) (*v1alpha1.Run, error) {
+	var out *v1alpha1.Run
+	err := RetryOnConflict(func() error {
+		run, err := runs.Get(ctx, namespace, name)
+		if err != nil {
+			return err
+		}
+		if !run.Spec.Held {
+			out = run
+			return nil
+		}
+		run.Spec.Held = false
+		out, err = runs.Update(ctx, run)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

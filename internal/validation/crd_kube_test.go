@@ -307,6 +307,24 @@ func TestCRD(t *testing.T) {
 		_, err = apiUpdate(t, api, "runs", uncancel, &v1alpha1.Run{})
 		mustRefuse(t, err, "spec.cancelRequested", "cannot be unset once true")
 
+		held := taskRun()
+		held.Name, held.Namespace, held.UID = "held", ns, ""
+		held.Spec.Held = true
+		storedHeld, err := apiCreate(t, api, "runs", held, &v1alpha1.Run{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := storedHeld.DeepCopy()
+		release.Spec.Held = false
+		released, err := apiUpdate(t, api, "runs", release, &v1alpha1.Run{})
+		if err != nil {
+			t.Fatalf("held true → false: %v", err)
+		}
+		rehold := released.DeepCopy()
+		rehold.Spec.Held = true
+		_, err = apiUpdate(t, api, "runs", rehold, &v1alpha1.Run{})
+		mustRefuse(t, err, "spec.held", "cannot be set once cleared")
+
 		long := taskRun()
 		long.Name, long.Namespace, long.UID = strings.Repeat("n", 254), ns, ""
 		_, err = apiCreate(t, api, "runs", long, &v1alpha1.Run{})

@@ -47,6 +47,8 @@ var crdBounds = map[string]map[string][]int64{
 		"spec.source.git.path maxLength":                {bounds.Path},
 		"spec.source.git.credentialsSecret maxLength":   {maxSecretName},
 		"spec.placement.podUID maxLength":               {bounds.PlacementName},
+		"spec.mode.task.ttySize.width maximum":          {maxTerminalSide},
+		"spec.mode.task.ttySize.height maximum":         {maxTerminalSide},
 		"spec.placement.workspace maxLength":            {bounds.PlacementName},
 		"status.env maxItems":                           {bounds.OutputKeys},
 		"status.sourceCommit maxLength":                 {maxCommitID},

@@ -108,6 +108,9 @@ func ValidateRunUpdate(old, new *v1alpha1.Run) error {
 	if o.CancelRequested && !n.CancelRequested {
 		e.add(spec.Child("cancelRequested"), "cannot be unset once true")
 	}
+	if n.Held && !o.Held {
+		e.add(spec.Child("held"), "cannot be set once cleared: a Run is held only from its creation")
+	}
 	validateTTL(&e, n.TTLSecondsAfterFinished, spec.Child("ttlSecondsAfterFinished"))
 	if err := e.err(); err != nil {
 		return err
@@ -356,6 +359,18 @@ func validateMode(e *errorList, m *v1alpha1.RunMode, mode *field.Path) {
 				}
 			}
 		}
+		if sz := t.TTYSize; sz != nil {
+			p := task.Child("ttySize")
+			if !t.TTY {
+				e.add(p, "needs tty")
+			}
+			if sz.Width < 1 || sz.Width > maxTerminalSide {
+				e.add(p.Child("width"), "is %d, must be 1 to %d", sz.Width, maxTerminalSide)
+			}
+			if sz.Height < 1 || sz.Height > maxTerminalSide {
+				e.add(p.Child("height"), "is %d, must be 1 to %d", sz.Height, maxTerminalSide)
+			}
+		}
 	}
 	if f := m.Function; f != nil {
 		fn := mode.Child("function")
@@ -478,6 +493,10 @@ func validateRetryPolicy(e *errorList, rp *v1alpha1.RetryPolicy, p *field.Path) 
 
 // maxConditionReason is metav1.Condition's limit on reason.
 const maxConditionReason = 1024
+
+// maxTerminalSide bounds a terminal's width and height, as a pty's
+// winsize holds them (16 bits each).
+const maxTerminalSide = 1<<16 - 1
 
 func validateTTL(e *errorList, ttl *int32, p *field.Path) {
 	if ttl != nil && *ttl < 0 {

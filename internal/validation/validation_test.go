@@ -158,6 +158,17 @@ func runCases(t testing.TB) []runCase {
 
 		// task
 		{"task empty", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task = &v1alpha1.TaskMode{} }, "spec.mode.task"},
+		{"tty size", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Task.TTY, r.Spec.Mode.Task.TTYSize = true, &v1alpha1.TerminalSize{Width: 111, Height: 33}
+		}, ""},
+		{"tty size without tty", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.TTYSize = &v1alpha1.TerminalSize{Width: 111, Height: 33} }, "spec.mode.task.ttySize"},
+		{"tty size zero", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Task.TTY, r.Spec.Mode.Task.TTYSize = true, &v1alpha1.TerminalSize{Width: 0, Height: 33}
+		}, "spec.mode.task.ttySize.width"},
+		{"tty size 65536", taskRun, func(r *v1alpha1.Run) {
+			r.Spec.Mode.Task.TTY, r.Spec.Mode.Task.TTYSize = true, &v1alpha1.TerminalSize{Width: 80, Height: 65536}
+		}, "spec.mode.task.ttySize.height"},
+		{"held", taskRun, func(r *v1alpha1.Run) { r.Spec.Held = true }, ""},
 		{"task entrypoint only", taskRun, func(r *v1alpha1.Run) { r.Spec.Mode.Task.Args = nil }, ""},
 		{"task args only", taskRun, func(r *v1alpha1.Run) {
 			r.Spec.Mode.Task = &v1alpha1.TaskMode{Args: []string{"echo", "hi"}}
@@ -468,6 +479,9 @@ var runUpdateCases = []runUpdateCase{
 	{"cancel", nil, func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, ""},
 	{"cancel again", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, ""},
 	{"uncancel", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true }, func(r *v1alpha1.Run) { r.Spec.CancelRequested = false }, "spec.cancelRequested"},
+	{"release", func(r *v1alpha1.Run) { r.Spec.Held = true }, func(r *v1alpha1.Run) { r.Spec.Held = false }, ""},
+	{"held still", func(r *v1alpha1.Run) { r.Spec.Held = true }, func(r *v1alpha1.Run) { r.Spec.Held = true }, ""},
+	{"hold", nil, func(r *v1alpha1.Run) { r.Spec.Held = true }, "spec.held"},
 	{"ttl changed", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(60)) }, ""},
 	{"ttl removed", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = nil }, ""},
 	{"ttl negative", nil, func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = ptr(int32(-1)) }, "spec.ttlSecondsAfterFinished"},

@@ -161,7 +161,11 @@ type ExecuteRequest struct {
 	// The task runs on a pseudo-terminal the server holds (its stdin, stdout
 	// and stderr; the output is one stream, stdout), resized and written to
 	// through attach sessions. An additive extension.
-	Tty           bool `protobuf:"varint,9,opt,name=tty,proto3" json:"tty,omitempty"`
+	Tty bool `protobuf:"varint,9,opt,name=tty,proto3" json:"tty,omitempty"`
+	// With tty: the terminal's size at the start (Docker's ConsoleSize);
+	// unset or zero, 80×24. An additive extension: a server that ignores it
+	// starts the terminal at its own default, until the first resize.
+	TtySize       *TerminalSize `protobuf:"bytes,10,opt,name=tty_size,json=ttySize,proto3" json:"tty_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,6 +261,13 @@ func (x *ExecuteRequest) GetTty() bool {
 		return x.Tty
 	}
 	return false
+}
+
+func (x *ExecuteRequest) GetTtySize() *TerminalSize {
+	if x != nil {
+		return x.TtySize
+	}
+	return nil
 }
 
 type ExecuteResponse struct {
@@ -1981,7 +1992,7 @@ var File_executor_v1_runtime_proto protoreflect.FileDescriptor
 
 const file_executor_v1_runtime_proto_rawDesc = "" +
 	"\n" +
-	"\x19executor/v1/runtime.proto\x12\vexecutor.v1\"\xd0\x02\n" +
+	"\x19executor/v1/runtime.proto\x12\vexecutor.v1\"\x86\x03\n" +
 	"\x0eExecuteRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x126\n" +
@@ -1994,7 +2005,9 @@ const file_executor_v1_runtime_proto_rawDesc = "" +
 	"entrypoint\x12\x18\n" +
 	"\ahandler\x18\a \x01(\tR\ahandler\x12\x14\n" +
 	"\x05stdin\x18\b \x01(\bR\x05stdin\x12\x10\n" +
-	"\x03tty\x18\t \x01(\bR\x03tty\x1a6\n" +
+	"\x03tty\x18\t \x01(\bR\x03tty\x124\n" +
+	"\btty_size\x18\n" +
+	" \x01(\v2\x19.executor.v1.TerminalSizeR\attySize\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"!\n" +
@@ -2208,57 +2221,58 @@ var file_executor_v1_runtime_proto_goTypes = []any{
 }
 var file_executor_v1_runtime_proto_depIdxs = []int32{
 	30, // 0: executor.v1.ExecuteRequest.env:type_name -> executor.v1.ExecuteRequest.EnvEntry
-	0,  // 1: executor.v1.StatusResponse.state:type_name -> executor.v1.ExecutionState
-	31, // 2: executor.v1.StatusResponse.outputs:type_name -> executor.v1.StatusResponse.OutputsEntry
-	32, // 3: executor.v1.StatusResponse.env:type_name -> executor.v1.StatusResponse.EnvEntry
-	5,  // 4: executor.v1.ListResponse.entries:type_name -> executor.v1.StatusResponse
-	33, // 5: executor.v1.RegisterFunctionRequest.env:type_name -> executor.v1.RegisterFunctionRequest.EnvEntry
-	14, // 6: executor.v1.RegisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
-	1,  // 7: executor.v1.RegisterFunctionResponse.state:type_name -> executor.v1.FunctionRegistrationState
-	14, // 8: executor.v1.FunctionStatusRequest.registration:type_name -> executor.v1.FunctionRegistration
-	14, // 9: executor.v1.FunctionStatusResponse.registration:type_name -> executor.v1.FunctionRegistration
-	1,  // 10: executor.v1.FunctionStatusResponse.state:type_name -> executor.v1.FunctionRegistrationState
-	14, // 11: executor.v1.InvokeFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
-	14, // 12: executor.v1.InvokeFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
-	34, // 13: executor.v1.InvokeFunctionResponse.outputs:type_name -> executor.v1.InvokeFunctionResponse.OutputsEntry
-	14, // 14: executor.v1.UnregisterFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
-	14, // 15: executor.v1.UnregisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
-	24, // 16: executor.v1.ExecRequest.start:type_name -> executor.v1.ExecStart
-	25, // 17: executor.v1.ExecRequest.stdin_close:type_name -> executor.v1.ExecStdinClose
-	26, // 18: executor.v1.ExecRequest.resize:type_name -> executor.v1.TerminalSize
-	26, // 19: executor.v1.ExecStart.size:type_name -> executor.v1.TerminalSize
-	35, // 20: executor.v1.ExecStart.env:type_name -> executor.v1.ExecStart.EnvEntry
-	28, // 21: executor.v1.ExecResponse.started:type_name -> executor.v1.ExecStarted
-	29, // 22: executor.v1.ExecResponse.exit:type_name -> executor.v1.ExecExit
-	2,  // 23: executor.v1.Runtime.Execute:input_type -> executor.v1.ExecuteRequest
-	4,  // 24: executor.v1.Runtime.Status:input_type -> executor.v1.StatusRequest
-	6,  // 25: executor.v1.Runtime.List:input_type -> executor.v1.ListRequest
-	8,  // 26: executor.v1.Runtime.Cancel:input_type -> executor.v1.CancelRequest
-	10, // 27: executor.v1.Runtime.Forget:input_type -> executor.v1.ForgetRequest
-	12, // 28: executor.v1.Runtime.Health:input_type -> executor.v1.HealthRequest
-	4,  // 29: executor.v1.Runtime.Wait:input_type -> executor.v1.StatusRequest
-	15, // 30: executor.v1.FunctionRuntime.RegisterFunction:input_type -> executor.v1.RegisterFunctionRequest
-	17, // 31: executor.v1.FunctionRuntime.FunctionStatus:input_type -> executor.v1.FunctionStatusRequest
-	19, // 32: executor.v1.FunctionRuntime.InvokeFunction:input_type -> executor.v1.InvokeFunctionRequest
-	21, // 33: executor.v1.FunctionRuntime.UnregisterFunction:input_type -> executor.v1.UnregisterFunctionRequest
-	23, // 34: executor.v1.Exec.Exec:input_type -> executor.v1.ExecRequest
-	3,  // 35: executor.v1.Runtime.Execute:output_type -> executor.v1.ExecuteResponse
-	5,  // 36: executor.v1.Runtime.Status:output_type -> executor.v1.StatusResponse
-	7,  // 37: executor.v1.Runtime.List:output_type -> executor.v1.ListResponse
-	9,  // 38: executor.v1.Runtime.Cancel:output_type -> executor.v1.CancelResponse
-	11, // 39: executor.v1.Runtime.Forget:output_type -> executor.v1.ForgetResponse
-	13, // 40: executor.v1.Runtime.Health:output_type -> executor.v1.HealthResponse
-	5,  // 41: executor.v1.Runtime.Wait:output_type -> executor.v1.StatusResponse
-	16, // 42: executor.v1.FunctionRuntime.RegisterFunction:output_type -> executor.v1.RegisterFunctionResponse
-	18, // 43: executor.v1.FunctionRuntime.FunctionStatus:output_type -> executor.v1.FunctionStatusResponse
-	20, // 44: executor.v1.FunctionRuntime.InvokeFunction:output_type -> executor.v1.InvokeFunctionResponse
-	22, // 45: executor.v1.FunctionRuntime.UnregisterFunction:output_type -> executor.v1.UnregisterFunctionResponse
-	27, // 46: executor.v1.Exec.Exec:output_type -> executor.v1.ExecResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	26, // 1: executor.v1.ExecuteRequest.tty_size:type_name -> executor.v1.TerminalSize
+	0,  // 2: executor.v1.StatusResponse.state:type_name -> executor.v1.ExecutionState
+	31, // 3: executor.v1.StatusResponse.outputs:type_name -> executor.v1.StatusResponse.OutputsEntry
+	32, // 4: executor.v1.StatusResponse.env:type_name -> executor.v1.StatusResponse.EnvEntry
+	5,  // 5: executor.v1.ListResponse.entries:type_name -> executor.v1.StatusResponse
+	33, // 6: executor.v1.RegisterFunctionRequest.env:type_name -> executor.v1.RegisterFunctionRequest.EnvEntry
+	14, // 7: executor.v1.RegisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
+	1,  // 8: executor.v1.RegisterFunctionResponse.state:type_name -> executor.v1.FunctionRegistrationState
+	14, // 9: executor.v1.FunctionStatusRequest.registration:type_name -> executor.v1.FunctionRegistration
+	14, // 10: executor.v1.FunctionStatusResponse.registration:type_name -> executor.v1.FunctionRegistration
+	1,  // 11: executor.v1.FunctionStatusResponse.state:type_name -> executor.v1.FunctionRegistrationState
+	14, // 12: executor.v1.InvokeFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
+	14, // 13: executor.v1.InvokeFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
+	34, // 14: executor.v1.InvokeFunctionResponse.outputs:type_name -> executor.v1.InvokeFunctionResponse.OutputsEntry
+	14, // 15: executor.v1.UnregisterFunctionRequest.registration:type_name -> executor.v1.FunctionRegistration
+	14, // 16: executor.v1.UnregisterFunctionResponse.registration:type_name -> executor.v1.FunctionRegistration
+	24, // 17: executor.v1.ExecRequest.start:type_name -> executor.v1.ExecStart
+	25, // 18: executor.v1.ExecRequest.stdin_close:type_name -> executor.v1.ExecStdinClose
+	26, // 19: executor.v1.ExecRequest.resize:type_name -> executor.v1.TerminalSize
+	26, // 20: executor.v1.ExecStart.size:type_name -> executor.v1.TerminalSize
+	35, // 21: executor.v1.ExecStart.env:type_name -> executor.v1.ExecStart.EnvEntry
+	28, // 22: executor.v1.ExecResponse.started:type_name -> executor.v1.ExecStarted
+	29, // 23: executor.v1.ExecResponse.exit:type_name -> executor.v1.ExecExit
+	2,  // 24: executor.v1.Runtime.Execute:input_type -> executor.v1.ExecuteRequest
+	4,  // 25: executor.v1.Runtime.Status:input_type -> executor.v1.StatusRequest
+	6,  // 26: executor.v1.Runtime.List:input_type -> executor.v1.ListRequest
+	8,  // 27: executor.v1.Runtime.Cancel:input_type -> executor.v1.CancelRequest
+	10, // 28: executor.v1.Runtime.Forget:input_type -> executor.v1.ForgetRequest
+	12, // 29: executor.v1.Runtime.Health:input_type -> executor.v1.HealthRequest
+	4,  // 30: executor.v1.Runtime.Wait:input_type -> executor.v1.StatusRequest
+	15, // 31: executor.v1.FunctionRuntime.RegisterFunction:input_type -> executor.v1.RegisterFunctionRequest
+	17, // 32: executor.v1.FunctionRuntime.FunctionStatus:input_type -> executor.v1.FunctionStatusRequest
+	19, // 33: executor.v1.FunctionRuntime.InvokeFunction:input_type -> executor.v1.InvokeFunctionRequest
+	21, // 34: executor.v1.FunctionRuntime.UnregisterFunction:input_type -> executor.v1.UnregisterFunctionRequest
+	23, // 35: executor.v1.Exec.Exec:input_type -> executor.v1.ExecRequest
+	3,  // 36: executor.v1.Runtime.Execute:output_type -> executor.v1.ExecuteResponse
+	5,  // 37: executor.v1.Runtime.Status:output_type -> executor.v1.StatusResponse
+	7,  // 38: executor.v1.Runtime.List:output_type -> executor.v1.ListResponse
+	9,  // 39: executor.v1.Runtime.Cancel:output_type -> executor.v1.CancelResponse
+	11, // 40: executor.v1.Runtime.Forget:output_type -> executor.v1.ForgetResponse
+	13, // 41: executor.v1.Runtime.Health:output_type -> executor.v1.HealthResponse
+	5,  // 42: executor.v1.Runtime.Wait:output_type -> executor.v1.StatusResponse
+	16, // 43: executor.v1.FunctionRuntime.RegisterFunction:output_type -> executor.v1.RegisterFunctionResponse
+	18, // 44: executor.v1.FunctionRuntime.FunctionStatus:output_type -> executor.v1.FunctionStatusResponse
+	20, // 45: executor.v1.FunctionRuntime.InvokeFunction:output_type -> executor.v1.InvokeFunctionResponse
+	22, // 46: executor.v1.FunctionRuntime.UnregisterFunction:output_type -> executor.v1.UnregisterFunctionResponse
+	27, // 47: executor.v1.Exec.Exec:output_type -> executor.v1.ExecResponse
+	36, // [36:48] is the sub-list for method output_type
+	24, // [24:36] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_executor_v1_runtime_proto_init() }

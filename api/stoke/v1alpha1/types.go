@@ -78,7 +78,8 @@ type Run struct {
 }
 
 // RunSpec is what to run. It is immutable after creation except
-// cancelRequested (false → true) and ttlSecondsAfterFinished.
+// cancelRequested (false → true), held (true → false) and
+// ttlSecondsAfterFinished.
 //
 // +kubebuilder:validation:XValidation:rule="self.runtime == oldSelf.runtime",message="is immutable",fieldPath=".runtime"
 // +kubebuilder:validation:XValidation:rule="self.mode == oldSelf.mode",message="is immutable",fieldPath=".mode"
@@ -88,6 +89,7 @@ type Run struct {
 // +kubebuilder:validation:XValidation:rule="has(self.retryPolicy) == has(oldSelf.retryPolicy) && (!has(self.retryPolicy) || self.retryPolicy == oldSelf.retryPolicy)",message="is immutable",fieldPath=".retryPolicy"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancelRequested) || !oldSelf.cancelRequested || (has(self.cancelRequested) && self.cancelRequested)",message="cannot be unset once true",fieldPath=".cancelRequested"
 // +kubebuilder:validation:XValidation:rule="has(self.placement) == has(oldSelf.placement) && (!has(self.placement) || self.placement == oldSelf.placement)",message="is immutable",fieldPath=".placement"
+// +kubebuilder:validation:XValidation:rule="!has(self.held) || !self.held || (has(oldSelf.held) && oldSelf.held)",message="cannot be set once cleared: a Run is held only from its creation",fieldPath=".held"
 type RunSpec struct {
 	// Runtime names the Runtime pool: a DNS-1123 label, like the Runtime's
 	// name.
@@ -114,6 +116,13 @@ type RunSpec struct {
 	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
 	// +optional
 	CancelRequested bool `json:"cancelRequested,omitempty"`
+	// Held keeps the Run from being scheduled until it is cleared (true →
+	// false, once), as a Kubernetes Job's suspend does before it starts:
+	// a Docker container created and not started is a held task Run
+	// (`docker start` clears it). A held Run waits in phase Pending with
+	// reason Held; cancelRequested ends it Cancelled.
+	// +optional
+	Held bool `json:"held,omitempty"`
 	// TTLSecondsAfterFinished deletes the Run this long after it finished.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
@@ -164,6 +173,7 @@ type RunMode struct {
 // TaskMode runs a program once.
 //
 // +kubebuilder:validation:XValidation:rule="(has(self.entrypoint) && size(self.entrypoint) > 0) || (has(self.args) && size(self.args) > 0)",message="entrypoint or args must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.ttySize) || (has(self.tty) && self.tty)",message="needs tty",fieldPath=".ttySize"
 type TaskMode struct {
 	// Entrypoint is a path relative to the working directory; empty means
 	// args is the argv.
@@ -192,6 +202,20 @@ type TaskMode struct {
 	// sessions (`docker run -t`, resize).
 	// +optional
 	TTY bool `json:"tty,omitempty"`
+	// TTYSize is the terminal's size at the start (with tty: `docker
+	// create`'s ConsoleSize); unset, 80×24. Attach sessions resize it.
+	// +optional
+	TTYSize *TerminalSize `json:"ttySize,omitempty"`
+}
+
+// TerminalSize is a terminal's size in characters.
+type TerminalSize struct {
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Width int32 `json:"width"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Height int32 `json:"height"`
 }
 
 // FunctionMode loads a handler once and serves invocations.

@@ -361,12 +361,17 @@ func PhaseOf(run *v1alpha1.Run) v1alpha1.Phase {
 	return run.Status.Phase
 }
 
-// StatusOf is what a table shows in a Run's PHASE column: its phase, or
+// StatusOf is what a table shows in a Run's PHASE column: its phase,
 // Terminating while it is being deleted (finalizers may hold it), as
-// kubectl shows a Pod.
+// kubectl shows a Pod, or Held while spec.held keeps a Pending Run back
+// (a Docker container created and not started; its status says Pending,
+// with condition Scheduled=False, reason Held).
 func StatusOf(run *v1alpha1.Run) string {
-	if run.DeletionTimestamp != nil {
+	switch {
+	case run.DeletionTimestamp != nil:
 		return "Terminating"
+	case run.Spec.Held && PhaseOf(run) == v1alpha1.PhasePending:
+		return "Held"
 	}
 	return string(PhaseOf(run))
 }

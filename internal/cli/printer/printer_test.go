@@ -255,3 +255,19 @@ func TestTerminatingRun(t *testing.T) {
 		t.Errorf("a Run being deleted:\n%s", b.String())
 	}
 }
+
+// A held Run (a created Docker container) shows Held until it is
+// released; a released one its phase.
+func TestHeldRun(t *testing.T) {
+	run := runs()[0]
+	run.Spec.Held, run.Status = true, v1alpha1.RunStatus{}
+	released := *run.DeepCopy()
+	released.Name, released.Spec.Held = "released", false
+	var b bytes.Buffer
+	if err := printer.New(&b, printer.Table, false, clock).Runs(&v1alpha1.RunList{Items: []v1alpha1.Run{run, released}}); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(b.String(), "\n"); len(lines) < 3 || !strings.Contains(lines[1], " Held ") || !strings.Contains(lines[2], " Pending ") {
+		t.Errorf("a held Run and a released one:\n%s", b.String())
+	}
+}
