@@ -15,7 +15,7 @@ import (
 )
 
 // hashCalls are the distinct pattern lists of the hashFiles() calls in a
-// step's if, run, env and with, in the order they are written, evaluated
+// step's if, run, env, with and working-directory, in the order they are written, evaluated
 // in c (every branch: one hash Run answers them all).
 func hashCalls(step *v1alpha1.Step, c *wfexpr.Context) []string {
 	var calls []string
@@ -31,7 +31,7 @@ func hashCalls(step *v1alpha1.Step, c *wfexpr.Context) []string {
 			add(e.HashFilesCalls(c))
 		}
 	}
-	texts := []string{step.Run}
+	texts := []string{step.Run, step.WorkingDirectory}
 	for _, e := range step.Env {
 		texts = append(texts, e.Value)
 	}

@@ -5,6 +5,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 	"stoke.dev/stoke/internal/artifact"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/retry"
+	"stoke.dev/stoke/internal/validation"
 	"stoke.dev/stoke/internal/wfexpr"
 )
 
@@ -363,7 +365,11 @@ func (d *jobDecider) stepRun(i int, step *v1alpha1.Step, sc *stepScope, last boo
 		}
 		file := path.Join(".stoke", fmt.Sprintf("step-%d", i))
 		run.Spec.Source = &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: file, Text: script}}
-		task, err := shellTask(server, shell, file, step.WorkingDirectory)
+		workdir, err := workingDirectory(step.WorkingDirectory, ctx)
+		if err != nil {
+			return nil, err
+		}
+		task, err := shellTask(server, shell, file, workdir)
 		if err != nil {
 			return nil, err
 		}
@@ -385,6 +391,27 @@ func noop(server string) *v1alpha1.TaskMode {
 		return &v1alpha1.TaskMode{Args: []string{"-c", "pass"}}
 	}
 	return &v1alpha1.TaskMode{Args: []string{"true"}}
+}
+
+// workingDirectory is a step's working-directory with its expressions
+// evaluated, checked as validation checks one written without them:
+// relative, no '..' (the workspace itself is "").
+func workingDirectory(wd string, ctx *wfexpr.Context) (string, error) {
+	if !wfexpr.HasExpressions(wd) {
+		return wd, nil
+	}
+	v, err := wfexpr.EvalString(wd, ctx)
+	if err != nil {
+		return "", fmt.Errorf("working-directory: %w", err)
+	}
+	clean := strings.TrimSuffix(strings.TrimSuffix(v, "/."), "/")
+	if clean == "" || clean == "." {
+		return "", nil
+	}
+	if err := validation.RelativePath("working-directory", clean); err != nil {
+		return "", fmt.Errorf("working-directory %s: %w", bounds.Quote(wd), err)
+	}
+	return v, nil
 }
 
 // shellTask runs a step's script file with its shell as GitHub Actions
