@@ -100,8 +100,10 @@ func (s *spare) kill() {
 }
 
 // remakeAfter is how long after a handover the next spare is made at the
-// latest, if the instance has not been invoked by then (a var for tests).
-var remakeAfter = time.Second
+// latest, if the instance has not been invoked by then (a var for tests):
+// longer than a quiet first answer takes, shorter than registrations that
+// follow each other (a benchmark's, a scale up's) are apart.
+var remakeAfter = 100 * time.Millisecond
 
 // spareWait bounds how long a registration waits for a spare that fits
 // but is still starting (spares.take).
