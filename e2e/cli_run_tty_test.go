@@ -3,8 +3,6 @@ package e2e
 import (
 	"strings"
 	"testing"
-
-	"github.com/creack/pty"
 )
 
 // cliRunInteractive: stoke run -i and -t as docker run -i and -t. With
@@ -31,20 +29,7 @@ func cliRunInteractive(t *testing.T, s *cliServer) {
 	s.ok(t, "delete", "--wait", "run-i")
 
 	cmd := cliCommand(t.Context(), s.env(), "run", "-it", "--rm", "--name", "run-it", "--runtime", "bash", "--", "bash", "--norc", "--noprofile")
-	term := startTerm(t, cmd, 33, 91)
-	term.typeLine("echo $((6*7))-$TERM")
-	term.await("42-xterm", nil)
-	// The first size is the CLI's at the start; then each SIGWINCH
-	// (await's poke sends one) sends the outer terminal's.
-	term.await("33 91", term.poke("stty size"))
-	if err := pty.Setsize(term.ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
-		t.Fatal(err)
-	}
-	term.await("40 120", term.poke("stty size"))
-	term.typeLine("exit 3")
-	if code := term.wait(); code != 3 {
-		t.Errorf("stoke run -it, exit 3: the CLI exited %d", code)
-	}
+	startTerm(t, cmd, 33, 91).shellSession("stoke run -it")
 	if out := s.ok(t, "get", "runs", "-o", "name"); strings.Contains(out, "run-it") {
 		t.Errorf("stoke run -it --rm left its Run: %q", out)
 	}

@@ -36,20 +36,7 @@ func testRunInteractive(t *testing.T, d dockerCLI, tag string) {
 		d.t = t
 		name := "tty-" + tag
 		cmd := d.cmd("run", "-it", "--rm", "--name", name, "bash", "bash")
-		term := startTerm(t, cmd, 33, 91)
-		term.typeLine("echo $((6*7))-$TERM")
-		term.await("42-xterm", nil)
-		// Until the CLI's resize reached the task (an API 1.41 client
-		// sends it after the start; SIGWINCH may come before it listens).
-		term.await("33 91", term.poke("stty size"))
-		if err := pty.Setsize(term.ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
-			t.Fatal(err)
-		}
-		term.await("40 120", term.poke("stty size"))
-		term.typeLine("exit 3")
-		if code := term.wait(); code != 3 {
-			t.Errorf("docker run -it, exit 3: the CLI exited %d", code)
-		}
+		startTerm(t, cmd, 33, 91).shellSession("docker run -it")
 		if left := d.ok("ps", "-aq", "--filter", "name="+name); left != "" {
 			t.Errorf("containers left after run -it --rm: %q", left)
 		}
@@ -142,6 +129,28 @@ func startTerm(t *testing.T, cmd *exec.Cmd, rows, cols uint16) *term {
 }
 
 func (tm *term) typeLine(line string) { fmt.Fprint(tm.ptmx, line+"\r") }
+
+// shellSession is the interactive case both `docker run -it` and `stoke
+// run -it` pass, in a terminal started at 33×91: a typed command runs with
+// TERM set, `stty size` shows the outer terminal's size and follows its
+// resize, and `exit 3` is the CLI's exit status. what names the CLI.
+func (tm *term) shellSession(what string) {
+	tm.t.Helper()
+	tm.typeLine("echo $((6*7))-$TERM")
+	tm.await("42-xterm", nil)
+	// The first size is the CLI's at the start (an API 1.41 client sends
+	// it after the start; SIGWINCH may come before it listens); then each
+	// SIGWINCH (await's poke sends one) sends the outer terminal's.
+	tm.await("33 91", tm.poke("stty size"))
+	if err := pty.Setsize(tm.ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		tm.t.Fatal(err)
+	}
+	tm.await("40 120", tm.poke("stty size"))
+	tm.typeLine("exit 3")
+	if code := tm.wait(); code != 3 {
+		tm.t.Errorf("%s, exit 3: the CLI exited %d", what, code)
+	}
+}
 
 // poke returns what await calls until its line shows: SIGWINCH to the
 // CLI (which sends its size again) and the line typed again.
