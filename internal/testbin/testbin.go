@@ -2,7 +2,8 @@
 // real processes — the e2e tests, the pool supervisor's pods, the
 // standalone control plane — once per test binary, from TestMain, and
 // runs `stoke up` as a child process for tests that need a real server
-// (StartUp). It does not use package testing: it returns errors, so that
+// (StartUp), and tells benchmarks when the Python Runtime Servers' spare
+// workers are idle (PythonSparesIdle). It does not use package testing: it returns errors, so that
 // TestMain can use it too.
 package testbin
 

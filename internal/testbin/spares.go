@@ -1,0 +1,88 @@
+package testbin
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+)
+
+// PythonSparesIdle reports whether every Python Runtime Server among the
+// descendants of root (a `stoke ... runtime-server --runtime python`
+// process: standalone's pods, or the test cluster's runtime Pods) has a
+// spare worker idle on its request pipe, as a pod whose Functions have
+// been at zero a while has (internal/runtime/python's spare.go). A spare
+// is a worker started with an empty handler argument in "/"; idle is its
+// one thread asleep in a pipe read, which it reaches once its start-up is
+// done. False when there is no such server. Benchmarks that time a scale
+// from zero poll it before the timed part: nothing tells the outside that
+// a spare is ready.
+func PythonSparesIdle(root int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	parent := map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so from its ')'.
+		f := bytes.Fields(st[bytes.LastIndexByte(st, ')')+1:])
+		if len(f) > 1 {
+			parent[pid], _ = strconv.Atoi(string(f[1]))
+		}
+	}
+	under := func(pid int) bool {
+		for p := parent[pid]; p > 1; p = parent[p] {
+			if p == root {
+				return true
+			}
+		}
+		return false
+	}
+	servers, idle := map[int]bool{}, map[int]bool{}
+	for pid, ppid := range parent {
+		if !under(pid) {
+			continue
+		}
+		dir := filepath.Join("/proc", strconv.Itoa(pid))
+		raw, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := bytes.Split(raw, []byte{0})
+		switch {
+		case len(args) > 3 && string(args[1]) == "runtime-server" && pythonServer(args):
+			servers[pid] = true
+		case len(args) > 4 && string(args[1]) == "-s" && string(args[2]) == "-c" && len(args[4]) == 0:
+			cwd, _ := os.Readlink(filepath.Join(dir, "cwd"))
+			wchan, _ := os.ReadFile(filepath.Join(dir, "wchan"))
+			if cwd == "/" && (bytes.Contains(wchan, []byte("pipe_read")) || bytes.Contains(wchan, []byte("pipe_wait"))) {
+				idle[ppid] = true
+			}
+		}
+	}
+	if len(servers) == 0 {
+		return false
+	}
+	for s := range servers {
+		if !idle[s] {
+			return false
+		}
+	}
+	return true
+}
+
+// pythonServer reports whether a runtime-server's arguments say
+// `--runtime python`.
+func pythonServer(args [][]byte) bool {
+	i := slices.IndexFunc(args, func(a []byte) bool { return string(a) == "--runtime" })
+	return i >= 0 && i+1 < len(args) && string(args[i+1]) == "python"
+}
