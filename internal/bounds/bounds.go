@@ -247,6 +247,9 @@ const (
 	// StepSummary bounds what a Run keeps of its $GITHUB_STEP_SUMMARY
 	// (GitHub keeps 1 MiB; a Run's status is an etcd object).
 	StepSummary = 8 << 10
+	// StepSummaryStored is what a Run's status.summary may hold: the kept
+	// summary and the note that says it was cut.
+	StepSummaryStored = StepSummary + 256
 
 	// Workflow artifacts (internal/artifact, docs/workflows.md):
 	// ArtifactBytes bounds one artifact's tar (its files' contents),

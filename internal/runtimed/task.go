@@ -95,7 +95,7 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	exit := st.GetExitCode()
 	outputs := st.GetOutputs()
 	exported := exportedEnv(st.GetEnv())
-	summary := bounds.Truncate(st.GetSummary(), bounds.StepSummary+256)
+	summary := bounds.Truncate(st.GetSummary(), bounds.StepSummaryStored)
 	setResult := func(r *v1alpha1.Run) {
 		agentEnd(r, w.d.cfg.Now())
 		r.Status.ExitCode = &exit

@@ -12,9 +12,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/bounds"
+	"stoke.dev/stoke/internal/testbin"
 )
 
 const taskYAML = `apiVersion: stoke.dev/v1alpha1
@@ -292,6 +294,9 @@ spec:
             return {"calls": calls}
 `)
 	fn = s.waitPhase(t, fn.Name, v1alpha1.PhaseReady)
+	// The registration took the pod's spare Python worker, and the pod
+	// makes the next one after it: counted once it is there.
+	awaitIdleSpares(t)
 	procsBefore := descendants(t)
 
 	const n = 64
@@ -327,6 +332,21 @@ spec:
 	if !strings.Contains(string(m.body), `stoke_invocations_total{code="429"} 63`) {
 		t.Errorf("/metrics does not count 63 rejections")
 	}
+}
+
+// awaitIdleSpares waits until the pods' spare Python workers are idle
+// (testbin.PythonSparesIdle) and returns how long that took. Polled:
+// nothing tells the outside that a spare is ready.
+func awaitIdleSpares(t testing.TB) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !testbin.PythonSparesIdle(os.Getpid()) {
+		if time.Since(start) > time.Minute {
+			t.Fatal("no idle spare Python worker under the pods within a minute")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 // descendants counts the processes below this test process.

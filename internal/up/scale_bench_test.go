@@ -3,12 +3,9 @@ package up_test
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"testing"
 	"time"
-
-	"stoke.dev/stoke/internal/testbin"
 )
 
 // BenchmarkUpScaleFromZero is issue 20's scale-from-zero figure: each
@@ -30,7 +27,7 @@ func BenchmarkUpScaleFromZero(b *testing.B) {
 	s := startUp(b)
 	var first, warm, spareWait []time.Duration
 	for i := range b.N {
-		spareWait = append(spareWait, awaitIdleSpare(b))
+		spareWait = append(spareWait, awaitIdleSpares(b))
 		name := fmt.Sprintf("zero-%d", i)
 		r := s.do(b, http.MethodPost, "/v1/namespaces/default/functions", fmt.Sprintf(`apiVersion: stoke.dev/v1alpha1
 kind: Function
@@ -68,19 +65,4 @@ spec:
 	b.ReportMetric(pct(warm, 0.5), "warm-p50-ms")
 	b.ReportMetric(pct(spareWait, 0.5), "spare-wait-p50-ms")
 	b.ReportMetric(0, "ns/op")
-}
-
-// awaitIdleSpare waits until the pods' spare Python workers are idle
-// (testbin.PythonSparesIdle) and returns how long that took. Polled:
-// nothing tells the outside that a spare is ready.
-func awaitIdleSpare(b *testing.B) time.Duration {
-	b.Helper()
-	start := time.Now()
-	for !testbin.PythonSparesIdle(os.Getpid()) {
-		if time.Since(start) > 10*time.Second {
-			b.Fatal("no idle spare Python worker under the pods within 10 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start)
 }

@@ -55,6 +55,7 @@ var crdBounds = map[string]map[string][]int64{
 		"spec.retryPolicy.maxAttempts maximum":          {bounds.RetryAttempts},
 		"spec.retryPolicy.retryableReasons[] maxLength": {maxConditionReason},
 		"status.message maxLength":                      {bounds.Message},
+		"status.summary maxLength":                      {bounds.StepSummaryStored},
 		"status.outputs maxProperties":                  {bounds.OutputKeys},
 		"status.outputs rules":                          {bounds.OutputKey, bounds.OutputValue},
 	},

@@ -349,8 +349,9 @@ type RunStatus struct {
 	// +kubebuilder:validation:MaxItems=64
 	Env []EnvVar `json:"env,omitempty"`
 	// Summary is what a task wrote to $GITHUB_STEP_SUMMARY (Markdown, as
-	// GitHub's step summary), cut to 8 KiB (bounds.StepSummary); `stoke
-	// describe workflowrun` shows a step's.
+	// GitHub's step summary), cut to 8 KiB (bounds.StepSummary) with a
+	// note (bounds.StepSummaryStored in all); `stoke describe workflowrun`
+	// shows a step's.
 	// +optional
 	// +kubebuilder:validation:MaxLength=8448
 	Summary string `json:"summary,omitempty"`
