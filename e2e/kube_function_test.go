@@ -447,18 +447,15 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	// A Function scaled to zero has been idle, so its pods' spare Python
 	// workers have been made again since the last registration took one:
 	// before each create, outside the timed part, wait for them
-	// (testbin.PythonSparesIdle; the runtime Pods' processes are this
+	// (testbin.AwaitPythonSparesIdle; the runtime Pods' processes are this
 	// test's, through the node agent), and report the wait beside.
 	var spareWait []time.Duration
 	for i := range b.N {
-		waitFrom := time.Now()
-		for !testbin.PythonSparesIdle(os.Getpid()) {
-			if time.Since(waitFrom) > runBound {
-				b.Fatal("the runtime Pods' spare Python workers were not idle within the bound")
-			}
-			time.Sleep(time.Millisecond) // polled: nothing tells the outside that a spare is ready
+		waited, err := testbin.AwaitPythonSparesIdle(os.Getpid(), runBound)
+		if err != nil {
+			b.Fatal(err)
 		}
-		spareWait = append(spareWait, time.Since(waitFrom))
+		spareWait = append(spareWait, waited)
 		name := fmt.Sprintf("zero%d-%d", round, i)
 		fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: runsNamespace},
 			Spec: v1alpha1.FunctionSpec{Runtime: "python", Handler: "fn.handle", Scale: v1alpha1.FunctionScale{Min: 0, Max: 1},

@@ -2,10 +2,12 @@ package testbin
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // PythonSparesIdle reports whether every Python Runtime Server among the
@@ -78,6 +80,20 @@ func PythonSparesIdle(root int) bool {
 		}
 	}
 	return true
+}
+
+// AwaitPythonSparesIdle polls PythonSparesIdle(root) until it holds or
+// bound passes, and returns how long that took. Polled: nothing tells
+// the outside that a spare is ready.
+func AwaitPythonSparesIdle(root int, bound time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for !PythonSparesIdle(root) {
+		if time.Since(start) > bound {
+			return time.Since(start), fmt.Errorf("the Python Runtime Servers' spare workers were not all idle within %s", bound)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start), nil
 }
 
 // pythonServer reports whether a runtime-server's arguments say

@@ -335,18 +335,14 @@ spec:
 }
 
 // awaitIdleSpares waits until the pods' spare Python workers are idle
-// (testbin.PythonSparesIdle) and returns how long that took. Polled:
-// nothing tells the outside that a spare is ready.
+// (testbin.AwaitPythonSparesIdle) and returns how long that took.
 func awaitIdleSpares(t testing.TB) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for !testbin.PythonSparesIdle(os.Getpid()) {
-		if time.Since(start) > time.Minute {
-			t.Fatal("no idle spare Python worker under the pods within a minute")
-		}
-		time.Sleep(time.Millisecond)
+	d, err := testbin.AwaitPythonSparesIdle(os.Getpid(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return time.Since(start)
+	return d
 }
 
 // descendants counts the processes below this test process.
