@@ -23,6 +23,7 @@
 //	kind 2 ERROR       payload: type | message | traceback
 //	kind 5 HANDED      a spare's, empty: it took its registration (spare.go)
 //	kind 6 SPARE       a spare's, empty: started, waiting for one
+//	kind 7 REFUSED     a spare's, payload: why it cannot take that one
 //
 // where each string is u32 length | UTF-8 bytes. The worker flushes the
 // handler's stdout and stderr before it writes a response, and the adapter
@@ -78,8 +79,10 @@ type Config struct {
 	Interpreter string
 	// Deps, when set, installs what a source's requirements.txt lists
 	// (once per digest, shared by the Runtime's servers) and the handler
-	// or task imports from it: its directory leads PYTHONPATH. Nil: a
-	// requirements.txt is a file like any other.
+	// or task imports from it: its directory leads PYTHONPATH (or, for a
+	// registration handed to the spare, takes the place on sys.path that
+	// PYTHONPATH would have given it: spare.go). Nil: a requirements.txt
+	// is a file like any other.
 	Deps *pydeps.Cache
 	// Spare keeps one worker started ahead once KeepSpare is called (a
 	// Runtime Server's Functions do), handed to the next registration
@@ -111,31 +114,32 @@ func New(cfg Config) *Adapter {
 	return a
 }
 
-// withDeps returns env with the directory of the dependencies that the
-// requirements.txt in dir lists leading PYTHONPATH, installing them
-// first if the cache has not; env itself without Deps or requirements.
-// The directory is held in use (kept from the cache's pruning) until
-// release, which is never nil, is called.
-func (a *Adapter) withDeps(ctx context.Context, dir string, env []string) (_ []string, release func(), _ error) {
+// useDeps returns the directory of the dependencies that the
+// requirements.txt in dir lists, installing them first if the cache has
+// not; "" without Deps or requirements. The directory is held in use
+// (kept from the cache's pruning) until release, which is never nil, is
+// called.
+func (a *Adapter) useDeps(ctx context.Context, dir string) (deps string, release func(), _ error) {
 	if a.deps == nil {
-		return env, func() {}, nil
+		return "", func() {}, nil
 	}
-	deps, release, err := a.deps.Use(ctx, dir)
-	if err != nil || deps == "" {
-		return env, release, err
-	}
+	return a.deps.Use(ctx, dir)
+}
+
+// pathFirst returns env with dir leading PYTHONPATH.
+func pathFirst(env []string, dir string) []string {
 	out := make([]string, 0, len(env)+1)
-	path := deps
+	path := dir
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
 			if v != "" {
-				path = deps + string(os.PathListSeparator) + v
+				path = dir + string(os.PathListSeparator) + v
 			}
 			continue
 		}
 		out = append(out, kv)
 	}
-	return append(out, "PYTHONPATH="+path), release, nil
+	return append(out, "PYTHONPATH="+path)
 }
 
 // TaskNeedsPrepare: a task whose source has a requirements.txt, with
@@ -153,9 +157,12 @@ func (a *Adapter) TaskNeedsPrepare(dir string) bool {
 func (a *Adapter) PrepareTask(ctx context.Context, dir string, env []string) ([]string, error) {
 	// Not held: the cache keeps a directory for the longest task's time
 	// after its last use.
-	env, release, err := a.withDeps(ctx, dir, env)
+	deps, release, err := a.useDeps(ctx, dir)
 	release()
-	return env, err
+	if err != nil || deps == "" {
+		return env, err
+	}
+	return pathFirst(env, deps), nil
 }
 
 // Name is "python".

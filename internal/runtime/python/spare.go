@@ -22,12 +22,14 @@ import (
 // `site` (the host's .pth files with it) and the worker's own imports done
 // (it then says SPARE, kind 6, empty), idle on its request pipe. Load hands it the next registration whose
 // start-up would have been the same — same user, same value of every
-// variable read at start (readAtStart) — with a handover frame on fd 3:
+// variable read at start (readAtStart) but for the requirements directory
+// on PYTHONPATH — with a handover frame on fd 3:
 //
 //	u32 len(payload) | payload
-//	payload: { u32 len(s) | s }* of workdir, run_uid, handler,
-//	         n (decimal), the n entries the spare was started with, then
-//	         the registration's environment ("K=V" each)
+//	payload: { u32 len(s) | s }* of workdir, run_uid, handler, deps (the
+//	         requirements directory, or ""), n (decimal), the n entries
+//	         the spare was started with, then the registration's
+//	         environment ("K=V" each)
 //
 // The worker answers HANDED (kind 5, empty) at once, before it runs
 // anything of the registration's; then it takes the registration's
@@ -35,6 +37,23 @@ import (
 // working directory and goes on as a fresh worker does, from the
 // handler's import. A spare that died, or that closes its pipes before
 // HANDED, is never handed over: Load starts a worker as before.
+//
+// Requirements. A registration's own interpreter has its requirements
+// directory leading PYTHONPATH; a spare is started with depsMark, a path
+// that cannot exist, in that place, and the handover puts the directory
+// there instead (or drops the mark): sys.path is the same, entry for
+// entry. What else PYTHONPATH would have changed is the start-up itself:
+// every import of the interpreter's start, `site`'s and its .pth files',
+// looks in the directory first, and `site` imports sitecustomize from it.
+// So the worker refuses (REFUSED, kind 7, why) a registration whose
+// directory holds a top-level module or package named as one it has
+// imported (sys.modules, the standard library's included), or
+// sitecustomize or usercustomize; nothing of it taken, the spare waits
+// for the next, and Load starts a worker of its own, as without a spare.
+// .pth files in the directory are read by neither: `site` reads them in
+// site directories only, never on PYTHONPATH. Not seen: a .pth file of
+// the interpreter's own that tries an import and hides its failure, which
+// the requirements could have answered at start.
 //
 // A spare runs in a process group of its own, as every worker does, which
 // becomes the registration's; as the registration's user; in a scope of
@@ -98,6 +117,15 @@ func (s *spare) kill() {
 	s.closeFiles()
 	s.endScope()
 }
+
+// depsMark leads a spare's PYTHONPATH, in the place of a registration's
+// requirements directory; worker.py's DEPS_MARK is the same. /dev/null is
+// no directory, so nothing is ever found there.
+const depsMark = "/dev/null/stoke-requirements"
+
+// maxRefusal bounds a REFUSED frame's reason; the worker cuts it to 1024
+// characters.
+const maxRefusal = 4 << 10
 
 // remakeAfter is how long after a handover the next spare is made at the
 // latest, if the instance has not been invoked by then (a var for tests):
@@ -255,12 +283,14 @@ func (ss *spares) start(spec *runtime.SpareSpec) (*spare, error) {
 	}
 	// "/": a directory every user may enter, of no Run; the handover
 	// moves it to the registration's.
+	start := a.startEnv(env) // what a registration's is compared with
+	env = pathFirst(env, depsMark)
 	w, err := a.startWorker("/", env, spec.User, "")
 	if err != nil {
 		endScope()
 		return nil, err
 	}
-	return &spare{worker: w, user: spec.User, env: env, start: a.startEnv(env), endScope: endScope, readyc: make(chan struct{})}, nil
+	return &spare{worker: w, user: spec.User, env: env, start: start, endScope: endScope, readyc: make(chan struct{})}, nil
 }
 
 // awaitReady waits for the spare's SPARE frame, sent once its start-up is
@@ -337,11 +367,27 @@ func alive(s *spare) *spare {
 	}
 }
 
-// handOver gives the spare s the registration spec with env. handed is
-// false if s turned out dead or broken before it took it: then s is gone
-// and the caller starts a worker as it would have; nothing of the
-// registration ran.
-func (a *Adapter) handOver(ctx context.Context, s *spare, spec runtime.FunctionSpec, env []string, releaseDeps func()) (_ runtime.Instance, handed bool, _ error) {
+// putBack keeps s, which refused a registration and took nothing of it,
+// as the spare, unless one is there or being made, or none is kept: then
+// s is killed.
+func (ss *spares) putBack(s *spare) {
+	ss.mu.Lock()
+	if ss.spec == nil || ss.closed || ss.cur != nil || ss.making {
+		ss.mu.Unlock()
+		s.kill()
+		return
+	}
+	ss.cur = s
+	ss.mu.Unlock()
+}
+
+// handOver gives the spare s the registration spec with env and its
+// requirements directory deps (""). handed is false if s turned out dead
+// or broken before it took it (then s is gone), or refused it (then s is
+// the spare again): the caller starts a worker as it would have; nothing
+// of the registration ran.
+func (a *Adapter) handOver(ctx context.Context, s *spare, spec runtime.FunctionSpec, env []string, deps string, releaseDeps func()) (_ runtime.Instance, handed bool, _ error) {
+	log := logging.OrDiscard(spec.Logger)
 	var b []byte
 	b = binary.LittleEndian.AppendUint32(b, 0) // the payload's length, below
 	add := func(v string) {
@@ -351,6 +397,7 @@ func (a *Adapter) handOver(ctx context.Context, s *spare, spec runtime.FunctionS
 	add(spec.WorkingDir)
 	add(spec.RunUID)
 	add(spec.Handler)
+	add(deps)
 	add(strconv.Itoa(len(s.env)))
 	for _, kv := range s.env {
 		add(kv)
@@ -367,21 +414,33 @@ func (a *Adapter) handOver(ctx context.Context, s *spare, spec runtime.FunctionS
 	}
 	stop := context.AfterFunc(ctx, interrupt)
 	var ack [respHeaderSize]byte
+	var why []byte
 	_, err := s.req.Write(b)
 	if err == nil {
 		_, err = io.ReadFull(s.resp, ack[:])
+	}
+	n := binary.LittleEndian.Uint32(ack[:4])
+	if err == nil && ack[4] == kindRefused && n <= maxRefusal {
+		why = make([]byte, n)
+		_, err = io.ReadFull(s.resp, why)
 	}
 	if !stop() {
 		s.kill()
 		releaseDeps()
 		return nil, true, fmt.Errorf("python worker did not become ready: %w", ctx.Err())
 	}
-	if err != nil || ack[4] != kindHanded || binary.LittleEndian.Uint32(ack[:4]) != 0 {
+	switch {
+	case err == nil && why != nil:
+		log.Debug("the spare python worker cannot take this registration; starting one", "reason", string(why))
+		a.spares.putBack(s) // stop() held: no deadline was set
+		return nil, false, nil
+	case err != nil || ack[4] != kindHanded || n != 0:
+		log.Debug("the spare python worker could not be handed over; starting one", "pid", s.p.Pid())
 		s.kill()
 		return nil, false, nil
 	}
 	end := s.endScope
 	release := func() { releaseDeps(); end() }
-	i, err := a.ready(ctx, logging.OrDiscard(spec.Logger), spec, s.worker, release)
+	i, err := a.ready(ctx, log, spec, s.worker, release)
 	return i, true, err
 }

@@ -33,6 +33,7 @@ const (
 	kindInitError = 4
 	kindHanded    = 5 // a spare's: it has its registration (spare.go)
 	kindSpare     = 6 // a spare's: started, waiting for its registration
+	kindRefused   = 7 // a spare's: it cannot take that registration (spare.go)
 )
 
 const (
@@ -149,12 +150,18 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	}
 	// Within the registration's init bound: a first install counts. The
 	// instance holds the dependencies in use until it is closed.
-	env, releaseDeps, err := a.withDeps(ctx, spec.WorkingDir, env)
+	deps, releaseDeps, err := a.useDeps(ctx, spec.WorkingDir)
 	if err != nil {
 		return nil, err
 	}
-	if s := a.spares.take(ctx, spec.User, a.startEnv(env)); s != nil {
-		if i, handed, err := a.handOver(ctx, s, spec, env, releaseDeps); handed {
+	// A spare's start-up is compared without the requirements: it puts
+	// their directory where PYTHONPATH would have (spare.go).
+	start := a.startEnv(env)
+	if deps != "" {
+		env = pathFirst(env, deps)
+	}
+	if s := a.spares.take(ctx, spec.User, start); s != nil {
+		if i, handed, err := a.handOver(ctx, s, spec, env, deps, releaseDeps); handed {
 			// The next spare is made off this registration's path, which
 			// runs to its first answer (a scale from zero's): after its
 			// first invocation, or remakeAfter, whichever comes first.
@@ -165,7 +172,6 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 			}
 			return i, err
 		}
-		log.Debug("the spare python worker could not be handed over; starting one", "pid", s.p.Pid())
 	}
 	// A spare that was not there (or did not fit) is made once this
 	// worker has answered.

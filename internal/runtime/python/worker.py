@@ -8,8 +8,8 @@
 # loads: every user can read a process's arguments, only its owner its
 # environment, and the Run UID (which the working directory's path holds)
 # must not be shown to other users. A spare (HANDLER "") is started ahead
-# and handed all three, with the registration's environment, on fd 3 once
-# its registration comes (spare.go).
+# and handed all three, with the registration's environment and its
+# requirements directory, on fd 3 once its registration comes (spare.go).
 #
 # It imports the handler's module once, resolves the function, reports READY
 # (or INIT_ERROR) and then serves one invocation at a time over two inherited
@@ -37,6 +37,14 @@ READY = 3
 INIT_ERROR = 4
 HANDED = 5  # a spare's: it has taken its registration
 SPARE = 6  # a spare's: started, waiting for its registration
+REFUSED = 7  # a spare's: it cannot take that registration, and waits on
+
+# A spare is started with this entry leading PYTHONPATH, where a
+# registration's requirements directory would have been on its own
+# interpreter's: the handover puts the directory in its place, or drops it.
+# It cannot exist (/dev/null is no directory), so no import finds anything
+# there. spare.go's depsMark is the same.
+DEPS_MARK = '/dev/null/stoke-requirements'
 
 _REQ = Struct('<IIIQ')  # id length, scope length, input length, remaining ns
 _RESP = Struct('<IB')  # payload length, kind
@@ -383,22 +391,62 @@ def _read_exact(n):
     return b''.join(parts)
 
 
+def _shadowed(deps):
+    """Why the requirements directory deps cannot be put on this spare's
+    sys.path as PYTHONPATH would have put it on its own interpreter's, or
+    None. An interpreter with deps on PYTHONPATH looks there first for
+    every import of its start-up too: a top-level module of deps whose name
+    this one has imported (sys.modules: the worker's imports, `site`'s, its
+    .pth files') came from elsewhere here, but would have come from deps;
+    and `site` imports sitecustomize (and usercustomize, off under -s) from
+    the whole path, deps included. Each entry is taken as the module or
+    package it could be, by its name up to the first dot (a directory by its
+    whole name): more than the import system finds, never less. Its .pth
+    files are not looked at: `site` reads them in site directories alone,
+    never on PYTHONPATH, so neither does this."""
+    if DEPS_MARK not in sys.path:
+        return 'its sys.path has no place for the requirements'
+    loaded = {name.partition('.')[0] for name in list(sys.modules)}
+    try:
+        with os.scandir(deps) as entries:
+            for e in entries:
+                name = e.name if e.is_dir() else e.name.partition('.')[0]
+                if name in ('sitecustomize', 'usercustomize'):
+                    return (f'the requirements hold {name}, which an '
+                            'interpreter imports at its start')
+                if name in loaded:
+                    return (f'the requirements\' {e.name} would shadow the '
+                            f'module {name!r} the spare has imported')
+    except OSError as e:
+        return f'cannot list the requirements directory: {e}'
+    return None
+
+
 def _handover():
     """A spare's: waits for its registration (the frame is described in
-    spare.go), acknowledges it, and takes its environment and working
-    directory; returns (workdir, run_uid, handler)."""
-    n, = _U32.unpack(_read_exact(4))
-    data = _read_exact(n)
-    fields, off = [], 0
-    while off < n:
-        k, = _U32.unpack_from(data, off)
-        off += 4
-        fields.append(os.fsdecode(data[off:off + k]))
-        off += k
+    spare.go), acknowledges it, and takes its environment, working
+    directory and requirements; returns (workdir, run_uid, handler). A
+    registration whose requirements it cannot take as its own interpreter
+    would have (_shadowed) is refused (REFUSED, why), nothing of it taken,
+    and it waits for the next."""
+    while True:
+        n, = _U32.unpack(_read_exact(4))
+        data = _read_exact(n)
+        fields, off = [], 0
+        while off < n:
+            k, = _U32.unpack_from(data, off)
+            off += 4
+            fields.append(os.fsdecode(data[off:off + k]))
+            off += k
+        deps = fields[3]
+        why = _shadowed(deps) if deps else None
+        if why is None:
+            break
+        _send(REFUSED, why[:1024].encode('utf-8', 'backslashreplace'))
     _send(HANDED)
     workdir, run_uid, handler = fields[0], fields[1], fields[2]
-    count = int(fields[3])
-    started = dict(kv.partition('=')[::2] for kv in fields[4:4 + count])
+    count = int(fields[4])
+    started = dict(kv.partition('=')[::2] for kv in fields[5:5 + count])
     # What `site` (a .pth file) changed in the environment it was started
     # with is kept, as a fresh worker's `site` would have done it in the
     # registration's: the variables it reads are the same.
@@ -406,12 +454,20 @@ def _handover():
     changed = {k: v for k, v in environ.items() if started.get(k) != v}
     removed = [k for k in started if k not in environ]
     environ.clear()
-    for kv in fields[4 + count:]:
+    for kv in fields[5 + count:]:
         k, _, v = kv.partition('=')
         environ[k] = v
     environ.update(changed)
     for k in removed:
         environ.pop(k, None)
+    # The requirements directory where PYTHONPATH would have put it, or
+    # nothing: the mark is the spare's alone.
+    path = sys.path
+    while DEPS_MARK in path:
+        i = path.index(DEPS_MARK)
+        path[i:i + 1] = [deps] if deps else []
+        deps = ''
+    sys.path_importer_cache.pop(DEPS_MARK, None)
     os.chdir(workdir)
     return workdir, run_uid, handler
 
