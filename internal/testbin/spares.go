@@ -63,12 +63,8 @@ func PythonSparesIdle(root int) bool {
 		switch {
 		case len(args) > 3 && string(args[1]) == "runtime-server" && pythonServer(args):
 			servers[pid] = true
-		case len(args) > 4 && string(args[1]) == "-s" && string(args[2]) == "-c" && len(args[4]) == 0:
-			cwd, _ := os.Readlink(filepath.Join(dir, "cwd"))
-			wchan, _ := os.ReadFile(filepath.Join(dir, "wchan"))
-			if cwd == "/" && (bytes.Contains(wchan, []byte("pipe_read")) || bytes.Contains(wchan, []byte("pipe_wait"))) {
-				idle[ppid] = true
-			}
+		case idleSpare(dir, args):
+			idle[ppid] = true
 		}
 	}
 	if len(servers) == 0 {
@@ -80,6 +76,59 @@ func PythonSparesIdle(root int) bool {
 		}
 	}
 	return true
+}
+
+// idleSpare reports whether the process of /proc directory dir, whose
+// arguments are args, is a spare Python worker idle on its request pipe.
+func idleSpare(dir string, args [][]byte) bool {
+	if len(args) <= 4 || string(args[1]) != "-s" || string(args[2]) != "-c" || len(args[4]) != 0 {
+		return false
+	}
+	cwd, _ := os.Readlink(filepath.Join(dir, "cwd"))
+	wchan, _ := os.ReadFile(filepath.Join(dir, "wchan"))
+	return cwd == "/" && (bytes.Contains(wchan, []byte("pipe_read")) || bytes.Contains(wchan, []byte("pipe_wait")))
+}
+
+// PythonSpareIdle reports whether process pid, which runs a python
+// Runtime Server in-process (a test calling server.Run), has a spare
+// worker idle among its children, as PythonSparesIdle judges one.
+func PythonSpareIdle(pid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		dir := filepath.Join("/proc", e.Name())
+		st, err := os.ReadFile(filepath.Join(dir, "stat"))
+		if err != nil {
+			continue
+		}
+		f := bytes.Fields(st[bytes.LastIndexByte(st, ')')+1:])
+		if len(f) < 2 || string(f[1]) != strconv.Itoa(pid) {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if err == nil && idleSpare(dir, bytes.Split(raw, []byte{0})) {
+			return true
+		}
+	}
+	return false
+}
+
+// AwaitPythonSpareIdle polls PythonSpareIdle(pid) until it holds or bound
+// passes, and returns how long that took.
+func AwaitPythonSpareIdle(pid int, bound time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for !PythonSpareIdle(pid) {
+		if time.Since(start) > bound {
+			return time.Since(start), fmt.Errorf("no spare python worker was idle within %s", bound)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start), nil
 }
 
 // AwaitPythonSparesIdle polls PythonSparesIdle(root) until it holds or

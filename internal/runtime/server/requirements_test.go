@@ -14,6 +14,7 @@ import (
 	"stoke.dev/stoke/internal/pydeps/pydepstest"
 	"stoke.dev/stoke/internal/runtime/runtimetest"
 	"stoke.dev/stoke/internal/runtime/server"
+	"stoke.dev/stoke/internal/testbin"
 )
 
 // depsServer is a python Runtime Server with a requirements cache whose
@@ -170,35 +171,49 @@ func TestTaskImportsItsRequirements(t *testing.T) {
 // and the differences; and, once before them, the first registration's, which
 // installs (its extra time over the p50 without requirements).
 //
-// A registration without requirements takes the server's spare worker; one
-// with them starts an interpreter of its own (its PYTHONPATH is read at
-// start). So the extras are given twice: over one without requirements
-// (none, through the spare) and over one without requirements that starts
-// its own interpreter too (own, the like-for-like peer: what the
-// requirements themselves cost). An untimed registration after none
-// shares the CPUs with the next spare's start.
+// Both take the server's spare worker (the requirements directory is put
+// on its sys.path at the handover), and each is timed with the spare idle
+// on its pipe (awaited, untimed: the spare is made again 100 ms after a
+// handover, and a registration that comes sooner waits for it). The extras
+// are also given over a registration without requirements that starts its
+// own interpreter (own: what a registration whose requirements the spare
+// refuses pays). An untimed registration after none shares the CPUs with
+// the next spare's start.
 func BenchmarkRegisterPythonRequirements(b *testing.B) {
 	rs, _, _ := depsServer(b)
 	ready := func(uid, reqs string) time.Duration {
 		t0 := time.Now()
-		_, state, fatal := registerWithRequirements(b, rs, uid, reqs)
+		reg, state, fatal := registerWithRequirements(b, rs, uid, reqs)
 		el := time.Since(t0)
 		if state != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
 			b.Fatalf("%s: %v: %s", uid, state, fatal)
 		}
+		// Untimed: 500 idle workers would crowd the machine.
+		if _, err := rs.Functions.UnregisterFunction(context.Background(), &pb.UnregisterFunctionRequest{Registration: reg, CancelInFlight: true}); err != nil {
+			b.Fatal(err)
+		}
 		return el
 	}
+	spare := func() {
+		if _, err := testbin.AwaitPythonSpareIdle(os.Getpid(), time.Minute); err != nil {
+			b.Fatal(err)
+		}
+	}
 	ready("warm-up", "") // the server's first registration, apart
+	spare()
 	first := ready("first", "tinydep==1.0\n")
 	var none, own, installed, unused []time.Duration
 	b.ResetTimer()
 	for i := range b.N {
+		spare()
 		none = append(none, ready(fmt.Sprintf("none-%d", i), ""))
 		// Not timed: it shares the CPUs with the next spare's start,
 		// which follows a handover, so that the series below do not.
 		ready(fmt.Sprintf("own-settle-%d", i), "")
 		own = append(own, ready(fmt.Sprintf("own-%d", i), ""))
+		spare()
 		installed = append(installed, ready(fmt.Sprintf("installed-%d", i), "tinydep==1.0\n"))
+		spare()
 		unused = append(unused, ready(fmt.Sprintf("unused-%d", i), "tinydep==1.0\n"))
 	}
 	b.StopTimer()
