@@ -264,6 +264,13 @@ const (
 	ArtifactRunBytes = 4 << 30
 	ArtifactName     = 128
 	ArtifactPaths    = 64
+	// A Lambda step's write-back (docs/lambda.md): WriteBackDeletions
+	// and WriteBackDeletionBytes bound the paths one step removed, which
+	// travel in one agent message (at most ExecFrame + 64 KiB), and
+	// WriteBackEntries the new or changed entries one write-back copies.
+	WriteBackDeletions     = 4096
+	WriteBackDeletionBytes = 128 << 10
+	WriteBackEntries       = 65536
 	// ArtifactRetention is how long an artifact is kept at most (its
 	// WorkflowRun's delete takes it sooner); ArtifactRetentionDefault
 	// when `stoke up`/`stoke controller` are told nothing.

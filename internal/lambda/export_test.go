@@ -11,3 +11,7 @@ func (s *Server) PackageSize(dir string) (zipped int, bootstrap uint64, err erro
 	}
 	return len(p.zip), s.boot.hdr.UncompressedSize64, nil
 }
+
+// RemoveDeleted is removeDeleted, for the checks of names no bootstrap
+// makes.
+var RemoveDeleted = removeDeleted

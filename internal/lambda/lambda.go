@@ -162,6 +162,9 @@ type Config struct {
 	// WriteBackBytes bounds what a task of a shared workspace writes back
 	// (default bounds.ArtifactBytes; tests set less).
 	WriteBackBytes int64
+	// WroteBack, when set, hears of every write-back that succeeded
+	// (tests, benchmarks).
+	WroteBack func(WriteBack)
 	// AgentMetrics, when set, receives the endpoint's metrics.
 	AgentMetrics *agent.Metrics
 	Logger       *slog.Logger

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pb "stoke.dev/stoke/api/executor/v1"
+	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/runtime/runtimetest"
 	"stoke.dev/stoke/internal/runtime/server"
@@ -23,13 +24,43 @@ const writeBackLimit = 1 << 20
 // bounded by writeBackLimit.
 func startWriteBack(t testing.TB, observe func(string, time.Duration)) env {
 	t.Helper()
+	e, _ := startWriteBackCounting(t, observe)
+	return e
+}
+
+// wroteBack keeps the last write-back of each workspace, as the Runtime
+// Server reports it.
+type wroteBack struct {
+	mu   sync.Mutex
+	last map[string]lambda.WriteBack // by the workspace's directory name
+}
+
+func (w *wroteBack) of(ws string) (lambda.WriteBack, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wb, ok := w.last[ws]
+	return wb, ok
+}
+
+// startWriteBackCounting is startWriteBack that also hears what each
+// write-back did.
+func startWriteBackCounting(t testing.TB, observe func(string, time.Duration)) (env, *wroteBack) {
+	t.Helper()
+	w := &wroteBack{last: map[string]lambda.WriteBack{}}
 	sim := simulator(t)
-	srv := newServerWith(t, sim, "bash", func(c *lambda.Config) { c.WriteBackBytes, c.Observe = writeBackLimit, observe })
+	srv := newServerWith(t, sim, "bash", func(c *lambda.Config) {
+		c.WriteBackBytes, c.Observe = writeBackLimit, observe
+		c.WroteBack = func(wb lambda.WriteBack) {
+			w.mu.Lock()
+			w.last[wb.RunUID] = wb
+			w.mu.Unlock()
+		}
+	})
 	rs := runtimetest.StartServer(t, runtimetest.Harness{
 		Runtime:  "lambda",
 		Fixtures: func(runtimetest.Fixture) runtimetest.Source { return runtimetest.Source{} },
 	}, func(c *server.Config) { serve(c, srv) })
-	return env{sim: sim, rs: rs}
+	return env{sim: sim, rs: rs}, w
 }
 
 // sharedWorkspace makes a job's shared workspace (runtimed's "ws-NAME")
@@ -213,5 +244,133 @@ func TestCancelledStepIsNotWrittenBack(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "partial.txt")); !os.IsNotExist(err) {
 		t.Fatalf("the cancelled step's partial.txt was written back (%v)", err)
+	}
+}
+
+// TestWhatAStepRemovesIsRemoved: a step that removes a directory and a
+// file (`rm -rf build/`, then a check, as CI steps do) has them removed
+// from the job's workspace, so the next step (another invocation) does
+// not see them; what it did not touch stays, and is not copied back. A
+// step that fails by itself is written back all the same, removals
+// included. A step that turns a file into a directory has the file
+// replaced.
+func TestWhatAStepRemovesIsRemoved(t *testing.T) {
+	e, w := startWriteBackCounting(t, nil)
+	dir := sharedWorkspace(t, e, "removes", map[string]string{
+		"build/a.o": "a", "build/sub/b.o": "b", "old.txt": "old\n", "keep.txt": "kept\n", "was-a-file": "f\n",
+	})
+	st := step(t, e, "remove-1", dir, "set -e; rm -rf build; rm old.txt; rm was-a-file; mkdir -p was-a-file/now; echo dir > was-a-file/now/x", nil)
+	if st.GetState() != pb.ExecutionState_EXECUTION_STATE_SUCCEEDED {
+		t.Fatalf("step 1: %v exit %d stderr %q (%s)", st.GetState(), st.GetExitCode(), st.GetStderr(), st.GetErrorMessage())
+	}
+	for _, gone := range []string{"build", "old.txt"} {
+		if _, err := os.Lstat(filepath.Join(dir, gone)); !os.IsNotExist(err) {
+			t.Fatalf("%s is still in the workspace after the step removed it (%v)", gone, err)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "was-a-file", "now", "x")); err != nil || string(got) != "dir\n" {
+		t.Fatalf("was-a-file/now/x: %q (%v); want the step's directory in place of the file", got, err)
+	}
+	// build and old.txt removed, was-a-file replaced; the new directory
+	// and its two entries sent; keep.txt and the step's script (and its
+	// directory) left alone.
+	if wb, ok := w.of("ws-removes"); !ok || wb.Whole || wb.Deleted != 3 || wb.Sent != 3 || wb.Unchanged != 3 {
+		t.Fatalf("write-back %+v (reported %v); want 3 removed (build, old.txt, was-a-file), 3 sent, 3 unchanged", wb, ok)
+	}
+	st = step(t, e, "remove-2", dir, "set -e; test ! -e build; test ! -e old.txt; cat keep.txt; rm keep.txt; echo partial > partial.txt; exit 3", nil)
+	if st.GetState() != pb.ExecutionState_EXECUTION_STATE_FAILED || st.GetExitCode() != 3 || st.GetStdout() != "kept\n" {
+		t.Fatalf("step 2: %v exit %d stdout %q stderr %q; want exit 3 after it saw build and old.txt gone", st.GetState(), st.GetExitCode(), st.GetStdout(), st.GetStderr())
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "keep.txt")); !os.IsNotExist(err) {
+		t.Fatalf("the failed step's removal of keep.txt was not written back (%v)", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "partial.txt")); err != nil || string(got) != "partial\n" {
+		t.Fatalf("the failed step's partial.txt: %q (%v); want it written back", got, err)
+	}
+}
+
+// TestOnlyWhatAStepChangedIsSent: a step that changes one file of many
+// has that file alone copied back, as the Runtime Server counts; a step
+// that changes nothing has nothing copied (no tar at all).
+func TestOnlyWhatAStepChangedIsSent(t *testing.T) {
+	e, w := startWriteBackCounting(t, nil)
+	files := map[string]string{}
+	for i := range 40 {
+		files[fmt.Sprintf("src/f%02d.txt", i)] = fmt.Sprintf("file %d\n", i)
+	}
+	dir := sharedWorkspace(t, e, "changes", files)
+	// The same size, at once: the change time's tick alone cannot tell.
+	st := step(t, e, "change-1", dir, "set -e; printf 'FILE 7\\n' > src/f07.txt", nil)
+	if st.GetState() != pb.ExecutionState_EXECUTION_STATE_SUCCEEDED {
+		t.Fatalf("step 1: %v exit %d stderr %q", st.GetState(), st.GetExitCode(), st.GetStderr())
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "src", "f07.txt")); err != nil || string(got) != "FILE 7\n" {
+		t.Fatalf("src/f07.txt: %q (%v)", got, err)
+	}
+	// 40 files, the src and .steps directories, the step's script.
+	if wb, ok := w.of("ws-changes"); !ok || wb.Whole || wb.Sent != 1 || wb.Deleted != 0 || wb.Unchanged != 42 {
+		t.Fatalf("write-back %+v (reported %v); want 1 sent, 42 unchanged, none removed", wb, ok)
+	}
+	st = step(t, e, "change-2", dir, "cat src/f07.txt", nil)
+	if st.GetState() != pb.ExecutionState_EXECUTION_STATE_SUCCEEDED || st.GetStdout() != "FILE 7\n" {
+		t.Fatalf("step 2: %v stdout %q stderr %q", st.GetState(), st.GetStdout(), st.GetStderr())
+	}
+	if wb, ok := w.of("ws-changes"); !ok || wb.Sent != 0 || wb.Deleted != 0 {
+		t.Fatalf("write-back %+v (reported %v); want nothing sent or removed", wb, ok)
+	}
+}
+
+// TestRemovedPathsAreChecked: the names of removed paths come from the
+// sandbox, which is the step's; one with '..', an absolute one, the
+// workspace itself, or one through a symbolic link of the workspace
+// (out of it, or inside it) fails, and nothing is removed, the good
+// names before it included; good names are removed, a link named
+// itself rather than what it points to.
+func TestRemovedPathsAreChecked(t *testing.T) {
+	base := t.TempDir()
+	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
+	for _, d := range []string{filepath.Join(ws, "real"), filepath.Join(ws, "keep"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{filepath.Join(ws, "real", "x"), filepath.Join(ws, "gone.txt"), filepath.Join(outside, "x"), filepath.Join(base, "victim")} {
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, to := range map[string]string{"out": outside, "in": "real", "keep/tolink": outside} {
+		if err := os.Symlink(to, filepath.Join(ws, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, bad := range [][]string{{"gone.txt", "../victim"}, {"gone.txt", "/etc"}, {"."}, {"gone.txt", "out/x"}, {"in/x"}} {
+		if err := lambda.RemoveDeleted(ws, bad, nil); err == nil {
+			t.Fatalf("removing %q: no error", bad)
+		}
+	}
+	for _, f := range []string{filepath.Join(base, "victim"), filepath.Join(outside, "x"), filepath.Join(ws, "real", "x"), filepath.Join(ws, "gone.txt")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("%s was removed by a refused list (%v)", f, err)
+		}
+	}
+	if err := lambda.RemoveDeleted(ws, []string{"gone.txt", "keep/tolink", "never/was"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "gone.txt")); !os.IsNotExist(err) {
+		t.Fatalf("gone.txt: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "keep", "tolink")); !os.IsNotExist(err) {
+		t.Fatalf("keep/tolink: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err != nil {
+		t.Fatalf("removing the link removed what it points to: %v", err)
+	}
+	many := make([]string, bounds.WriteBackDeletions+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("f%d", i)
+	}
+	if err := lambda.RemoveDeleted(ws, many, nil); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Fatalf("over the bound: %v", err)
 	}
 }

@@ -289,9 +289,34 @@ func (x *Deadline) GetDeadlineUnixMillis() int64 {
 // TaskEnded: the task ended, in a directory of the sandbox that the
 // Runtime Server copies back into the job's workspace (exec sessions run
 // there until Release); the invocation holds, the agent up, until Release
-// or its deadline.
+// or its deadline. It says what the task changed in that directory, set
+// up from the package, so that only that is copied back; an agent that
+// sets no changes_list (an older bootstrap) has the whole directory
+// copied, and nothing deleted.
 type TaskEnded struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// deleted names, relative to the directory, what the task removed of
+	// what the directory held when the task started: a removed directory
+	// alone, not its entries; also a path whose type changed (removed,
+	// then copied as the new entry). Sorted; at most
+	// bounds.WriteBackDeletions names of bounds.WriteBackDeletionBytes
+	// bytes together.
+	Deleted []string `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	// deleted_over_bound: the task removed more than that; deleted is
+	// empty and the Runtime Server refuses the write-back.
+	DeletedOverBound bool `protobuf:"varint,2,opt,name=deleted_over_bound,json=deletedOverBound,proto3" json:"deleted_over_bound,omitempty"`
+	// changes_list is the sandbox's path of a file naming, each ended by a
+	// NUL, the entries of the directory (relative to it) that are new or
+	// changed: the only ones copied back.
+	ChangesList string `protobuf:"bytes,3,opt,name=changes_list,json=changesList,proto3" json:"changes_list,omitempty"`
+	// changed is how many names changes_list holds.
+	Changed int64 `protobuf:"varint,4,opt,name=changed,proto3" json:"changed,omitempty"`
+	// unchanged is how many entries of the directory were left as they
+	// were set up, and not copied back.
+	Unchanged int64 `protobuf:"varint,5,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	// error says why the agent could not tell what the task changed (the
+	// Runtime Server then fails the write-back with it).
+	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +349,48 @@ func (x *TaskEnded) ProtoReflect() protoreflect.Message {
 // Deprecated: Use TaskEnded.ProtoReflect.Descriptor instead.
 func (*TaskEnded) Descriptor() ([]byte, []int) {
 	return file_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TaskEnded) GetDeleted() []string {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+func (x *TaskEnded) GetDeletedOverBound() bool {
+	if x != nil {
+		return x.DeletedOverBound
+	}
+	return false
+}
+
+func (x *TaskEnded) GetChangesList() string {
+	if x != nil {
+		return x.ChangesList
+	}
+	return ""
+}
+
+func (x *TaskEnded) GetChanged() int64 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *TaskEnded) GetUnchanged() int64 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *TaskEnded) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // KillTaskRequest says why, for the task's log.
@@ -500,8 +567,14 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x17since_invocation_micros\x18\x03 \x01(\x03R\x15sinceInvocationMicros\"V\n" +
 	"\bDeadline\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x120\n" +
-	"\x14deadline_unix_millis\x18\x02 \x01(\x03R\x12deadlineUnixMillis\"\v\n" +
-	"\tTaskEnded\")\n" +
+	"\x14deadline_unix_millis\x18\x02 \x01(\x03R\x12deadlineUnixMillis\"\xc4\x01\n" +
+	"\tTaskEnded\x12\x18\n" +
+	"\adeleted\x18\x01 \x03(\tR\adeleted\x12,\n" +
+	"\x12deleted_over_bound\x18\x02 \x01(\bR\x10deletedOverBound\x12!\n" +
+	"\fchanges_list\x18\x03 \x01(\tR\vchangesList\x12\x18\n" +
+	"\achanged\x18\x04 \x01(\x03R\achanged\x12\x1c\n" +
+	"\tunchanged\x18\x05 \x01(\x03R\tunchanged\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\")\n" +
 	"\x0fKillTaskRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x12\n" +
 	"\x10KillTaskResponse\"\x10\n" +

@@ -107,6 +107,7 @@ type Grant struct {
 	// invocation holds for the write-back (agentv1.TaskEnded).
 	taskEnded     chan struct{}
 	taskEndedOnce sync.Once
+	ended         *agentv1.TaskEnded // the first TaskEnded, set before taskEnded is closed
 	sessions      int
 	idleTimer     *time.Timer
 	idleFor       time.Duration
@@ -236,6 +237,10 @@ func (g *Grant) KillTask(ctx context.Context, reason string) error {
 // TaskEnded is closed once the grant's agent has said that its task ended
 // and its invocation holds until Release (a write-back).
 func (g *Grant) TaskEnded() <-chan struct{} { return g.taskEnded }
+
+// Ended is what the agent said of its task's end (what it changed); call
+// it once TaskEnded is closed.
+func (g *Grant) Ended() *agentv1.TaskEnded { return g.ended }
 
 // Release tells a connected agent to end its invocation.
 func (g *Grant) Release(ctx context.Context) error {
@@ -442,7 +447,10 @@ func (e *Endpoint) attach(g *Grant, nc net.Conn, log *slog.Logger) error {
 				break
 			}
 			if m.GetTaskEnded() != nil {
-				g.taskEndedOnce.Do(func() { close(g.taskEnded) })
+				g.taskEndedOnce.Do(func() {
+					g.ended = m.GetTaskEnded()
+					close(g.taskEnded)
+				})
 				log.Info("the agent's task ended; its invocation holds for the write-back")
 			}
 			if d := m.GetDeadline(); d != nil {

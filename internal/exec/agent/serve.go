@@ -42,6 +42,9 @@ type ServeConfig struct {
 	// tells the Runtime Server (agentv1.TaskEnded), which copies and
 	// calls Release.
 	TaskEnded <-chan struct{}
+	// TaskEndedEvent, when set, is the event Watch sends once TaskEnded
+	// is closed: what the task changed (nil: an empty one).
+	TaskEndedEvent func() *agentv1.TaskEnded
 	// TLS configures wss:// (nil: the system's roots).
 	TLS    *tls.Config
 	Logger *slog.Logger
@@ -229,7 +232,11 @@ func (c *control) Watch(_ *agentv1.WatchRequest, stream agentv1.AgentService_Wat
 			return nil
 		case <-ended:
 			ended = nil // told once per watch (a redialled agent tells again)
-			if err := stream.Send(&agentv1.WatchResponse{Event: &agentv1.WatchResponse_TaskEnded{TaskEnded: &agentv1.TaskEnded{}}}); err != nil {
+			ev := &agentv1.TaskEnded{}
+			if c.cfg.TaskEndedEvent != nil {
+				ev = c.cfg.TaskEndedEvent()
+			}
+			if err := stream.Send(&agentv1.WatchResponse{Event: &agentv1.WatchResponse_TaskEnded{TaskEnded: ev}}); err != nil {
 				return err
 			}
 			continue

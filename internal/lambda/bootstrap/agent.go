@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	agentv1 "stoke.dev/stoke/api/agent/v1"
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/exec"
@@ -18,7 +19,7 @@ import (
 // whichever comes first. kill (a task's) and release (a sandbox's) are
 // what the Runtime Server may ask for. The returned stop ends the agent
 // and every session, killing what they started.
-func (b *Bootstrap) serveAgent(ctx context.Context, deadline, received time.Time, a *payload.Agent, base exec.Target, kill func(string), release func(), taskEnded <-chan struct{}) (stop func()) {
+func (b *Bootstrap) serveAgent(ctx context.Context, deadline, received time.Time, a *payload.Agent, base exec.Target, kill func(string), release func(), taskEnded <-chan struct{}, event func() *agentv1.TaskEnded) (stop func()) {
 	msg := "lifetime_expired: the Lambda invocation hosting this Run reaches its deadline"
 	if !deadline.IsZero() {
 		msg += " at " + deadline.UTC().Format(time.RFC3339)
@@ -31,7 +32,7 @@ func (b *Bootstrap) serveAgent(ctx context.Context, deadline, received time.Time
 	cfg := agent.ServeConfig{
 		Credentials: agent.Credentials{URL: a.URL, ID: a.ID, Secret: a.Secret, RunUID: a.RunUID},
 		Exec:        local, Lifetime: lt, KillTask: kill, Release: release, Logger: log,
-		Received: received, TaskEnded: taskEnded,
+		Received: received, TaskEnded: taskEnded, TaskEndedEvent: event,
 	}
 	if release != nil && taskEnded == nil {
 		// A sandbox hosts the agent alone: it ends when the agent cannot
@@ -83,7 +84,7 @@ func (b *Bootstrap) sandbox(ctx context.Context, ev event, req payload.Request) 
 	}
 	rctx, release := context.WithCancel(ctx)
 	defer release()
-	stop := b.serveAgent(rctx, ev.deadline, ev.received, req.Agent, target, nil, release, nil)
+	stop := b.serveAgent(rctx, ev.deadline, ev.received, req.Agent, target, nil, release, nil, nil)
 	<-rctx.Done()
 	stop()
 	return &payload.Response{}, nil
@@ -107,7 +108,7 @@ func (b *Bootstrap) taskAgent(ctx context.Context, ev event, req payload.Request
 		_, _ = tasks.Cancel(context.WithoutCancel(ctx), &pb.CancelRequest{Id: ev.requestID})
 	}
 	if h == nil {
-		return b.serveAgent(ctx, ev.deadline, ev.received, req.Agent, target, kill, nil, nil)
+		return b.serveAgent(ctx, ev.deadline, ev.received, req.Agent, target, kill, nil, nil, nil)
 	}
 	// The hold's sessions (the Runtime Server's tar of the directory)
 	// run after the task, until the release.
@@ -116,11 +117,11 @@ func (b *Bootstrap) taskAgent(ctx context.Context, ev event, req payload.Request
 	if !ev.deadline.IsZero() {
 		var cancel context.CancelFunc
 		actx, cancel = context.WithDeadline(actx, ev.deadline.Add(-deadlineMargin))
-		stopAgent := b.serveAgent(actx, ev.deadline, ev.received, req.Agent, target, kill, h.release, h.ended)
+		stopAgent := b.serveAgent(actx, ev.deadline, ev.received, req.Agent, target, kill, h.release, h.ended, h.taskEnded)
 		return func() {
 			stopAgent()
 			cancel()
 		}
 	}
-	return b.serveAgent(actx, ev.deadline, ev.received, req.Agent, target, kill, h.release, h.ended)
+	return b.serveAgent(actx, ev.deadline, ev.received, req.Agent, target, kill, h.release, h.ended, h.taskEnded)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	agentv1 "stoke.dev/stoke/api/agent/v1"
 	"stoke.dev/stoke/internal/runtime"
 )
 
@@ -37,31 +38,49 @@ func (b *Bootstrap) initHeld(adapter runtime.Adapter, scratch string) error {
 // hold is one write-back task's directory and the invocation's hold after
 // the task.
 type hold struct {
-	dir      string
-	ended    chan struct{} // closed when the task has ended
-	released chan struct{} // closed by release
+	dir string
+	// list names the new and changed entries for the Runtime Server's
+	// tar (outside dir, so not one of them).
+	list     string
+	rec      *record
+	event    *agentv1.TaskEnded // set before ended is closed
+	ended    chan struct{}      // closed when the task has ended
+	released chan struct{}      // closed by release
 	once     sync.Once
 }
 
 // newHold copies the package (but the bootstrap) into a fresh directory
-// for the task of requestID.
+// for the task of requestID, recording what the copy made.
 func (b *Bootstrap) newHold(requestID string) (*hold, error) {
 	dir := filepath.Join(b.heldRoot, requestID)
+	list := dir + ".changes"
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	if err := copyTree(b.cfg.TaskRoot, dir); err != nil {
+	rec := &record{src: b.cfg.TaskRoot, entries: map[string]state{}}
+	if err := copyTree(b.cfg.TaskRoot, dir, rec); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("copying the workspace into %s: %w", dir, err)
 	}
-	return &hold{dir: dir, ended: make(chan struct{}), released: make(chan struct{})}, nil
+	// The list file, made now, is the probe of the copy's tick.
+	err := os.WriteFile(list, nil, 0o600)
+	if err == nil {
+		err = rec.seal(list)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &hold{dir: dir, list: list, rec: rec, ended: make(chan struct{}), released: make(chan struct{})}, nil
 }
 
 func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
 
-// await says the task ended and holds until the release or the
-// invocation's deadline (less its margin), whichever comes first.
+// await lists what the task changed, says the task ended and holds until
+// the release or the invocation's deadline (less its margin), whichever
+// comes first.
 func (h *hold) await(deadline time.Time) {
+	h.event = h.rec.taskEnded(h.dir, h.list)
 	close(h.ended)
 	var timeout <-chan time.Time
 	if !deadline.IsZero() {
@@ -79,12 +98,17 @@ func (h *hold) await(deadline time.Time) {
 func (h *hold) remove() {
 	h.release()
 	_ = os.RemoveAll(h.dir)
+	_ = os.Remove(h.list)
 }
+
+// taskEnded is the event await made; called once ended is closed.
+func (h *hold) taskEnded() *agentv1.TaskEnded { return h.event }
 
 // copyTree copies src's regular files, directories and symbolic links
 // into dst, made writable by their owner (the package's files are
-// read-only), leaving out the bootstrap at src's root.
-func copyTree(src, dst string) error {
+// read-only), leaving out the bootstrap at src's root, and records each
+// entry it made in rec.
+func copyTree(src, dst string, rec *record) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -100,17 +124,21 @@ func copyTree(src, dst string) error {
 		}
 		switch {
 		case d.IsDir():
-			return os.MkdirAll(target, info.Mode().Perm()|0o700)
+			err = os.MkdirAll(target, info.Mode().Perm()|0o700)
 		case d.Type()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(path)
-			if err != nil {
-				return err
+			var link string
+			if link, err = os.Readlink(path); err == nil {
+				err = os.Symlink(link, target)
 			}
-			return os.Symlink(link, target)
 		case d.Type().IsRegular():
-			return copyFile(path, target, info.Mode().Perm()|0o600)
+			err = copyFile(path, target, info.Mode().Perm()|0o600)
+		default:
+			return nil // nothing else is packaged
 		}
-		return nil // nothing else is packaged
+		if err != nil || rel == "." {
+			return err
+		}
+		return rec.add(rel, target)
 	})
 }
 
