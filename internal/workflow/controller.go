@@ -92,6 +92,28 @@ type memo struct {
 	// inflight and done: artifact steps being copied, and copied.
 	inflight map[string]bool
 	done     map[string]artifactResult
+	// layout is the spec laid out for generation layoutGen (layoutFor).
+	layout    *layout
+	layoutGen int64
+}
+
+// layoutFor is the layout of spec and called, the WorkflowRun's at
+// generation gen. It is kept for the next decisions while the generation
+// stays (a spec edit makes a new one) and the spec came from the
+// WorkflowRun itself, its own jobs or its status snapshot; fresh is set
+// when it was just read from the Workflows in the store (a run that has
+// not started: they may change until it does), and such a layout is made
+// anew each time and not kept.
+func (m *memo) layoutFor(gen int64, spec *v1alpha1.WorkflowSpec, called map[string]*v1alpha1.WorkflowSpec, fresh bool) *layout {
+	if !fresh && m.layout != nil && m.layoutGen == gen {
+		return m.layout
+	}
+	l := newLayout(spec, called)
+	m.layout, m.layoutGen = l, gen
+	if fresh {
+		m.layout = nil
+	}
+	return l
 }
 
 // opDone is an artifact step's end, from a worker.
@@ -222,6 +244,9 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 		},
 		artifact:  func(key string) (artifactResult, bool) { r, ok := m.done[key]; return r, ok },
 		notBefore: func(name string) time.Time { return m.notBefore[name] },
+	}
+	if invalid == "" {
+		w.layout = m.layoutFor(stored.Generation, spec, called, snapshot != nil)
 	}
 	if snapshot != nil && wf.Status.Snapshot == nil {
 		wf = wf.DeepCopy()

@@ -57,6 +57,9 @@ type world struct {
 	// called are the Workflows the jobs call, by name, as the run's
 	// snapshot holds them.
 	called map[string]*v1alpha1.WorkflowSpec
+	// layout is spec and called laid out, when the caller kept one from
+	// an earlier decision; nil: decide lays them out.
+	layout *layout
 
 	// Set by decide: the spec with its calls laid out (spec is then
 	// flat.spec), and the called scopes' inputs as evaluated so far.
@@ -109,11 +112,15 @@ func decide(w *world) *plan {
 		finish(st, w.now, v1alpha1.WorkflowFailed, "InvalidSpec", w.invalid)
 		return p
 	}
-	f, err := flatten(w.spec, w.called)
-	if err != nil {
-		finish(st, w.now, v1alpha1.WorkflowFailed, "InvalidSpec", err.Error())
+	lay := w.layout
+	if lay == nil {
+		lay = newLayout(w.spec, w.called)
+	}
+	if lay.err != nil {
+		finish(st, w.now, v1alpha1.WorkflowFailed, "InvalidSpec", lay.err.Error())
 		return p
 	}
+	f := lay.flat
 	wc := *w
 	wc.spec, wc.flat, wc.inputs = f.spec, f, map[*callScope]scopeInputs{}
 	w = &wc
@@ -125,26 +132,22 @@ func decide(w *world) *plan {
 		}
 		st.Jobs = jobs
 	}
-	jobs := map[string]*v1alpha1.Job{}
-	for i := range w.spec.Jobs {
-		jobs[w.spec.Jobs[i].ID] = &w.spec.Jobs[i]
+	// Each job's instances, in status order (one pass, not one per job).
+	instances := make(map[string][]int, len(lay.jobs))
+	for i := range st.Jobs {
+		instances[st.Jobs[i].Job] = append(instances[st.Jobs[i].Job], i)
 	}
 	// Jobs in an order where needs come first, a called Workflow's jobs
 	// between their calling job's start and its end (flat.order).
-	for _, it := range f.order() {
-		job := jobs[it.id]
-		idx := 0
-		for i := range st.Jobs {
-			if st.Jobs[i].Job != it.id {
-				continue
-			}
+	for _, it := range lay.order {
+		job := lay.jobs[it.id]
+		for idx, i := range instances[it.id] {
 			d := &jobDecider{w: w, p: p, job: job, js: &st.Jobs[i], index: idx, scope: f.scopeOf[it.id]}
 			if it.finish {
 				d.finishCall()
 			} else {
 				d.decide()
 			}
-			idx++
 		}
 	}
 	done := true

@@ -153,6 +153,31 @@ func (f *flat) check() error {
 	return nil
 }
 
+// layout is a spec laid out for decisions: flatten's result (or its
+// refusal), the order a decision visits the jobs, and the jobs by id. It
+// depends on the spec and the Workflows it calls alone, and nothing a
+// decision does changes it, so the controller keeps one between the
+// decisions of a WorkflowRun's generation (memo.layoutFor) instead of
+// flattening on every decision.
+type layout struct {
+	flat  *flat
+	err   error
+	order []orderItem
+	jobs  map[string]*v1alpha1.Job
+}
+
+func newLayout(spec *v1alpha1.WorkflowSpec, called map[string]*v1alpha1.WorkflowSpec) *layout {
+	f, err := flatten(spec, called)
+	if err != nil {
+		return &layout{err: err}
+	}
+	l := &layout{flat: f, order: f.order(), jobs: make(map[string]*v1alpha1.Job, len(f.spec.Jobs))}
+	for i := range f.spec.Jobs {
+		l.jobs[f.spec.Jobs[i].ID] = &f.spec.Jobs[i]
+	}
+	return l
+}
+
 // orderItem is one job in the order a decision visits them; finish is
 // a calling job's second visit, after its scope's jobs.
 type orderItem struct {
