@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/functionset"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/podsource"
+	"stoke.dev/stoke/internal/reaper"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
 	"stoke.dev/stoke/internal/validation"
@@ -24,8 +27,10 @@ import (
 
 var t0 = time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
 
-// env runs a Controller over a real SQLite store with a fake clock. What
-// runtimed does to a replica (Ready, Failed) the test writes itself.
+// env runs a Controller over a real SQLite store with a fake clock, beside
+// the reaper, which releases runtimed's finalizer (replicas are created
+// with it) of a replica deleted that no runtimed holds: here none does.
+// What runtimed does to a replica (Ready, Failed) the test writes itself.
 type env struct {
 	t    *testing.T
 	ctx  context.Context
@@ -69,8 +74,12 @@ func newEnvWith(t *testing.T, load func(ns, name string) (int, int)) *env {
 		t.Fatal(err)
 	}
 	e.c = c
+	rp, err := reaper.New(reaper.Config{Runs: st.Runs(), RunInformer: e.runs, Pods: noPods{}, Clock: fc, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{e.runs.Run, e.fns.Run, c.Run} {
+	for _, run := range []func(context.Context) error{e.runs.Run, e.fns.Run, c.Run, rp.Run} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -85,6 +94,13 @@ func newEnvWith(t *testing.T, load func(ns, name string) (int, int)) *env {
 		st.Close()
 	})
 	return e
+}
+
+// noPods is a pod source with no pods: the replicas here are on none.
+type noPods struct{}
+
+func (noPods) Subscribe() (<-chan podsource.Event, []podsource.Pod, func()) {
+	return make(chan podsource.Event), nil, func() {}
 }
 
 // until waits for cond, re-checking it on every change the informers see.
@@ -223,7 +239,15 @@ func TestMinReplicasAreReadyAndTheirStatusIsTheFunctions(t *testing.T) {
 		if m := r.Spec.Mode.Function; m == nil || m.Handler != "main.handler" || r.Spec.Runtime != "python" || r.Spec.Source.Inline.Path != "main.py" {
 			t.Fatalf("replica %s spec %+v", r.Name, r.Spec)
 		}
-		if err := validation.ValidateRun(r); err != nil {
+		// Created with runtimed's finalizer, which runtimed would
+		// otherwise write after its claim, in series before Ready.
+		if !slices.Equal(r.Finalizers, []string{v1alpha1.FinalizerRuntimed}) {
+			t.Fatalf("replica %s finalizers %v, want runtimed's from its create", r.Name, r.Finalizers)
+		}
+		// Valid but for that finalizer, which only Stoke may set.
+		check := r.DeepCopy()
+		check.Finalizers = nil
+		if err := validation.ValidateRun(check); err != nil {
 			t.Fatalf("a replica is not a valid Run: %v", err)
 		}
 	}

@@ -34,7 +34,11 @@ func TemplateHash(fn *v1alpha1.Function) string {
 }
 
 // Replica returns a new replica Run of fn's current template, named by
-// generateName NAME-HASH-.
+// generateName NAME-HASH-. It is created carrying runtimed's finalizer
+// (v1alpha1.FinalizerRuntimed), which runtimed would otherwise write after
+// its claim, one API write in series before the replica is Ready (a scale
+// from zero waits for it); a replica deleted before any runtimed held it
+// loses the finalizer to the reaper, so its delete never hangs.
 func Replica(fn *v1alpha1.Function, hash string) *v1alpha1.Run {
 	s := &fn.Spec
 	run := &v1alpha1.Run{
@@ -47,6 +51,7 @@ func Replica(fn *v1alpha1.Function, hash string) *v1alpha1.Run {
 				APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindFunction,
 				Name: fn.Name, UID: fn.UID, Controller: ptr(true),
 			}},
+			Finalizers: []string{v1alpha1.FinalizerRuntimed},
 		},
 		Spec: v1alpha1.RunSpec{
 			Runtime: s.Runtime,

@@ -74,6 +74,16 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 		delete(r.orphans, run.UID)
 		return
 	}
+	if deleting && neverHeld(run) {
+		// Created with the finalizer (a Function's replica) and deleted
+		// before any runtimed claimed it: none will remove it.
+		delete(r.orphans, run.UID)
+		if err := r.releaseFinalizer(ctx, run, neverHeld); err != nil && ctx.Err() == nil {
+			r.log.Warn("reaper: write failed, will try again", "run", informer.KeyOf(run).String(), "run_uid", run.UID, "error", err)
+			r.loop.After(r.clk.Now().Add(errorBackoff), loopKey{kind: keyRun, Key: informer.KeyOf(run)})
+		}
+		return
+	}
 	if assigned != "" {
 		notLive, known := r.podGone(assigned)
 		if !notLive {
@@ -96,7 +106,8 @@ func (r *Reaper) check(ctx context.Context, run *v1alpha1.Run) {
 	delete(r.orphans, run.UID)
 	var err error
 	if deleting {
-		err = r.releaseFinalizer(ctx, run)
+		uid := run.Status.AssignedPodUID
+		err = r.releaseFinalizer(ctx, run, func(run *v1alpha1.Run) bool { return run.Status.AssignedPodUID == uid })
 	} else {
 		err = r.recover(ctx, run, r.goneMessage)
 	}
@@ -155,19 +166,35 @@ func (r *Reaper) settleAssigned(ctx context.Context, run *v1alpha1.Run,
 	})
 }
 
+// neverHeld reports whether no runtimed holds run nor will: it waits for a
+// pod (no phase, or Pending: runtimed takes only Scheduled Runs, and the
+// scheduler assigns no Run being deleted), or it ended without a claim
+// (runtimed's claim sets startTime).
+func neverHeld(run *v1alpha1.Run) bool {
+	switch p := run.Status.Phase; {
+	case p == "" || p == v1alpha1.PhasePending:
+		return true
+	case p.Terminal():
+		return run.Status.StartTime == nil
+	}
+	return false
+}
+
 // releaseFinalizer removes runtimed's finalizer from a Run being deleted
-// whose pod is gone, so the deletion can complete.
-func (r *Reaper) releaseFinalizer(ctx context.Context, run *v1alpha1.Run) error {
+// that no runtimed will release (its pod is gone, or it was never held),
+// so the deletion can complete. still is asked again of the stored Run
+// after a conflict: the write goes only while it holds.
+func (r *Reaper) releaseFinalizer(ctx context.Context, run *v1alpha1.Run, still func(*v1alpha1.Run) bool) error {
 	uid := run.Status.AssignedPodUID
 	err := store.RetryOnConflict(func() error {
-		if !slices.Contains(run.Finalizers, RuntimedFinalizer) || run.Status.AssignedPodUID != uid {
+		if !slices.Contains(run.Finalizers, RuntimedFinalizer) || !still(run) {
 			return nil
 		}
 		next := run.DeepCopy()
 		next.Finalizers = slices.DeleteFunc(next.Finalizers, func(f string) bool { return f == RuntimedFinalizer })
 		_, err := r.cfg.Runs.Update(ctx, next)
 		if err == nil {
-			r.log.Info("reaper: released the finalizer of a deleted run whose pod is gone", "run", informer.KeyOf(run).String(), "run_uid", run.UID, "pod_uid", uid)
+			r.log.Info("reaper: released the finalizer of a deleted run no runtimed holds", "run", informer.KeyOf(run).String(), "run_uid", run.UID, "pod_uid", uid, "phase", run.Status.Phase)
 			return nil
 		}
 		fresh, rerr := r.reread(ctx, run, err)

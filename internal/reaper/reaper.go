@@ -28,7 +28,13 @@
 //
 // A Run being deleted whose assigned pod is gone (or which has no pod)
 // still carries runtimed's finalizer, [RuntimedFinalizer], that no runtimed
-// will remove; the reaper removes it so the delete completes.
+// will remove; the reaper removes it so the delete completes. So it does
+// for a Run that no runtimed holds nor will, whatever its pod: one waiting
+// for a pod (no phase, or Pending), or one that ended without a claim (no
+// startTime). A Function's replica is created with the finalizer
+// (internal/functionset), so that runtimed's path to Ready has no
+// finalizer write; such a replica deleted before a runtimed claimed it is
+// one of these.
 //
 // TTL: a Run that is terminal with a completionTime is deleted
 // spec.ttlSecondsAfterFinished seconds after completionTime or, when the

@@ -456,6 +456,50 @@ func TestDeletingRunOnGonePodLosesFinalizer(t *testing.T) {
 	}
 }
 
+// A Function's replica is created with runtimed's finalizer, so a Run
+// that no runtimed holds nor will may carry it: one waiting for a pod
+// (Pending, assigned or not) and one that ended without a claim lose it
+// when deleted, whatever their pod, or their delete would never end. A
+// Run a live pod's runtimed holds (Running) or is about to claim
+// (Scheduled) keeps it: that runtimed releases it. Before, only Runs
+// without a pod or on a gone pod lost it.
+func TestDeletingRunNoRuntimedHoldsLosesFinalizer(t *testing.T) {
+	p := pod("a")
+	e := newEnv(t, envOptions{live: []podsource.Pod{p}})
+	e.watch()
+	fin := func(r *v1alpha1.Run) { r.Finalizers = []string{reaper.RuntimedFinalizer} }
+	e.create("waiting", fin)
+	e.assigned("pending-on-live", v1alpha1.PhasePending, p, fin)
+	e.assigned("ended-unclaimed", v1alpha1.PhaseFailed, p, fin)
+	e.assigned("scheduled", v1alpha1.PhaseScheduled, p, fin)
+	e.assigned("running", v1alpha1.PhaseRunning, p, fin)
+	e.setStatus("running", func(st *v1alpha1.RunStatus) { st.StartTime = &metav1.Time{Time: t0} })
+	e.assigned("ended-claimed", v1alpha1.PhaseRunning, p, fin)
+	e.setStatus("ended-claimed", func(st *v1alpha1.RunStatus) {
+		st.StartTime, st.Phase = &metav1.Time{Time: t0}, v1alpha1.PhaseSucceeded
+	})
+	released := []string{"waiting", "pending-on-live", "ended-unclaimed"}
+	kept := []string{"scheduled", "running", "ended-claimed"}
+	for _, name := range append(slices.Clone(released), kept...) {
+		if err := e.runs.Delete(e.ctx, "", name, store.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitAll("deletes of Runs no runtimed holds complete", released, func(typ store.EventType, _ *v1alpha1.Run) bool {
+		return typ == store.Deleted
+	})
+	e.barrier("sync")
+	for _, name := range kept {
+		r, err := e.runs.Get(e.ctx, "", name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !slices.Contains(r.Finalizers, reaper.RuntimedFinalizer) {
+			t.Errorf("%s (%s, its pod live) lost runtimed's finalizer", name, r.Status.Phase)
+		}
+	}
+}
+
 func TestTTL(t *testing.T) {
 	ttl := func(s int32) func(*v1alpha1.Run) {
 		return func(r *v1alpha1.Run) { r.Spec.TTLSecondsAfterFinished = &s }

@@ -61,7 +61,8 @@ func (r *Reaper) RecoverRestart(ctx context.Context) (RestartSummary, error) {
 		var count *int
 		switch {
 		case deleting:
-			err, count = r.releaseFinalizer(ctx, run), &sum.Released
+			uid := run.Status.AssignedPodUID
+			err, count = r.releaseFinalizer(ctx, run, func(run *v1alpha1.Run) bool { return run.Status.AssignedPodUID == uid }), &sum.Released
 		case run.Status.Phase.Terminal() || run.Status.AssignedPodUID == "":
 			continue
 		case requeueable(run):
