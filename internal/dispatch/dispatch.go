@@ -164,7 +164,7 @@ func (d *Dispatcher) fn(key Key) *function {
 
 // Sync sets a Function's queue settings and replicas. A replica not in
 // the list leaves: the invocation it has in flight ends with
-// ErrReplicaGone as its lease context's cause. A replica that newly
+// ErrReplicaGone as the cause of the context its lease bound (Lease.Bind). A replica that newly
 // takes invocations goes to the oldest waiter first.
 func (d *Dispatcher) Sync(key Key, settings Settings, replicas []Replica) {
 	d.mu.Lock()
@@ -192,7 +192,7 @@ func (d *Dispatcher) Sync(key Key, settings Settings, replicas []Replica) {
 		delete(f.replicas, id)
 		r.gone = true
 		if r.lease != nil {
-			r.lease.cancel(ErrReplicaGone)
+			r.lease.leftLocked()
 		}
 	}
 	// Waiters beyond a shortened queue keep their places: the bound
@@ -249,7 +249,6 @@ func (d *Dispatcher) popIdle(f *function) *replica {
 // lease marks r in flight for a new invocation.
 func (d *Dispatcher) lease(f *function, r *replica) *Lease {
 	l := &Lease{d: d, f: f, r: r, replica: r.Replica}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	r.lease = l
 	f.inFlight++
 	return l

@@ -313,10 +313,20 @@ func TestReplicaGoneEndsItsCall(t *testing.T) {
 	if a.Replica().ID != rs[0].ID {
 		gone, stays = b, a
 	}
+	goneCall, cancelGone, ok := gone.Bind(context.Background())
+	if !ok {
+		t.Fatal("a lease of a replica still there could not bind its call")
+	}
+	defer cancelGone(nil)
+	staysCall, cancelStays, ok := stays.Bind(context.Background())
+	if !ok {
+		t.Fatal("a lease of a replica still there could not bind its call")
+	}
+	defer cancelStays(nil)
 	d.Sync(fnKey, Settings{}, rs[1:])
-	<-gone.Context().Done()
-	if !gone.Gone() || stays.Gone() || stays.Context().Err() != nil {
-		t.Fatalf("gone %v, stays %v", gone.Gone(), stays.Context().Err())
+	<-goneCall.Done()
+	if !gone.Gone() || context.Cause(goneCall) != ErrReplicaGone || stays.Gone() || staysCall.Err() != nil {
+		t.Fatalf("gone %v (%v), stays %v", gone.Gone(), context.Cause(goneCall), staysCall.Err())
 	}
 	gone.Release()
 	stays.Release()
@@ -473,5 +483,32 @@ func TestOnQueue(t *testing.T) {
 	defer mu.Unlock()
 	if len(queued) != 1 {
 		t.Fatalf("OnQueue calls %v, want one", queued)
+	}
+}
+
+// A lease whose replica left before its call binds nothing: the
+// invocation must not be sent there. A lease released before its replica
+// leaves is not told it left.
+func TestBindAfterTheReplicaLeft(t *testing.T) {
+	d, _ := newFake()
+	rs := replicas(2)
+	d.Sync(fnKey, Settings{}, rs)
+	a, _ := d.Acquire(context.Background(), fnKey, 0)
+	b, _ := d.Acquire(context.Background(), fnKey, 0)
+	left, stays := a, b
+	if a.Replica().ID != rs[0].ID {
+		left, stays = b, a
+	}
+	stays.Release()
+	d.Sync(fnKey, Settings{}, nil)
+	if _, _, ok := left.Bind(context.Background()); ok || !left.Gone() {
+		t.Fatalf("bound a call to a replica that left (gone %v)", left.Gone())
+	}
+	if stays.Gone() {
+		t.Fatal("a lease released before its replica left says it left")
+	}
+	left.Release()
+	if ld := d.Load(fnKey); ld.Replicas != 0 || ld.InFlight != 0 {
+		t.Fatalf("load %+v", ld)
 	}
 }

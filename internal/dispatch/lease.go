@@ -13,10 +13,12 @@ type Lease struct {
 	f       *function
 	r       *replica
 	replica Replica
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	waited  time.Duration
-	once    sync.Once
+	// left: the replica left the Function while the lease was held;
+	// call ends the bound call's context then. Both under d.mu.
+	left   bool
+	call   context.CancelCauseFunc
+	waited time.Duration
+	once   sync.Once
 	// err refuses a waiter (Delete) instead of handing it a replica.
 	err error
 }
@@ -30,13 +32,43 @@ func (l *Lease) Key() Key { return l.f.key }
 // Waited is how long the invocation waited in the queue.
 func (l *Lease) Waited() time.Duration { return l.waited }
 
-// Context ends, with ErrReplicaGone as its cause, when the replica leaves
-// the Function while the lease is held: the invocation's call should end
-// with it.
-func (l *Lease) Context() context.Context { return l.ctx }
+// Bind returns the context for the invocation's one call to the leased
+// replica: ctx, ended with ErrReplicaGone as its cause when the replica
+// leaves the Function while the lease is held. Call cancel(nil) when the
+// call is over. When the replica has left already, ok is false and nothing was
+// bound: the invocation must not be sent to it. One context a call, where
+// a context of the lease's own, and a second one following it, cost two
+// more and a registration on every invocation.
+func (l *Lease) Bind(ctx context.Context) (call context.Context, cancel context.CancelCauseFunc, ok bool) {
+	call, cancel = context.WithCancelCause(ctx)
+	l.d.mu.Lock()
+	ok = !l.left
+	if ok {
+		l.call = cancel
+	}
+	l.d.mu.Unlock()
+	if !ok {
+		cancel(ErrReplicaGone)
+		return nil, nil, false
+	}
+	return call, cancel, true
+}
+
+// leftLocked marks the replica gone while the lease is held, and ends
+// the bound call. d.mu is held.
+func (l *Lease) leftLocked() {
+	l.left = true
+	if l.call != nil {
+		l.call(ErrReplicaGone)
+	}
+}
 
 // Gone says whether the replica left while the lease was held.
-func (l *Lease) Gone() bool { return context.Cause(l.ctx) == ErrReplicaGone }
+func (l *Lease) Gone() bool {
+	l.d.mu.Lock()
+	defer l.d.mu.Unlock()
+	return l.left
+}
 
 // Release ends the lease: the replica is idle again and goes to the
 // oldest waiter. Calling it again does nothing.
@@ -44,7 +76,7 @@ func (l *Lease) Release() {
 	l.once.Do(func() {
 		l.d.mu.Lock()
 		defer l.d.mu.Unlock()
-		l.cancel(nil)
+		l.call = nil
 		l.r.lease = nil
 		l.r.backoff = 0
 		l.f.inFlight--
@@ -63,7 +95,7 @@ func (l *Lease) Busy(ctx context.Context, timeout time.Duration) (*Lease, error)
 		d, f, r := l.d, l.f, l.r
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		l.cancel(nil)
+		l.call = nil
 		r.lease = nil
 		f.inFlight--
 		r.backoff = min(max(2*r.backoff, minHold), maxHold)
@@ -89,7 +121,7 @@ func (l *Lease) Broken() {
 		d, f, r := l.d, l.f, l.r
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		l.cancel(nil)
+		l.call = nil
 		r.lease = nil
 		r.broken = true
 		f.inFlight--

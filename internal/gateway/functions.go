@@ -237,10 +237,12 @@ func (f *Functions) InvokeFunction(ctx context.Context, namespace, name string, 
 			continue
 		}
 		var resp *pb.InvokeFunctionResponse
-		resp, err = f.call(ctx, lease, hop, req, timeout)
+		var sent bool
+		resp, sent, err = f.call(ctx, lease, hop, req, timeout)
 		switch {
-		case errdefs.WasNotRun(err):
-			// Refused before it ran (errdefs.NotRun: the replica's
+		case !sent || errdefs.WasNotRun(err):
+			// Not sent (the replica left as it was leased), or refused
+			// before it ran (errdefs.NotRun: the replica's
 			// registration is gone or not there yet, or its pod's
 			// Runtime Server is down): not dispatched, so another
 			// replica, or wait for one; this one is left out until its
@@ -269,23 +271,26 @@ func (f *Functions) InvokeFunction(ctx context.Context, namespace, name string, 
 	}
 }
 
-// call makes the one call to the leased replica. A wait in the queue
-// counts against the invocation's timeout: the call gets what is left.
-func (f *Functions) call(ctx context.Context, lease *dispatch.Lease, hop pb.FunctionRuntimeServer, req *pb.InvokeFunctionRequest, timeout time.Duration) (*pb.InvokeFunctionResponse, error) {
+// call makes the one call to the leased replica, in a context that ends
+// if the replica leaves meanwhile (dispatch.Lease.Bind); sent is false
+// when it had left before the call. A wait in the queue counts against
+// the invocation's timeout: the call gets what is left.
+func (f *Functions) call(ctx context.Context, lease *dispatch.Lease, hop pb.FunctionRuntimeServer, req *pb.InvokeFunctionRequest, timeout time.Duration) (resp *pb.InvokeFunctionResponse, sent bool, err error) {
 	if w := lease.Waited(); w > 0 {
 		if timeout <= 0 {
 			timeout = bounds.DefaultInvokeTimeout
 		}
 		req.TimeoutMillis = max(1, (timeout - w).Milliseconds())
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(lease.Context(), cancel)
-	defer stop()
-	req.Registration = &pb.FunctionRegistration{RunUid: lease.Replica().ID}
-	resp, err := hop.InvokeFunction(ctx, req)
-	if err != nil {
-		return nil, hopError(err, "function "+lease.Key().String())
+	ctx, cancel, ok := lease.Bind(ctx)
+	if !ok {
+		return nil, false, nil
 	}
-	return resp, nil
+	defer cancel(nil)
+	req.Registration = &pb.FunctionRegistration{RunUid: lease.Replica().ID}
+	resp, err = hop.InvokeFunction(ctx, req)
+	if err != nil {
+		return nil, true, hopError(err, "function "+lease.Key().String())
+	}
+	return resp, true, nil
 }

@@ -79,6 +79,10 @@ func (p *proxy) serverReady(ctx context.Context) bool {
 	if !ok {
 		return true // in-process (tests): no connection to lose
 	}
+	if c.GetState() == connectivity.Ready {
+		// Every warm call: no timer context made for a wait not needed.
+		return true
+	}
 	ctx, cancel := context.WithTimeout(ctx, serverReadyWait)
 	defer cancel()
 	for {
