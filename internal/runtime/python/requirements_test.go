@@ -1,6 +1,7 @@
 package python
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"maps"
@@ -67,16 +68,16 @@ var depsWheels = map[string]map[string]string{
 
 // depsAdapters returns an adapter keeping a spare and one that does not,
 // sharing a requirements cache that installs from depsWheels; the spare's
-// made channel; and the cache's directory.
-func depsAdapters(tb testing.TB) (spared *Adapter, made <-chan int, own *Adapter, root string) {
+// made channel; and the cache.
+func depsAdapters(tb testing.TB) (spared *Adapter, made <-chan int, own *Adapter, cache *pydeps.Cache) {
 	tb.Helper()
-	links, root := tb.TempDir(), tb.TempDir()
+	links := tb.TempDir()
 	for name, files := range depsWheels {
 		if _, err := pydepstest.WheelFiles(links, name, "1.0", files); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	cache, err := pydeps.New(pydeps.Config{Root: root, Python: testInterpreter(tb), FindLinks: links})
+	cache, err := pydeps.New(pydeps.Config{Root: tb.TempDir(), Python: testInterpreter(tb), FindLinks: links})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func depsAdapters(tb testing.TB) (spared *Adapter, made <-chan int, own *Adapter
 	spared.spares.made = func(pid int) { mc <- pid }
 	spared.KeepSpare(runtime.SpareSpec{Env: spareEnv(nil)})
 	tb.Cleanup(spared.CloseSpare)
-	return spared, mc, New(Config{Interpreter: testInterpreter(tb), Deps: cache}), root
+	return spared, mc, New(Config{Interpreter: testInterpreter(tb), Deps: cache}), cache
 }
 
 // probeCall loads spec on a, checks that what the import printed is filed
@@ -122,7 +123,7 @@ func probeCall(tb testing.TB, a *Adapter, spec runtime.FunctionSpec, rec *record
 // environment, working directory; and the import's output is logged under
 // it.
 func TestSpareTakesRequirementsAsPythonpathWould(t *testing.T) {
-	spared, made, own, root := depsAdapters(t)
+	spared, made, own, cache := depsAdapters(t)
 	spare := nextSpare(t, made)
 	for _, c := range []struct {
 		name, requirement string
@@ -144,6 +145,15 @@ func TestSpareTakesRequirementsAsPythonpathWould(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := writeHandlers(t, map[string]string{"probe.py": probe, "requirements.txt": c.requirement + "==1.0\n"})
+			// Installed first, outside Load's bound: pip's start on a
+			// loaded machine.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			root, err := cache.Dir(ctx, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			root = filepath.Dir(root)
 			rec, freshRec := newRecorder(), newRecorder()
 			spec := testSpec(t, dir, "probe.handle", rec, map[string]string{"GREETING": "hello"})
 			freshSpec := spec
