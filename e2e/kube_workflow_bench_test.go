@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/workflow"
@@ -18,8 +21,10 @@ import (
 // (two Pods of 16 slots), from its creation to the watch seeing it
 // Succeeded; and the edge latency, from the end of a job's last need (its
 // step Run seen Succeeded) to its own start (its step Run seen created),
-// over the 99 with needs. The floor beside it is one `true` task Run,
-// create to Succeeded, in the same run. With -kube-pprof DIR every stoke
+// over the 99 with needs. The floors beside it, in the same run: one
+// `true` task Run, create to Succeeded; and the API server's own cost of
+// a fan-out's creates (heldCreates), the edge with nothing but the
+// creates. With -kube-pprof DIR every stoke
 // process is profiled over the first operation (its first
 // -kube-pprof-seconds).
 func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
@@ -33,7 +38,7 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 	fmt.Fprintf(&jobs, "  - {id: end, needs: [mid], runsOn: %s, steps: [{run: \"true\"}]}\n", benchRuntime)
 	round := benchRound.Add(1)
 	wfs := e.watchWorkflowRuns(b)
-	var total, edges, floor []time.Duration
+	var total, edges, reactions, floor, creates []time.Duration
 	for i := range b.N {
 		label := fmt.Sprintf("wf%d-%d", round, i)
 		tasks := e.watchRuns(b, "e2e="+label)
@@ -43,6 +48,7 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 			return phaseOf(m, label+"-true") == v1alpha1.PhaseSucceeded
 		})
 		floor = append(floor, time.Since(start))
+		creates = append(creates, e.heldCreates(b, tasks, label, len(vals))...)
 		tasks.close()
 
 		steps := e.watchRuns(b, workflow.LabelWorkflowRun+"="+label)
@@ -61,21 +67,76 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 			b.Fatalf("%s: %s\n%s", label, wf.Status.Phase, workflowText(wf))
 		}
 		profiled()
-		edges = append(edges, stepEdges(b, steps)...)
+		edge, reacted := stepEdges(b, steps)
+		edges, reactions = append(edges, edge...), append(reactions, reacted)
 		steps.close()
 		e.deleteWorkflowRuns(b, label)
 		e.deleteLabelled(b, label)
 	}
 	reportPercentilesAs(b, total, "create-to-succeeded")
 	reportPercentilesAs(b, edges, "edge")
+	reportPercentilesAs(b, reactions, "edge-first")
 	reportPercentilesAs(b, floor, "one-task-floor")
+	reportPercentilesAs(b, creates, "create-floor")
 	b.ReportMetric(0, "ns/op")
+}
+
+// heldCreates is the edge's floor: n held `true` task Runs (spec.held,
+// which the scheduler leaves alone, so nothing else writes meanwhile)
+// created as the workflow controller creates a decision's step Runs
+// (createWorkers in flight), each one's latency from the first create
+// sent to the watch seeing it, as stepEdges times a dependant's start.
+// They are deleted before it returns.
+func (e *kubeEnv) heldCreates(b *testing.B, tasks *objects[*v1alpha1.Run], label string, n int) []time.Duration {
+	b.Helper()
+	const createWorkers = 32 // internal/workflow's, for the same load
+	names := make([]string, n)
+	g := errgroup.Group{}
+	g.SetLimit(createWorkers)
+	start := time.Now()
+	for k := range names {
+		names[k] = fmt.Sprintf("%s-held-%d", label, k)
+		run := labelled(newRun(names[k], trueTask()), label)
+		run.Spec.Held = true
+		g.Go(func() error {
+			_, err := e.createRun(context.Background(), run)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	tasks.until(b, runBound, "the held Runs seen", func(m map[string]*v1alpha1.Run) bool {
+		for _, name := range names {
+			if m[name] == nil {
+				return false
+			}
+		}
+		return true
+	})
+	out := make([]time.Duration, 0, n)
+	for _, name := range names {
+		at, _ := tasks.firstSeen(func(r *v1alpha1.Run) bool { return r.Name == name })
+		out = append(out, at.Sub(start))
+	}
+	e.deleteLabelled(b, label)
+	tasks.until(b, runBound, "the held Runs gone", func(m map[string]*v1alpha1.Run) bool {
+		for _, name := range names {
+			if m[name] != nil {
+				return false
+			}
+		}
+		return true
+	})
+	return out
 }
 
 // stepEdges are the edge latencies of one fan-out WorkflowRun from its
 // step Runs as the watch saw them: each mid instance's creation after
-// start's end, and end's creation after the last mid instance's end.
-func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) []time.Duration {
+// start's end, and end's creation after the last mid instance's end; and
+// first, the first mid instance's (the controller's reaction to start's
+// end, before the creates' own time).
+func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) (edges []time.Duration, first time.Duration) {
 	b.Helper()
 	seen := func(name string, phase v1alpha1.Phase) time.Time {
 		at, ok := steps.firstSeen(func(r *v1alpha1.Run) bool {
@@ -104,11 +165,12 @@ func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) []time.Duration {
 	if len(mids) != 98 {
 		b.Fatalf("%d mid step Runs seen, want 98", len(mids))
 	}
-	var out []time.Duration
+	first = mids[0].Sub(startDone)
 	for _, t := range mids {
-		out = append(out, t.Sub(startDone))
+		edges = append(edges, t.Sub(startDone))
+		first = min(first, t.Sub(startDone))
 	}
-	return append(out, endBegin.Sub(lastMid))
+	return append(edges, endBegin.Sub(lastMid)), first
 }
 
 // snapshot is the objects now, by name.
