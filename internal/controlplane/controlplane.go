@@ -130,7 +130,7 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	fset, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(), FunctionInformer: inf.Functions,
-		RunInformer: inf.Runs, Drained: cfg.FunctionDrained, Load: cfg.FunctionLoad, Logger: log})
+		RunInformer: inf.Runs, Drained: cfg.FunctionDrained, Load: cfg.FunctionLoad, Created: sched.Created, Logger: log})
 	if err != nil {
 		return nil, err
 	}

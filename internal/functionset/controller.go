@@ -70,6 +70,11 @@ type Config struct {
 	// looking again every LoadRefresh (a write only when they changed).
 	// Unset, those fields are left to whoever else writes them.
 	Load func(namespace, name string) (inFlight, queued int)
+	// Created, when set, is told of each replica as its create returned
+	// it (the scheduler's Created, in the same process), so that it is
+	// assigned without waiting for the Run watch to deliver it: a scale
+	// from zero waits for that assignment. It must not block.
+	Created func(run *v1alpha1.Run)
 	// Clock defaults to the real clock.
 	Clock clock.Clock
 	// Logger: nil discards.
@@ -366,6 +371,9 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 					break
 				}
 				st.created[run.Name] = now
+				if c.cfg.Created != nil {
+					c.cfg.Created(run)
+				}
 				c.log.Info("functionset: created a replica", "function", k.String(), "run", run.Name, "run_uid", run.UID, "template_hash", hash)
 			}
 		}

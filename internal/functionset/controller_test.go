@@ -45,8 +45,9 @@ type env struct {
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 
-// newEnvWith is newEnv with a dispatcher's load source.
-func newEnvWith(t *testing.T, load func(ns, name string) (int, int)) *env {
+// newEnvWith is newEnv with a dispatcher's load source and, when given, a
+// Created hook.
+func newEnvWith(t *testing.T, load func(ns, name string) (int, int), created ...func(*v1alpha1.Run)) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	fc := testingclock.NewFakeClock(t0)
@@ -68,8 +69,12 @@ func newEnvWith(t *testing.T, load func(ns, name string) (int, int)) *env {
 		UpdateFunc: func(_, _ *v1alpha1.Run) { poke() }, DeleteFunc: func(*v1alpha1.Run) { poke() }})
 	e.fns.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Function]{AddFunc: func(*v1alpha1.Function) { poke() },
 		UpdateFunc: func(_, _ *v1alpha1.Function) { poke() }, DeleteFunc: func(*v1alpha1.Function) { poke() }})
+	var onCreated func(*v1alpha1.Run)
+	if len(created) > 0 {
+		onCreated = created[0]
+	}
 	c, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(),
-		FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log, Load: load})
+		FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log, Load: load, Created: onCreated})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,5 +458,34 @@ func TestAnExpectedCountIsKeptBeforeItsWrite(t *testing.T) {
 	e.until("status of the new generation", func() bool { return e.function().Status.ObservedGeneration == e.function().Generation })
 	if n := len(e.replicas()); n != 0 {
 		t.Fatalf("%d replicas for another Function's expectation", n)
+	}
+}
+
+// Each replica is handed to Created as its create returned it (the
+// scheduler's hint, in the same process), once.
+func TestEachReplicaIsToldOfAsCreated(t *testing.T) {
+	var mu sync.Mutex
+	told := map[string]*v1alpha1.Run{}
+	calls := 0
+	e := newEnvWith(t, nil, func(r *v1alpha1.Run) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		told[r.Name] = r
+	})
+	if _, err := e.st.Functions().Create(e.ctx, newFunction(2, 4)); err != nil {
+		t.Fatal(err)
+	}
+	e.until("2 replicas", func() bool { return len(e.replicas()) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 2 {
+		t.Fatalf("Created called %d times, want 2", calls)
+	}
+	for _, r := range e.replicas() {
+		got := told[r.Name]
+		if got == nil || got.UID != r.UID || got.CreationTimestamp.IsZero() || got.ResourceVersion == "" {
+			t.Errorf("replica %s: Created was told %+v", r.Name, got)
+		}
 	}
 }

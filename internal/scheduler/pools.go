@@ -135,7 +135,7 @@ func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
 		if rs.index < 0 || rs.busy || s.runs[rs.key] != rs {
 			continue
 		}
-		run, ok := s.cfg.RunInformer.Get(rs.key.Namespace, rs.key.Name)
+		run, ok := s.get(rs.key)
 		if !ok || run.ResourceVersion != rs.rv {
 			continue
 		}
@@ -147,7 +147,7 @@ func (s *Scheduler) schedule(ctx context.Context, p *poolState) {
 
 // hand assigns rs, just taken out of its queue, to ps.
 func (s *Scheduler) hand(ctx context.Context, p *poolState, ps *podState, rs *runState, now time.Time) {
-	run, ok := s.cfg.RunInformer.Get(rs.key.Namespace, rs.key.Name)
+	run, ok := s.get(rs.key)
 	if !ok || run.ResourceVersion != rs.rv {
 		return // a newer version is queued for sync
 	}

@@ -58,7 +58,7 @@ func poolOf(run *v1alpha1.Run) informer.Key {
 // sync brings the state of one Run in line with the informer's copy and
 // decides what to do with it.
 func (s *Scheduler) sync(ctx context.Context, k informer.Key) {
-	run, ok := s.cfg.RunInformer.Get(k.Namespace, k.Name)
+	run, ok := s.get(k)
 	rs := s.runs[k]
 	if rs != nil && (!ok || run.UID != rs.uid) {
 		s.forget(rs)

@@ -8,7 +8,9 @@
 // in-memory state, and status writes go to a few worker goroutines so that
 // deciding never waits for the store. That mechanism (key queue, timer
 // heap, write workers) is internal/loop's; this package holds the
-// decisions, as the loop's hooks.
+// decisions, as the loop's hooks. A Run created in the same process (a
+// Function's replica) can be told of by Created, as its create returned
+// it, and is then decided on that version until the informer shows it.
 //
 // Capacity is derived from the Runs, never counted separately: the slots
 // used on a pod are the Runs in the informer cache whose
@@ -190,6 +192,10 @@ type Scheduler struct {
 	// waiting is the number of Runs in the pools' queues, for Waiting.
 	waiting atomic.Int64
 
+	// hints are the Runs told of by Created, until the informer shows
+	// them (created.go).
+	hints hints
+
 	// loop is the mechanism: Run and Runtime keys from the informers,
 	// Run and pool timers, pod events, the write workers.
 	loop    *loop.Loop[loopKey, podsource.Event, result]
@@ -296,11 +302,17 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for _, p := range snapshot {
 		s.podReady(p)
 	}
-	addRun := func(r *v1alpha1.Run) { s.loop.Add(loopKey{keyRun, informer.KeyOf(r)}) }
+	addRun := func(r *v1alpha1.Run) {
+		s.seen(r, false)
+		s.loop.Add(loopKey{keyRun, informer.KeyOf(r)})
+	}
 	removeRuns := s.cfg.RunInformer.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{
 		AddFunc:    addRun,
 		UpdateFunc: func(_, r *v1alpha1.Run) { addRun(r) },
-		DeleteFunc: addRun,
+		DeleteFunc: func(r *v1alpha1.Run) {
+			s.seen(r, true)
+			s.loop.Add(loopKey{keyRun, informer.KeyOf(r)})
+		},
 	})
 	defer removeRuns()
 	removeRuntimes := s.cfg.RuntimeInformer.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Runtime]{

@@ -80,6 +80,9 @@ type envOptions struct {
 	before func(e *env)
 	// noTracker leaves out the test's own watch (benchmarks).
 	noTracker bool
+	// informerRuns wraps the store the scheduler's Run informer lists
+	// and watches.
+	informerRuns func(store.Resource[*v1alpha1.Run]) store.Resource[*v1alpha1.Run]
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -111,7 +114,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 		o.before(e)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	runInf := informer.New(st.Runs(), informer.Options{Logger: log})
+	var infRuns store.Resource[*v1alpha1.Run] = st.Runs()
+	if o.informerRuns != nil {
+		infRuns = o.informerRuns(infRuns)
+	}
+	runInf := informer.New(infRuns, informer.Options{Logger: log})
 	rtInf := informer.New(st.Runtimes(), informer.Options{Logger: log})
 	s, err := scheduler.New(scheduler.Config{
 		Runs: writer, RunInformer: runInf, Runtimes: st.Runtimes(), RuntimeInformer: rtInf,
@@ -1011,5 +1018,64 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// heldWatch is a Runs store whose watches start only once release is
+// closed (from the version asked for, so nothing is lost): a Run watch
+// that lags behind the creates.
+type heldWatch struct {
+	store.Resource[*v1alpha1.Run]
+	release <-chan struct{}
+}
+
+func (h heldWatch) Watch(ctx context.Context, opts store.WatchOptions) (store.Watcher[*v1alpha1.Run], error) {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.Resource.Watch(ctx, opts)
+}
+
+// A Run the scheduler is told of by Created (the Function controller's
+// replica, as its create returned it) is assigned before the Run watch
+// delivers it, and counts against its pod's slot as any assignment does:
+// a second one waits for the slot. Once the watch delivers them, nothing
+// is assigned twice. Before, the assignment waited for the watch.
+func TestCreatedIsAssignedBeforeTheWatchDeliversIt(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer open()
+	a := pod("bash", "a", 1)
+	var mu sync.Mutex
+	assigned := map[string]int{}
+	e := newEnv(t, envOptions{runtimes: []string{"bash"}, ready: []podsource.Pod{a},
+		onScheduled: func(r *v1alpha1.Run, _ time.Duration) {
+			mu.Lock()
+			assigned[r.Name]++
+			mu.Unlock()
+		},
+		informerRuns: func(r store.Resource[*v1alpha1.Run]) store.Resource[*v1alpha1.Run] {
+			return heldWatch{Resource: r, release: release}
+		}})
+	r1 := e.create("r1", "bash")
+	e.sched.Created(r1)
+	e.track.waitFor("r1 scheduled with the watch held", phaseIs("r1", v1alpha1.PhaseScheduled))
+	if got := e.track.get("r1"); got.Status.AssignedPodUID != a.UID {
+		t.Fatalf("r1 assigned to %q", got.Status.AssignedPodUID)
+	}
+	// The one slot is r1's: r2 waits for it.
+	r2 := e.create("r2", "bash")
+	e.sched.Created(r2)
+	open()
+	e.track.waitFor("r2 seen", func(m map[string]*v1alpha1.Run) bool { return m["r2"] != nil })
+	e.setStatus("r1", func(st *v1alpha1.RunStatus) { st.Phase = v1alpha1.PhaseSucceeded })
+	e.track.waitFor("r2 scheduled once r1 ended", phaseIs("r2", v1alpha1.PhaseScheduled))
+	mu.Lock()
+	defer mu.Unlock()
+	if assigned["r1"] != 1 || assigned["r2"] != 1 {
+		t.Errorf("assignments %v, want one each", assigned)
 	}
 }

@@ -164,6 +164,9 @@ func (s *Scheduler) handleResult(ctx context.Context, r result) {
 			rs.holdRV = base // decide again once the informer shows the write
 		}
 	case errors.Is(r.err, errdefs.ErrConflict) || errors.Is(r.err, errdefs.ErrNotFound):
+		if errors.Is(r.err, errdefs.ErrNotFound) {
+			s.dropHint(rs.key, rs.uid) // deleted before the informer showed it
+		}
 		if rs.rv == base {
 			rs.holdRV = base
 		}
