@@ -87,10 +87,20 @@ func EvalString(s string, c *Context) (string, error) {
 	return t.EvalString(c)
 }
 
+// successIf is the if: of a job or step that has none, parsed once:
+// most have none, and evaluation only reads the tree.
+var successIf = func() *Expr {
+	e, err := Parse("success()")
+	if err != nil {
+		panic(err)
+	}
+	return e
+}()
+
 // EvalIf parses and evaluates an if: ("" is success()).
 func EvalIf(s string, c *Context) (bool, error) {
 	if strings.TrimSpace(s) == "" {
-		s = "success()"
+		return successIf.EvalIf(c)
 	}
 	e, err := Parse(s)
 	if err != nil {

@@ -62,9 +62,11 @@ type world struct {
 	layout *layout
 
 	// Set by decide: the spec with its calls laid out (spec is then
-	// flat.spec), and the called scopes' inputs as evaluated so far.
+	// flat.spec), the called scopes' inputs as evaluated so far, and how
+	// many instances of each job have failed so far (strategy.failFast).
 	flat   *flat
 	inputs map[*callScope]scopeInputs
+	failed map[string]int
 }
 
 // scopeInputs is a scope's inputs context, or why its with: fails.
@@ -122,7 +124,7 @@ func decide(w *world) *plan {
 	}
 	f := lay.flat
 	wc := *w
-	wc.spec, wc.flat, wc.inputs = f.spec, f, map[*callScope]scopeInputs{}
+	wc.spec, wc.flat, wc.layout, wc.inputs, wc.failed = f.spec, f, lay, map[*callScope]scopeInputs{}, map[string]int{}
 	w = &wc
 	if len(st.Jobs) == 0 {
 		jobs, err := expandJobs(w.spec)
@@ -132,10 +134,14 @@ func decide(w *world) *plan {
 		}
 		st.Jobs = jobs
 	}
-	// Each job's instances, in status order (one pass, not one per job).
+	// Each job's instances, in status order, and its failed ones (one
+	// pass, not one per job or per instance).
 	instances := make(map[string][]int, len(lay.jobs))
 	for i := range st.Jobs {
 		instances[st.Jobs[i].Job] = append(instances[st.Jobs[i].Job], i)
+		if st.Jobs[i].Phase == v1alpha1.JobFailed {
+			w.failed[st.Jobs[i].Job]++
+		}
 	}
 	// Jobs in an order where needs come first, a called Workflow's jobs
 	// between their calling job's start and its end (flat.order).
@@ -327,6 +333,13 @@ type jobDecider struct {
 	index int // among the job's instances
 	// scope is the Workflow the job is in (the run's own: flat.top).
 	scope *callScope
+	// mat is the instance's matrix context, once made (matrix).
+	mat *wfexpr.Object
+	// needs and needStatus are baseContext's needs context and job
+	// status, once made: a decider lives for one visit of its instance,
+	// which comes after its needs' (flat.order), so they do not change.
+	needs      map[string]wfexpr.JobResult
+	needStatus string
 }
 
 func (d *jobDecider) decide() {
@@ -349,19 +362,21 @@ func (d *jobDecider) decide() {
 // succeeded, failure when any job it needs (directly or not) failed,
 // skipped (neither success() nor failure()) otherwise.
 func (d *jobDecider) baseContext() *wfexpr.Context {
-	w, st := d.w, &d.p.status
-	needs := map[string]wfexpr.JobResult{}
-	status := resultSuccess
-	for _, n := range d.job.Needs {
-		r := needResult(st, n)
-		needs[d.scope.local(n)] = wfexpr.JobResult{Result: r, Outputs: needOutputs(st, n)}
-		if r != resultSuccess {
-			status = resultSkipped
+	w := d.w
+	if d.needs == nil {
+		st := &d.p.status
+		d.needs, d.needStatus = map[string]wfexpr.JobResult{}, resultSuccess
+		for _, n := range d.job.Needs {
+			r := needResult(st, n)
+			d.needs[d.scope.local(n)] = wfexpr.JobResult{Result: r, Outputs: needOutputs(st, n)}
+			if r != resultSuccess {
+				d.needStatus = resultSkipped
+			}
 		}
-	}
-	for _, a := range ancestors(w.spec, d.job.ID) {
-		if needResult(st, a) == resultFailure {
-			status = resultFailure
+		for _, a := range w.layout.ancestors[d.job.ID] {
+			if needResult(st, a) == resultFailure {
+				d.needStatus = resultFailure
+			}
 		}
 	}
 	env := map[string]string{}
@@ -376,18 +391,24 @@ func (d *jobDecider) baseContext() *wfexpr.Context {
 		Env:       env,
 		Inputs:    d.w.scopeInputs(d.p, d.scope).values,
 		Matrix:    d.matrix(),
-		Needs:     needs,
-		Status:    status,
+		Needs:     d.needs,
+		Status:    d.needStatus,
 		Cancelled: w.wf.Spec.CancelRequested,
 	}
 }
 
 // matrix is the instance's combination as the matrix context.
+// Made once per decider: every expression context of the instance has
+// it, and the combination never changes.
 func (d *jobDecider) matrix() *wfexpr.Object {
+	if d.mat != nil {
+		return d.mat
+	}
 	o, err := wfexpr.MatrixFromStatus(d.js.Matrix)
 	if err != nil {
-		return wfexpr.NewObject() // written by this controller: cannot happen
+		o = wfexpr.NewObject() // written by this controller: cannot happen
 	}
+	d.mat = o
 	return o
 }
 
@@ -462,17 +483,19 @@ func (d *jobDecider) failFastHit() bool {
 	if s == nil || s.Matrix == nil || (s.FailFast != nil && !*s.FailFast) {
 		return false
 	}
-	for _, js := range d.p.status.Jobs {
-		if js.Job == d.job.ID && js.Name != d.js.Name && js.Phase == v1alpha1.JobFailed {
-			return true
-		}
+	n := d.w.failed[d.job.ID]
+	if d.js.Phase == v1alpha1.JobFailed {
+		n-- // another instance
 	}
-	return false
+	return n > 0
 }
 
 // end makes the instance terminal; steps not started are Skipped.
 func (d *jobDecider) end(phase v1alpha1.JobPhase, msg string) {
 	js := d.js
+	if phase == v1alpha1.JobFailed && js.Phase != v1alpha1.JobFailed && d.w.failed != nil {
+		d.w.failed[js.Job]++
+	}
 	js.Phase = phase
 	js.Message = bounds.Truncate(msg, bounds.WorkflowJobMessage)
 	t := metav1.NewTime(d.w.now)

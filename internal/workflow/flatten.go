@@ -164,6 +164,8 @@ type layout struct {
 	err   error
 	order []orderItem
 	jobs  map[string]*v1alpha1.Job
+	// ancestors are the jobs each job needs, directly or not, sorted.
+	ancestors map[string][]string
 }
 
 func newLayout(spec *v1alpha1.WorkflowSpec, called map[string]*v1alpha1.WorkflowSpec) *layout {
@@ -172,8 +174,11 @@ func newLayout(spec *v1alpha1.WorkflowSpec, called map[string]*v1alpha1.Workflow
 		return &layout{err: err}
 	}
 	l := &layout{flat: f, order: f.order(), jobs: make(map[string]*v1alpha1.Job, len(f.spec.Jobs))}
+	l.ancestors = make(map[string][]string, len(f.spec.Jobs))
 	for i := range f.spec.Jobs {
-		l.jobs[f.spec.Jobs[i].ID] = &f.spec.Jobs[i]
+		id := f.spec.Jobs[i].ID
+		l.jobs[id] = &f.spec.Jobs[i]
+		l.ancestors[id] = ancestors(f.spec, id)
 	}
 	return l
 }
