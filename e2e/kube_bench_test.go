@@ -461,8 +461,9 @@ func (w writeCounts) per(n float64, sources map[string]string) string {
 }
 
 // phaseGaps says where the Runs' time went, as the watch saw it: the
-// median and p99 from first seen to Scheduled, Scheduled to Running, and
-// Running to Succeeded.
+// median and p99 from first seen to Scheduled, Scheduled to Running,
+// Running to Succeeded, and Scheduled to Succeeded for the Runs never seen
+// Running.
 func phaseGaps(runs *objects[*v1alpha1.Run]) string {
 	runs.mu.Lock()
 	first := map[string]map[v1alpha1.Phase]time.Time{}
@@ -477,14 +478,19 @@ func phaseGaps(runs *objects[*v1alpha1.Run]) string {
 		}
 	}
 	runs.mu.Unlock()
-	steps := []v1alpha1.Phase{"", v1alpha1.PhaseScheduled, v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded}
+	// A task that ended before runtimed wrote it Running (its claim
+	// deferred, docs/runtimed.md) goes from Scheduled to Succeeded: the
+	// last pair counts those, and how many there were.
+	pairs := [][2]v1alpha1.Phase{{"", v1alpha1.PhaseScheduled}, {v1alpha1.PhaseScheduled, v1alpha1.PhaseRunning},
+		{v1alpha1.PhaseRunning, v1alpha1.PhaseSucceeded}, {v1alpha1.PhaseScheduled, v1alpha1.PhaseSucceeded}}
 	var parts []string
-	for i := 1; i < len(steps); i++ {
+	for i, pair := range pairs {
 		var gaps []time.Duration
 		for _, m := range first {
-			from, ok1 := m[steps[i-1]]
-			to, ok2 := m[steps[i]]
-			if ok1 && ok2 {
+			from, ok1 := m[pair[0]]
+			to, ok2 := m[pair[1]]
+			_, ran := m[v1alpha1.PhaseRunning]
+			if ok1 && ok2 && (i < len(pairs)-1 || !ran) {
 				gaps = append(gaps, to.Sub(from))
 			}
 		}
@@ -492,11 +498,11 @@ func phaseGaps(runs *objects[*v1alpha1.Run]) string {
 			continue
 		}
 		sort.Slice(gaps, func(a, b int) bool { return gaps[a] < gaps[b] })
-		name := string(steps[i-1])
+		name := string(pair[0])
 		if name == "" {
 			name = "seen"
 		}
-		parts = append(parts, fmt.Sprintf("%s→%s p50 %v p99 %v (%d)", name, steps[i],
+		parts = append(parts, fmt.Sprintf("%s→%s p50 %v p99 %v (%d)", name, pair[1],
 			gaps[len(gaps)/2].Round(time.Millisecond), gaps[min(len(gaps)-1, len(gaps)*99/100)].Round(time.Millisecond), len(gaps)))
 	}
 	return strings.Join(parts, ", ")

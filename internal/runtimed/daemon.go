@@ -58,6 +58,13 @@ type Config struct {
 	// daemon removes a Run's log from when the Run leaves it (deleted, or
 	// given to another pod); in Kubernetes mode the logs live in the Pod.
 	RunLogs *runlog.Store
+	// RunningAfter, when positive, defers a task's claim (the write of
+	// Running) until the task has run that long: a task that ends sooner
+	// is written once, at its end (Scheduled → Succeeded, with its
+	// startTime), as a kubelet batches a short Pod's status. Zero claims
+	// each task before it starts. Kubernetes mode sets it; see
+	// docs/runtimed.md "The claim" for what fences a task instead.
+	RunningAfter time.Duration
 	// Metrics, when set, get the dispatch latencies (NewMetrics).
 	Metrics *Metrics
 	// Git is the git cache spec.source.git is fetched into; nil fails

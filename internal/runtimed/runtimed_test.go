@@ -62,6 +62,9 @@ type envOptions struct {
 	git *gitsource.Cache
 	// gitSecret is runtimed.Config.GitSecret (Kubernetes mode's rule).
 	gitSecret *string
+	// runningAfter is runtimed.Config.RunningAfter (Kubernetes mode's
+	// deferred claim).
+	runningAfter time.Duration
 }
 
 func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
@@ -104,7 +107,8 @@ func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
 	if opts.log != nil {
 		dlog = opts.log
 	}
-	d := runtimed.New(runtimed.Config{Pod: pod, Runs: runs, Conn: conn, Logger: dlog, StatusPoll: 50 * time.Millisecond, Git: opts.git, GitSecret: opts.gitSecret})
+	d := runtimed.New(runtimed.Config{Pod: pod, Runs: runs, Conn: conn, Logger: dlog, StatusPoll: 50 * time.Millisecond, Git: opts.git, GitSecret: opts.gitSecret,
+		RunningAfter: opts.runningAfter})
 	w, err := st.Runs().Watch(ctx, store.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -77,6 +79,14 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 		}
 		return
 	}
+	// A deferred claim is written once the task has run RunningAfter;
+	// it is stopped (or waited for) before the end is written, so the
+	// end is the Run's last write.
+	stopClaim := func() {}
+	if !w.claimAt.IsZero() && !w.adopted {
+		stopClaim = w.claimLater(ctx, execID)
+	}
+	defer stopClaim()
 	defer func() {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -86,6 +96,7 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	}()
 
 	st, err := w.waitExecution(ctx, execID)
+	stopClaim()
 	if err != nil {
 		if ctx.Err() == nil {
 			w.fail(ctx, retry.ExecutionLost, "waiting for the execution: "+status.Convert(err).Message())
@@ -96,8 +107,17 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	outputs := st.GetOutputs()
 	exported := exportedEnv(st.GetEnv())
 	summary := bounds.Truncate(st.GetSummary(), bounds.StepSummaryStored)
+	started := w.claimAt
 	setResult := func(r *v1alpha1.Run) {
 		agentEnd(r, w.d.cfg.Now())
+		if r.Status.StartTime == nil {
+			// Not claimed (deferClaim): it ran, and its end is its
+			// first write since Scheduled.
+			if started.IsZero() {
+				started = metav1.NewTime(w.d.cfg.Now())
+			}
+			r.Status.StartTime = &started
+		}
 		r.Status.ExitCode = &exit
 		if len(outputs) > 0 {
 			r.Status.Outputs = outputs
@@ -130,6 +150,41 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 		if err != nil && ctx.Err() == nil {
 			w.log.Warn("recording failure", "error", err)
 		}
+	}
+}
+
+// claimLater writes the deferred claim of a started task (deferClaim)
+// once it has run Config.RunningAfter, so that a task that ends sooner is
+// written once, at its end, and a longer one shows Running while it runs.
+// A claim refused because the Run moved on (reassigned, ended by another
+// writer) cancels the execution: the Run is no longer this pod's to run.
+// stop cancels the pending claim, or waits for the one in flight.
+func (w *worker) claimLater(ctx context.Context, execID string) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(w.d.cfg.RunningAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-quit:
+			return
+		case <-ctx.Done():
+			return
+		}
+		if w.claim(ctx, w.claimAt) != nil || ctx.Err() != nil {
+			return
+		}
+		if _, err := w.d.runtime.Cancel(ctx, &pb.CancelRequest{Id: execID}); err != nil && status.Code(err) != codes.NotFound {
+			w.log.Warn("cancelling a task whose claim was refused", "error", err)
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+		})
 	}
 }
 

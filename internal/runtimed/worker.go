@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -36,6 +37,10 @@ type worker struct {
 	taken time.Time
 	// dir is the Run's working directory, once known (hidePaths).
 	dir string
+	// claimAt, when set, is when this runtimed took a task whose claim is
+	// deferred (deferClaim): its startTime, written with Running once
+	// the task has run Config.RunningAfter, or with its end.
+	claimAt metav1.Time
 }
 
 func (w *worker) update(run *v1alpha1.Run) {
@@ -108,28 +113,7 @@ func (w *worker) run(ctx context.Context) {
 		w.runTask(ctx, run, dir)
 		return
 	}
-	// Claim: Scheduled → Running with startTime. A conflict means the Run
-	// moved on (cancelled, reassigned): re-read and decide again. A
-	// function requeued after a restart keeps its first startTime: its
-	// reservation lifetime counts from there (a retry clears it).
 	now := metav1.NewTime(w.d.cfg.Now())
-	claim := func() *v1alpha1.Run {
-		claimed, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
-			if r.Status.Phase != v1alpha1.PhaseScheduled {
-				return false
-			}
-			r.Status.Phase = v1alpha1.PhaseRunning
-			if r.Status.StartTime == nil {
-				r.Status.StartTime = &now
-			}
-			r.Status.Reason, r.Status.Message = "", ""
-			return true
-		})
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("claiming run", "error", err)
-		}
-		return claimed
-	}
 	run, _ := w.current()
 	// The directory is known before the claim goes (status writes hide
 	// its path).
@@ -137,19 +121,38 @@ func (w *worker) run(ctx context.Context) {
 	if dirErr == nil {
 		w.dir = dir
 	}
+	if w.deferClaim(run, shared, dirErr) {
+		if _, err := os.Lstat(dir); err == nil {
+			// A previous runtimed of this pod took this Run (it made
+			// the directory) and stopped before writing it Running: its
+			// execution may have started, so it is adopted, never
+			// started again.
+			w.adopted = true
+			defer w.removeDir(ctx, run, dir, shared)
+			w.log.Info("adopting an unclaimed task the previous runtimed took")
+			w.runTask(ctx, run, dir)
+			return
+		}
+		w.claimAt = now
+	}
 	// A function's source is materialised and its registration started
 	// while the claim is on its way (one API round trip less before
 	// Ready, which a scale from zero waits for): a registration only
 	// loads the handler, no invocation reaches it before Ready, and
 	// runFunction writes nothing (Ready, failed, the finalizer) until the
 	// claim landed, unregistering it when the claim was refused. A task
-	// starts only once claimed.
+	// starts only once claimed, unless its claim is deferred
+	// (deferClaim).
 	var claimed chan *v1alpha1.Run
-	if run.Spec.Mode.Function != nil && dirErr == nil {
+	switch {
+	case !w.claimAt.IsZero():
+	case run.Spec.Mode.Function != nil && dirErr == nil:
 		claimed = make(chan *v1alpha1.Run, 1)
-		go func() { claimed <- claim() }()
-	} else if run = claim(); run == nil {
-		return
+		go func() { claimed <- w.claim(ctx, now) }()
+	default:
+		if run = w.claim(ctx, now); run == nil {
+			return
+		}
 	}
 	if dirErr != nil {
 		w.fail(ctx, retry.InvalidSpec, dirErr.Error())
@@ -175,6 +178,40 @@ func (w *worker) run(ctx context.Context) {
 		return
 	}
 	w.runTask(ctx, run, dir)
+}
+
+// claim writes the Run Running (Scheduled → Running, with startTime) and
+// returns what was stored, or nil when the Run moved on (cancelled,
+// reassigned, ended) or the write failed. A conflict re-reads and decides
+// again. A function requeued after a restart keeps its first startTime:
+// its reservation lifetime counts from there (a retry clears it).
+func (w *worker) claim(ctx context.Context, now metav1.Time) *v1alpha1.Run {
+	claimed, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
+		if r.Status.Phase != v1alpha1.PhaseScheduled {
+			return false
+		}
+		r.Status.Phase = v1alpha1.PhaseRunning
+		if r.Status.StartTime == nil {
+			r.Status.StartTime = &now
+		}
+		r.Status.Reason, r.Status.Message = "", ""
+		return true
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("claiming run", "error", err)
+	}
+	return claimed
+}
+
+// deferClaim reports whether run, a task, starts before its claim is
+// written (Config.RunningAfter): a task of its own directory, without
+// stdin or a terminal, on a runtimed configured so. The directory is then
+// the fence a claim is otherwise: made before the execution starts and
+// kept while it may run, it tells a restarted runtimed that the Run was
+// taken (see run).
+func (w *worker) deferClaim(run *v1alpha1.Run, shared bool, dirErr error) bool {
+	t := run.Spec.Mode.Task
+	return w.d.cfg.RunningAfter > 0 && t != nil && !t.Stdin && !t.TTY && !shared && dirErr == nil
 }
 
 // removeDir removes the Run's working directory once the worker is done

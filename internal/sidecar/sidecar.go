@@ -52,6 +52,14 @@ const DefaultRuntimeServer = "unix:///var/run/stoke/rs.sock"
 // DefaultHopPort is the port of the hop on the Pod IP.
 const DefaultHopPort = 7443
 
+// TaskRunningAfter is how long a task runs before runtimed writes it
+// Running (runtimed.Config.RunningAfter): a task that ends sooner costs
+// one status write (its end), not two, and so one API server update and
+// one event to each watcher less; one that runs longer shows Running a
+// tenth of a second late. A task's start is fenced by its directory on
+// the Pod, not by the write (docs/runtimed.md "The claim").
+const TaskRunningAfter = 100 * time.Millisecond
+
 // Config configures one runtime Pod's runtimed.
 type Config struct {
 	// Pod is this Pod: Namespace, Name and UID from the downward API,
@@ -211,6 +219,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Pod: cfg.Pod, Runs: cfg.Runs, Conn: conn, Logger: cfg.Logger, StatusPoll: cfg.StatusPoll, RunLogs: logs, Metrics: metrics,
 		DefaultTaskTimeout: cfg.DefaultTaskTimeout, DefaultFunctionTimeout: cfg.DefaultFunctionTimeout,
 		Endpoint: endpoint(cfg.EndpointBase), Git: git, GitSecret: &cfg.GitCredentialsSecret,
+		RunningAfter: TaskRunningAfter,
 	})
 	defer d.Stop()
 	health := healthpb.NewHealthClient(conn)
