@@ -140,7 +140,11 @@ type Config struct {
 type Gateway struct {
 	cfg Config
 	log *slog.Logger
-	mux *http.ServeMux
+	// mux serves every route and, on "/", what none takes (unrouted);
+	// routes has the same routes alone, to tell that from a route
+	// asked with another method (404 or 405).
+	mux    *http.ServeMux
+	routes *http.ServeMux
 	// streams holds a token per open watch or followed log.
 	streams chan struct{}
 	// failed logs failed invocations, summed up per function per
@@ -172,8 +176,9 @@ func New(cfg Config) *Gateway {
 	}
 	fl := cfg.FailedInvokeLog
 	fl.Logger, fl.Level, fl.Message, fl.KeyAttr = cfg.Logger, slog.LevelInfo, "invocations failed", "run"
-	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), streams: make(chan struct{}, cfg.MaxStreams),
+	g := &Gateway{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), routes: http.NewServeMux(), streams: make(chan struct{}, cfg.MaxStreams),
 		failed: logsummary.New(fl), bodies: semaphore.NewWeighted(bounds.ObjectBodiesAtOnce)}
+	g.mux.HandleFunc("/", g.unrouted)
 	cfg.Metrics.countSummarised(g.failed)
 	g.route(invokePath, invokeRoute, runAccess("create", "invoke"), g.invoke)
 	if cfg.Functions != nil {
@@ -218,6 +223,7 @@ const invokeRoute = "invoke"
 // access says of the request, and counts the request under the route's
 // name (a bounded label).
 func (g *Gateway) route(pattern, name string, access func(*http.Request) Access, h http.HandlerFunc) {
+	g.routes.Handle(pattern, http.NotFoundHandler()) // never served: routes is only asked which pattern matches
 	g.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -278,16 +284,38 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")
 		return
 	}
-	if _, pattern := g.mux.Handler(r); pattern == "" {
-		// Who may learn which paths exist: anyone authenticated.
-		if err := g.cfg.Auth.Authorize(r, Access{}); err != nil {
-			g.refuse(w, strings.HasSuffix(r.URL.Path, "/invoke"), err)
+	if !plainPath(r.URL.Path) {
+		// The mux would redirect this path to its cleaned form, the
+		// catch-all's included: one whose cleaned form no route takes
+		// is answered here instead, as any other path no route takes.
+		if _, pattern := g.routes.Handler(r); pattern == "" {
+			g.unrouted(w, r)
 			return
 		}
-		g.notRouted(w, r)
+	}
+	// The routes are matched once, here: asking the mux first whether
+	// one takes the request, then serving it, matched every request
+	// twice.
+	g.mux.ServeHTTP(w, r)
+}
+
+// plainPath says that the mux does not clean path: it begins with a
+// slash and holds no empty, "." or ".." segment. It may say no of a path
+// the mux leaves as it is (one with a segment beginning with a dot):
+// those take the longer way.
+func plainPath(path string) bool {
+	return strings.HasPrefix(path, "/") && !strings.Contains(path, "//") && !strings.Contains(path, "/.")
+}
+
+// unrouted answers a request no route takes: 401 or 403 to a caller not
+// authenticated, since who may learn which paths exist is anyone
+// authenticated, else 404 or 405 (notRouted).
+func (g *Gateway) unrouted(w http.ResponseWriter, r *http.Request) {
+	if err := g.cfg.Auth.Authorize(r, Access{}); err != nil {
+		g.refuse(w, strings.HasSuffix(r.URL.Path, "/invoke"), err)
 		return
 	}
-	g.mux.ServeHTTP(w, r)
+	g.notRouted(w, r)
 }
 
 // recoverPanic turns a handler's panic — a bug — into a logged stack and
@@ -309,7 +337,7 @@ func (g *Gateway) recoverPanic(w http.ResponseWriter, r *http.Request) {
 // notRouted answers a request no route takes with the mux's own status
 // (404, or 405 with Allow) in the JSON error body.
 func (g *Gateway) notRouted(w http.ResponseWriter, r *http.Request) {
-	h, _ := g.mux.Handler(r)
+	h, _ := g.routes.Handler(r)
 	probe := &headerProbe{header: http.Header{}}
 	h.ServeHTTP(probe, r)
 	err := errdefs.Errorf(errdefs.ErrNotFound, "no such path: %s", r.URL.Path)

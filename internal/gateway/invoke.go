@@ -23,7 +23,7 @@ import (
 
 func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 	ns, name, uid := r.PathValue("ns"), r.PathValue("name"), r.PathValue("uid")
-	g.serveInvoke(w, r, ns+"/"+name, func(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, string, error) {
+	g.serveInvoke(w, r, "", func(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, string, error) {
 		proxy, err := g.cfg.Router.Route(ns, name, uid)
 		if err != nil {
 			return nil, "", err
@@ -42,7 +42,7 @@ func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
 // bodies and statuses.
 func (g *Gateway) invokeFunction(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("ns"), r.PathValue("name")
-	g.serveInvoke(w, r, "function "+ns+"/"+name, func(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, string, error) {
+	g.serveInvoke(w, r, "function ", func(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, string, error) {
 		return g.cfg.Functions.InvokeFunction(ctx, ns, name, req)
 	})
 }
@@ -52,11 +52,16 @@ func (g *Gateway) invokeFunction(w http.ResponseWriter, r *http.Request) {
 type callFunc func(ctx context.Context, req *pb.InvokeFunctionRequest) (*pb.InvokeFunctionResponse, string, error)
 
 // serveInvoke is both invoke routes: it reads and checks the request,
-// makes the one call, never retried after dispatch, and answers.
-func (g *Gateway) serveInvoke(w http.ResponseWriter, r *http.Request, target string, call callFunc) {
+// makes the one call, never retried after dispatch, and answers. kind
+// ("" for a Run, "function ") and the path's namespace and name name the
+// target in the failed invocations' log summary.
+func (g *Gateway) serveInvoke(w http.ResponseWriter, r *http.Request, kind string, call callFunc) {
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
-	w = sw
+	sw, ok := w.(*statusWriter) // route's: one per request is enough
+	if !ok {
+		sw = &statusWriter{ResponseWriter: w}
+		w = sw
+	}
 	defer func() { g.cfg.Metrics.observeInvoke(sw.status, time.Since(start)) }()
 	invID := r.Header.Get(httpapi.HeaderInvocationID)
 	if err := checkInvocationID(invID); err != nil {
@@ -97,6 +102,7 @@ func (g *Gateway) serveInvoke(w http.ResponseWriter, r *http.Request, target str
 		InvocationId: invID, Input: body, ContentType: invokeContentType(r), TimeoutMillis: timeoutMs,
 	})
 	if err != nil {
+		target := kind + r.PathValue("ns") + "/" + r.PathValue("name") // made only for a failure
 		g.failed.Record(target, strconv.Itoa(errdefs.HTTPStatus(err)), "invocation "+invID+" of run_uid "+uid+": "+err.Error())
 		writeError(w, err, invID)
 		return
