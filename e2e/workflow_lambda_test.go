@@ -17,9 +17,11 @@ import (
 )
 
 // lambdaWorkflow: build, on a lambda Runtime, checks out a repository;
-// its make step writes dist/app.txt in its Lambda sandbox, which is
-// written back into the job's workspace; its next step (another
-// invocation) reads and changes it and outputs its SHA-256; upload-artifact
+// its make step writes dist/app.txt (and dist/tmp/scratch.o) in its
+// Lambda sandbox, which is written back into the job's workspace; its
+// clean step removes dist/tmp and the checkout's VERSION, and the next
+// step (another invocation) does not see them, reads and changes
+// dist/app.txt and outputs its SHA-256; upload-artifact
 // sends it from a third sandbox (the copy goes through the sandbox's exec
 // agent). use, on a local bash Runtime, downloads it and checks it
 // against that SHA-256 in its next step.
@@ -34,10 +36,13 @@ spec:
     outputs: [{name: sum, value: '${{ steps.change.outputs.sum }}'}]
     steps:
     - uses: checkout
-    - {id: make, run: 'mkdir -p dist && cat VERSION > dist/app.txt && head -c 300000 /dev/urandom | base64 >> dist/app.txt'}
+    - {id: make, run: 'mkdir -p dist/tmp && cat VERSION > dist/app.txt && head -c 300000 /dev/urandom | base64 >> dist/app.txt && echo scratch > dist/tmp/scratch.o'}
+    - {id: clean, run: 'rm -rf dist/tmp && rm VERSION'}
     - id: change
       run: |
         set -e
+        test ! -e dist/tmp
+        test ! -e VERSION
         grep -qx 1.2 dist/app.txt
         echo "changed by the second step" >> dist/app.txt
         echo "sum=$(sha256sum dist/app.txt | cut -c1-64)" >> "$STOKE_OUTPUTS"

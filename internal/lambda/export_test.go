@@ -15,3 +15,7 @@ func (s *Server) PackageSize(dir string) (zipped int, bootstrap uint64, err erro
 // RemoveDeleted is removeDeleted, for the checks of names no bootstrap
 // makes.
 var RemoveDeleted = removeDeleted
+
+// CopyWholeDirectories makes s write back a task's whole directory, as
+// before the bootstrap listed its changes (removing nothing), or not.
+func (s *Server) CopyWholeDirectories(on bool) { s.wholeWriteBack.Store(on) }

@@ -28,6 +28,7 @@ import (
 	goruntime "runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -186,6 +187,10 @@ type Server struct {
 	boot  *bootstrapEntry
 	deps  *pydeps.Cache // python requirements into packages; nil: none
 	relay *relay
+	// wholeWriteBack copies a write-back task's whole directory, as
+	// before the bootstrap listed its changes: the benchmarks' peer
+	// (export_test.go), never set otherwise.
+	wholeWriteBack atomic.Bool
 	// agents is the reverse agents' endpoint; agentHTTP serves it.
 	agents    *agent.Endpoint
 	agentHTTP *http.Server

@@ -121,7 +121,7 @@ func (s *Server) copyChanges(ctx context.Context, key, dir, uid string, skip map
 	case ended.GetDeletedOverBound():
 		return errdefs.Errorf(errdefs.ErrTooLarge, "the step removed more than %d paths (or %d bytes of their names) that the workspace held; remove their directory instead",
 			bounds.WriteBackDeletions, bounds.WriteBackDeletionBytes)
-	case ended.GetChangesList() == "":
+	case ended.GetChangesList() == "" || s.wholeWriteBack.Load():
 		wb.Whole = true
 	default:
 		if err := removeDeleted(dir, ended.GetDeleted(), skip); err != nil {

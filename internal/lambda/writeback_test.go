@@ -24,7 +24,7 @@ const writeBackLimit = 1 << 20
 // bounded by writeBackLimit.
 func startWriteBack(t testing.TB, observe func(string, time.Duration)) env {
 	t.Helper()
-	e, _ := startWriteBackCounting(t, observe)
+	e, _, _ := startWriteBackCounting(t, observe, writeBackLimit)
 	return e
 }
 
@@ -42,14 +42,14 @@ func (w *wroteBack) of(ws string) (lambda.WriteBack, bool) {
 	return wb, ok
 }
 
-// startWriteBackCounting is startWriteBack that also hears what each
-// write-back did.
-func startWriteBackCounting(t testing.TB, observe func(string, time.Duration)) (env, *wroteBack) {
+// startWriteBackCounting is startWriteBack bounded by limit that also
+// hears what each write-back did.
+func startWriteBackCounting(t testing.TB, observe func(string, time.Duration), limit int64) (env, *wroteBack, *lambda.Server) {
 	t.Helper()
 	w := &wroteBack{last: map[string]lambda.WriteBack{}}
 	sim := simulator(t)
 	srv := newServerWith(t, sim, "bash", func(c *lambda.Config) {
-		c.WriteBackBytes, c.Observe = writeBackLimit, observe
+		c.WriteBackBytes, c.Observe = limit, observe
 		c.WroteBack = func(wb lambda.WriteBack) {
 			w.mu.Lock()
 			w.last[wb.RunUID] = wb
@@ -60,7 +60,7 @@ func startWriteBackCounting(t testing.TB, observe func(string, time.Duration)) (
 		Runtime:  "lambda",
 		Fixtures: func(runtimetest.Fixture) runtimetest.Source { return runtimetest.Source{} },
 	}, func(c *server.Config) { serve(c, srv) })
-	return env{sim: sim, rs: rs}, w
+	return env{sim: sim, rs: rs}, w, srv
 }
 
 // sharedWorkspace makes a job's shared workspace (runtimed's "ws-NAME")
@@ -173,48 +173,77 @@ chmod +x bin/tar`
 }
 
 // BenchmarkTaskWriteBack: what the write-back costs a step. The same step
-// (it writes a file of 64 KiB) in a Run's own directory, which is not
-// written back, and in a shared workspace, which is; p50 of each from the
-// Runtime service's Execute to its Wait's answer, and of the write-back
-// alone (the TaskEnded event to the release).
+// (it writes a file of 64 KiB) in a workspace of writeBackBenchFiles
+// files of 16 KiB (a small checkout), three ways, in turn: in a Run's own
+// directory, which is not written back (the peer); in a job's shared
+// workspace, written back as the bootstrap lists it (the new file alone);
+// and in another, whose whole directory is copied back, as before the
+// bootstrap listed its changes. p50 of each from the Runtime service's
+// Execute to its Wait's answer, and of each write-back alone (the
+// TaskEnded event to the release).
 func BenchmarkTaskWriteBack(b *testing.B) {
 	var mu sync.Mutex
 	var copies []time.Duration
-	e := startWriteBack(b, func(what string, d time.Duration) {
+	e, w, srv := startWriteBackCounting(b, func(what string, d time.Duration) {
 		if what == "write-back" {
 			mu.Lock()
 			copies = append(copies, d)
 			mu.Unlock()
 		}
-	})
+	}, bounds.ArtifactBytes)
+	files := map[string]string{}
+	for i := range writeBackBenchFiles {
+		files[fmt.Sprintf("src/f%03d.txt", i)] = strings.Repeat(fmt.Sprintf("%07d\n", i), 2048)
+	}
 	const script = "head -c 65536 /dev/zero > out.bin"
-	var plain, shared []time.Duration
+	var plain, listed, whole, listedCopy, wholeCopy []time.Duration
 	for i := range b.N {
-		for _, ws := range []bool{false, true} {
-			dir := e.rs.Dir(b, runtimetest.Source{})
-			if ws {
-				dir = sharedWorkspace(b, e, fmt.Sprintf("bench-%d", i), nil)
+		for _, way := range []string{"plain", "listed", "whole"} {
+			dir := e.rs.Dir(b, runtimetest.Source{Files: files})
+			if way != "plain" {
+				dir = sharedWorkspace(b, e, fmt.Sprintf("bench-%d-%s", i, way), files)
 			}
+			srv.CopyWholeDirectories(way == "whole")
+			mu.Lock()
+			copies = copies[:0]
+			mu.Unlock()
 			start := time.Now()
-			st := step(b, e, fmt.Sprintf("bench-%d-%t", i, ws), dir, script, nil)
+			st := step(b, e, fmt.Sprintf("bench-%d-%s", i, way), dir, script, nil)
 			took := time.Since(start)
 			if st.GetState() != pb.ExecutionState_EXECUTION_STATE_SUCCEEDED {
 				b.Fatalf("step: %v %q", st.GetState(), st.GetStderr())
 			}
-			if ws {
-				shared = append(shared, took)
-			} else {
+			mu.Lock()
+			var copied []time.Duration
+			copied = append(copied, copies...)
+			mu.Unlock()
+			switch way {
+			case "plain":
 				plain = append(plain, took)
+			case "listed":
+				listed, listedCopy = append(listed, took), append(listedCopy, copied...)
+				if wb, _ := w.of(filepath.Base(dir)); wb.Whole || wb.Sent != 1 {
+					b.Fatalf("write-back %+v; want out.bin alone", wb)
+				}
+			case "whole":
+				whole, wholeCopy = append(whole, took), append(wholeCopy, copied...)
+				if wb, _ := w.of(filepath.Base(dir)); !wb.Whole || wb.Sent < writeBackBenchFiles {
+					b.Fatalf("write-back %+v; want the whole directory", wb)
+				}
 			}
 		}
 	}
 	b.StopTimer()
-	mu.Lock()
-	defer mu.Unlock()
 	b.ReportMetric(p50ms(plain), "step-p50-ms")
-	b.ReportMetric(p50ms(shared), "step-written-back-p50-ms")
-	b.ReportMetric(p50ms(copies), "write-back-p50-ms")
+	b.ReportMetric(p50ms(listed), "step-written-back-p50-ms")
+	b.ReportMetric(p50ms(whole), "step-whole-copy-p50-ms")
+	b.ReportMetric(p50ms(listedCopy), "write-back-p50-ms")
+	b.ReportMetric(p50ms(wholeCopy), "whole-copy-p50-ms")
 }
+
+// writeBackBenchFiles is how many files BenchmarkTaskWriteBack's
+// workspace holds.
+const writeBackBenchFiles = 200
 
 // TestCancelledStepIsNotWrittenBack: a step cancelled (or timed out)
 // mid-run is not written back: the job's next step, an if: always() one,
@@ -255,7 +284,7 @@ func TestCancelledStepIsNotWrittenBack(t *testing.T) {
 // included. A step that turns a file into a directory has the file
 // replaced.
 func TestWhatAStepRemovesIsRemoved(t *testing.T) {
-	e, w := startWriteBackCounting(t, nil)
+	e, w, _ := startWriteBackCounting(t, nil, writeBackLimit)
 	dir := sharedWorkspace(t, e, "removes", map[string]string{
 		"build/a.o": "a", "build/sub/b.o": "b", "old.txt": "old\n", "keep.txt": "kept\n", "was-a-file": "f\n",
 	})
@@ -293,7 +322,7 @@ func TestWhatAStepRemovesIsRemoved(t *testing.T) {
 // has that file alone copied back, as the Runtime Server counts; a step
 // that changes nothing has nothing copied (no tar at all).
 func TestOnlyWhatAStepChangedIsSent(t *testing.T) {
-	e, w := startWriteBackCounting(t, nil)
+	e, w, _ := startWriteBackCounting(t, nil, writeBackLimit)
 	files := map[string]string{}
 	for i := range 40 {
 		files[fmt.Sprintf("src/f%02d.txt", i)] = fmt.Sprintf("file %d\n", i)
