@@ -85,6 +85,9 @@ type Daemon struct {
 	log       *slog.Logger
 	runtime   pb.RuntimeClient
 	functions pb.FunctionRuntimeClient
+	// proxy is the one proxy hop (Proxy): standalone's gateway asks for
+	// it on every invocation.
+	proxy *proxy
 
 	mu      sync.Mutex
 	workers map[string]*worker // by Run UID
@@ -118,7 +121,7 @@ func New(cfg Config) *Daemon {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	log := cfg.Logger.With("pod", cfg.Pod.Name, "pod_uid", cfg.Pod.UID)
-	return &Daemon{
+	d := &Daemon{
 		ctx:       ctx,
 		spares:    newSpares(ctx, cfg.Git, log),
 		cancel:    cancel,
@@ -130,6 +133,8 @@ func New(cfg Config) *Daemon {
 		active:    map[string]*pb.FunctionRegistration{},
 		ended:     map[string]struct{}{},
 	}
+	d.proxy = &proxy{d: d}
+	return d
 }
 
 // Run serves until ctx ends, then stops every worker (their executions

@@ -25,7 +25,7 @@ func (d *Daemon) setActive(uid string, reg *pb.FunctionRegistration) {
 // invokes a function by Run UID with an empty registration ID, and runtimed
 // fills in the private active registration and calls its Runtime Server.
 // It can be served over gRPC or called in-process.
-func (d *Daemon) Proxy() pb.FunctionRuntimeServer { return &proxy{d: d} }
+func (d *Daemon) Proxy() pb.FunctionRuntimeServer { return d.proxy }
 
 type proxy struct {
 	pb.UnimplementedFunctionRuntimeServer
@@ -142,8 +142,10 @@ func (p *proxy) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionReques
 		}
 		return nil, err
 	}
-	// The registration ID stays private to runtimed.
-	resp.Registration = &pb.FunctionRegistration{RunUid: reg.GetRunUid()}
+	// The registration ID stays private to runtimed: the answer names the
+	// registration as the caller did, by Run UID alone (resolve refuses
+	// any other reference).
+	resp.Registration = req.GetRegistration()
 	return resp, nil
 }
 
