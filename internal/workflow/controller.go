@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -349,12 +350,22 @@ func starts(stored, next *v1alpha1.WorkflowRunStatus) change {
 		}
 	}
 	switch {
-	case !equality.Semantic.DeepEqual(*stored, undone):
+	case !statusEqual(stored, &undone):
 		return more
 	case started:
 		return onlyStarts
 	}
 	return nothing
+}
+
+// statusEqual is equality.Semantic.DeepEqual of two statuses. Every
+// decision compares, and the semantic comparison's reflection looks up
+// its custom equalities at every value; reflect.DeepEqual is much
+// cheaper and implies it (it differs only in taking nil and empty, or
+// one instant in two representations, as unequal), so it answers first
+// and the semantic one only when it says no.
+func statusEqual(a, b *v1alpha1.WorkflowRunStatus) bool {
+	return reflect.DeepEqual(a, b) || equality.Semantic.DeepEqual(a, b)
 }
 
 // createWorkers bounds the step Run creates in flight at once.

@@ -3,6 +3,9 @@ package workflow
 import (
 	"slices"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 )
@@ -62,5 +65,26 @@ func TestLayoutKeptPerGeneration(t *testing.T) {
 	cyc := &v1alpha1.WorkflowSpec{Jobs: []v1alpha1.Job{calling("call", "missing")}}
 	if l := m.layoutFor(3, cyc, nil, false); l.err == nil {
 		t.Fatal("a call of a Workflow the snapshot lacks was laid out")
+	}
+}
+
+// TestStatusEqualIsSemantic: the fast comparison answers as the semantic
+// one does, where reflect.DeepEqual alone would see a change (nil and
+// empty, one instant in two locations) and make a needless write.
+func TestStatusEqualIsSemantic(t *testing.T) {
+	utc := metav1.NewTime(t0)
+	local := metav1.NewTime(t0.In(time.FixedZone("X", 3600)))
+	a := &v1alpha1.WorkflowRunStatus{Phase: v1alpha1.WorkflowRunning, StartTime: &utc, Jobs: []v1alpha1.JobStatus{{Name: "j", Steps: []v1alpha1.StepStatus{}}}}
+	b := &v1alpha1.WorkflowRunStatus{Phase: v1alpha1.WorkflowRunning, StartTime: &local, Jobs: []v1alpha1.JobStatus{{Name: "j"}}}
+	if !statusEqual(a, b) {
+		t.Error("nil and empty steps, one instant in two locations: unequal")
+	}
+	if !statusEqual(a, a.DeepCopy()) {
+		t.Error("a copy: unequal")
+	}
+	c := a.DeepCopy()
+	c.Jobs[0].Phase = v1alpha1.JobRunning
+	if statusEqual(a, c) {
+		t.Error("a job's phase changed: equal")
 	}
 }
