@@ -403,3 +403,22 @@ func TestRemovedPathsAreChecked(t *testing.T) {
 		t.Fatalf("over the bound: %v", err)
 	}
 }
+
+// TestTooManyRemovalsAreRefused: a step that removes more separate
+// entries than bounds.WriteBackDeletions (their directory kept) fails,
+// saying so, and the workspace keeps them.
+func TestTooManyRemovalsAreRefused(t *testing.T) {
+	e, _, _ := startWriteBackCounting(t, nil, writeBackLimit)
+	files := map[string]string{}
+	for i := range bounds.WriteBackDeletions + 1 {
+		files[fmt.Sprintf("many/%d.o", i)] = ""
+	}
+	dir := sharedWorkspace(t, e, "many", files)
+	st := step(t, e, "remove-many", dir, "rm -f many/*.o", nil)
+	if st.GetState() == pb.ExecutionState_EXECUTION_STATE_SUCCEEDED || !strings.Contains(st.GetStderr(), "removed more than 4096 paths") {
+		t.Fatalf("step: %v exit %d stderr %q; want it failed, naming the bound", st.GetState(), st.GetExitCode(), st.GetStderr())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "many", "0.o")); err != nil {
+		t.Fatalf("many/0.o: %v; want the workspace as it was", err)
+	}
+}
