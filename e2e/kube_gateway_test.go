@@ -379,7 +379,7 @@ func testGatewayConcurrentInvokes(t *testing.T, e *kubeEnv, g *gatewayUsers) {
 
 // metricsReader is the token of a ServiceAccount bound to the chart's
 // stoke-metrics-reader (get on /metrics).
-func (e *kubeEnv) metricsReader(t *testing.T) string {
+func (e *kubeEnv) metricsReader(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
 	const name = "gw-metrics-reader"

@@ -24,9 +24,15 @@ import (
 // BenchmarkKubeGateway/WarmInvoke write a CPU profile of every stoke
 // process and of the API server, taken over the first -kube-pprof-seconds
 // of the load.
+// kubeTrace, when set, is where BenchmarkKubeGateway/WarmInvoke writes a
+// Go execution trace of every stoke process over the same time (the
+// gateways' scheduling, GC and blocking, call by call); kubeSched, the
+// file it writes the kernel's account of each call's processes to.
 var (
 	kubePprof        = flag.String("kube-pprof", "", "directory for CPU profiles of every stoke process during BenchmarkKube/Throughput and BenchmarkKubeGateway/WarmInvoke")
-	kubePprofSeconds = flag.Int("kube-pprof-seconds", 20, "how long the -kube-pprof profiles last")
+	kubePprofSeconds = flag.Int("kube-pprof-seconds", 20, "how long the -kube-pprof profiles and -kube-trace traces last")
+	kubeTrace        = flag.String("kube-trace", "", "directory for Go execution traces of every stoke process during BenchmarkKubeGateway/WarmInvoke")
+	kubeSched        = flag.String("kube-sched", "", "BenchmarkKubeGateway/WarmInvoke: write to this file each path process's CPU and run-queue wait (/proc's schedstat) during the slowest gateway calls, and their percentiles")
 )
 
 // debugTarget is one stoke process's debug socket in a Pod.
@@ -138,6 +144,20 @@ func (e *kubeEnv) hostPath(pod *corev1.Pod, container, p string) (string, error)
 // profile is written, logging those that failed.
 func (e *kubeEnv) profileAll(b testing.TB, dir string, seconds int) (wait func()) {
 	b.Helper()
+	return e.collectAll(b, dir, "profile", seconds)
+}
+
+// traceAll is profileAll's Go execution traces (POD-CONTAINER.trace),
+// without the API server's.
+func (e *kubeEnv) traceAll(b testing.TB, dir string, seconds int) (wait func()) {
+	b.Helper()
+	return e.collectAll(b, dir, "trace", seconds)
+}
+
+// collectAll takes profile ("profile" or "trace") of every stoke process,
+// and the API server's CPU profile with "profile".
+func (e *kubeEnv) collectAll(b testing.TB, dir, profile string, seconds int) (wait func()) {
+	b.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
@@ -151,13 +171,20 @@ func (e *kubeEnv) profileAll(b testing.TB, dir string, seconds int) (wait func()
 	}
 	for _, tg := range e.debugTargets(b) {
 		wg.Go(func() {
-			out := filepath.Join(dir, tg.pod+"-"+tg.container+".pprof")
-			if err := e.pprof(context.Background(), tg, "profile", seconds, out); err != nil {
+			ext := ".pprof"
+			if profile == "trace" {
+				ext = ".trace"
+			}
+			out := filepath.Join(dir, tg.pod+"-"+tg.container+ext)
+			if err := e.pprof(context.Background(), tg, profile, seconds, out); err != nil {
 				fail(out, err)
 			}
 		})
 	}
 	wg.Go(func() {
+		if profile != "profile" {
+			return
+		}
 		raw, err := e.kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
 			Param("seconds", strconv.Itoa(seconds)).Timeout(time.Duration(seconds)*time.Second + time.Minute).DoRaw(context.Background())
 		if err == nil {
@@ -172,7 +199,7 @@ func (e *kubeEnv) profileAll(b testing.TB, dir string, seconds int) (wait func()
 		for _, f := range failed {
 			b.Logf("profile: %s", f)
 		}
-		b.Logf("profiles of %ds in %s", seconds, dir)
+		b.Logf("%ss of %ds in %s", profile, seconds, dir)
 	}
 }
 
