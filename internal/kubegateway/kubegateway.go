@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -271,7 +272,7 @@ func Run(ctx context.Context, cfg Config) error {
 		close(reloaded)
 	}
 	defer func() { <-reloaded }()
-	log.Info("gateway serving", "addr", raw.Addr().String(), "hop_port", cfg.HopPort)
+	log.Info("gateway serving", "addr", raw.Addr().String(), "hop_port", cfg.HopPort, "gomaxprocs", runtime.GOMAXPROCS(0))
 
 	var first error
 	select {
