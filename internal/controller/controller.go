@@ -62,6 +62,15 @@ import (
 	"stoke.dev/stoke/internal/workflow"
 )
 
+// SchedulerWorkers is how many assignments (Scheduled status writes) the
+// scheduler has in flight at once. Each is an API round trip, tens to
+// hundreds of milliseconds on a busy API server, while the 32 creating
+// clients and runtimed's end writes (one per busy slot) have many more in
+// flight: with scheduler.DefaultWorkers (4) the assignments bounded a
+// burst of short tasks, not the slots (BenchmarkKube/Throughput: 65.5
+// against 103.1 Runs/s with 16, docs/benchmarks.md).
+const SchedulerWorkers = 16
+
 // LeaseName is the leader-election Lease, in the controller's namespace.
 const LeaseName = "stoke-controller"
 
@@ -314,7 +323,7 @@ func (c *Controller) lead(ctx context.Context) error {
 	defer closeArts()
 	core, err = controlplane.New(controlplane.Config{Store: st, Informers: inf, Pods: pods, PodsSynced: pods.Synced(),
 		Logger: c.log, OnScheduled: c.cfg.OnScheduled, Metrics: c.sched, FinishedRunTTL: c.cfg.FinishedRunTTL,
-		FunctionLoad: loads.Load, WorkflowArtifacts: arts})
+		FunctionLoad: loads.Load, WorkflowArtifacts: arts, SchedulerWorkers: SchedulerWorkers})
 	if err != nil {
 		return err
 	}

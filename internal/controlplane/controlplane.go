@@ -64,6 +64,9 @@ type Config struct {
 	PodsSynced <-chan struct{}
 	// Logger: nil discards (internal/logging).
 	Logger *slog.Logger
+	// SchedulerWorkers is scheduler.Config.Workers, its concurrent status
+	// writes (zero: scheduler.DefaultWorkers).
+	SchedulerWorkers int
 	// OnScheduled observes each assignment's scheduling latency (tests).
 	OnScheduled func(run *v1alpha1.Run, latency time.Duration)
 	// Metrics, when set, get the scheduler's metrics (NewMetrics).
@@ -118,7 +121,7 @@ func New(cfg Config) (*Core, error) {
 	log := logging.OrDiscard(cfg.Logger)
 	st, inf := cfg.Store, cfg.Informers
 	sc := scheduler.Config{Runs: st.Runs(), RunInformer: inf.Runs, Runtimes: st.Runtimes(),
-		RuntimeInformer: inf.Runtimes, Pods: cfg.Pods, Logger: log, OnScheduled: cfg.OnScheduled}
+		RuntimeInformer: inf.Runtimes, Pods: cfg.Pods, Logger: log, OnScheduled: cfg.OnScheduled, Workers: cfg.SchedulerWorkers}
 	cfg.Metrics.hooks(&sc)
 	sched, err := scheduler.New(sc)
 	if err != nil {
