@@ -13,7 +13,6 @@ import (
 	"stoke.dev/stoke/internal/docker"
 	"stoke.dev/stoke/internal/kubeconfig"
 	"stoke.dev/stoke/internal/kubegateway"
-	"stoke.dev/stoke/internal/runtime/server"
 	"stoke.dev/stoke/internal/version"
 )
 
@@ -38,11 +37,7 @@ which the gateway trusts only with that certificate and authorizes with the
 same SubjectAccessReview. Runs and runtime Pods are routed from
 memory, and each call goes once to the owner Pod's runtimed over mutual TLS
 with the certificate in --hop-tls-dir. /healthz and /readyz need no token;
-/metrics needs get on the non-resource URL /metrics. Its Go code runs on one
-thread at a time (GOMAXPROCS=1), as the Runtime Server's does, unless the
-GOMAXPROCS environment variable is set, which then applies as Go defines it:
-a call through the gateway is a chain of goroutine hand-offs, each of which
-wakes a second thread when a second one may run (docs/kubernetes.md).
+/metrics needs get on the non-resource URL /metrics.
 
 With --docker-listen it also serves the Docker Engine API over TLS
 (docs/docker.md, "On Kubernetes"): DOCKER_HOST=tcp://HOST:PORT/namespaces/NS
@@ -54,7 +49,6 @@ SubjectAccessReview.`,
 		Example: `  stoke gateway --listen $(POD_IP):8443 --tls-cert-file /var/run/stoke-gateway/serving/tls.crt --tls-private-key-file /var/run/stoke-gateway/serving/tls.key`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			server.SetGOMAXPROCS(os.LookupEnv)
 			rc, err := kubeconfig.Load(kubeconfigPath)
 			if err != nil {
 				return err

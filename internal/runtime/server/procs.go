@@ -15,10 +15,8 @@ const DefaultGOMAXPROCS = 1
 // SetGOMAXPROCS applies DefaultGOMAXPROCS to this process unless lookup
 // (os.LookupEnv) finds GOMAXPROCS set, in which case the Go runtime has
 // already applied it and it stays the override. It returns the value in
-// effect. Only a process that is a Runtime Server (`stoke
-// runtime-server`) or a relay of the same shape (`stoke gateway`: HTTPS
-// in, gRPC to runtimed, back) calls it, never a program that serves one
-// among other work.
+// effect. Only a process that is a Runtime Server calls it (`stoke
+// runtime-server`), never a program that serves one among other work.
 func SetGOMAXPROCS(lookup func(string) (string, bool)) int {
 	if v, ok := lookup("GOMAXPROCS"); !ok || v == "" {
 		runtime.GOMAXPROCS(DefaultGOMAXPROCS)
