@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"stoke.dev/stoke/internal/testbin"
 )
 
 // schedStat is what the kernel's scheduler says of a set of threads
@@ -36,24 +38,9 @@ type schedSampler struct {
 
 func newSchedSampler(pods ...string) (*schedSampler, error) {
 	self := os.Getpid()
-	entries, err := os.ReadDir("/proc")
+	parent, err := testbin.ReadProcTree()
 	if err != nil {
 		return nil, err
-	}
-	parent := map[int]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		f := bytes.Fields(st[bytes.LastIndexByte(st, ')')+1:])
-		if len(f) > 1 {
-			parent[pid], _ = strconv.Atoi(string(f[1]))
-		}
 	}
 	podOf := func(pid int) string {
 		raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
@@ -66,14 +53,7 @@ func newSchedSampler(pods ...string) (*schedSampler, error) {
 	}
 	byRole := map[string][]int{"client": {self}}
 	for pid := range parent {
-		under := false
-		for p := parent[pid]; p > 1; p = parent[p] {
-			if p == self {
-				under = true
-				break
-			}
-		}
-		if !under {
+		if !parent.Under(pid, self) {
 			continue
 		}
 		pod, role := podOf(pid), ""

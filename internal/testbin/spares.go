@@ -21,37 +21,13 @@ import (
 // from zero poll it before the timed part: nothing tells the outside that
 // a spare is ready.
 func PythonSparesIdle(root int) bool {
-	entries, err := os.ReadDir("/proc")
+	parent, err := ReadProcTree()
 	if err != nil {
-		return false
-	}
-	parent := map[int]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: comm may hold spaces, so from its ')'.
-		f := bytes.Fields(st[bytes.LastIndexByte(st, ')')+1:])
-		if len(f) > 1 {
-			parent[pid], _ = strconv.Atoi(string(f[1]))
-		}
-	}
-	under := func(pid int) bool {
-		for p := parent[pid]; p > 1; p = parent[p] {
-			if p == root {
-				return true
-			}
-		}
 		return false
 	}
 	servers, idle := map[int]bool{}, map[int]bool{}
 	for pid, ppid := range parent {
-		if !under(pid) {
+		if !parent.Under(pid, root) {
 			continue
 		}
 		dir := filepath.Join("/proc", strconv.Itoa(pid))
