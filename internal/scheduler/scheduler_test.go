@@ -1073,6 +1073,13 @@ func TestCreatedIsAssignedBeforeTheWatchDeliversIt(t *testing.T) {
 	e.track.waitFor("r2 seen", func(m map[string]*v1alpha1.Run) bool { return m["r2"] != nil })
 	e.setStatus("r1", func(st *v1alpha1.RunStatus) { st.Phase = v1alpha1.PhaseSucceeded })
 	e.track.waitFor("r2 scheduled once r1 ended", phaseIs("r2", v1alpha1.PhaseScheduled))
+	// OnScheduled is called once the write has returned, which can be
+	// after the tracker's watch saw it.
+	waitUntil(t, "r2's OnScheduled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return assigned["r2"] > 0
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if assigned["r1"] != 1 || assigned["r2"] != 1 {
