@@ -498,6 +498,10 @@ func (s *Standalone) CachedRuns(namespace string) []*v1alpha1.Run {
 	return s.runInf.List(func(r *v1alpha1.Run) bool { return r.Namespace == namespace })
 }
 
+// WaitRunsSynced waits until the Run cache (CachedRuns, CachedRun) holds
+// what the store held when it started, or ctx ends.
+func (s *Standalone) WaitRunsSynced(ctx context.Context) error { return s.runInf.WaitForSync(ctx) }
+
 // ListRuns lists Runs.
 func (s *Standalone) ListRuns(ctx context.Context, opts store.ListOptions) ([]*v1alpha1.Run, string, error) {
 	return s.store.Runs().List(ctx, opts)

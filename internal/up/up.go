@@ -322,6 +322,13 @@ func serveDocker(ctx context.Context, cfg Config, s *standalone.Standalone) (fun
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
+		// The Docker API reads containers from the Run cache: until it
+		// has synced, `docker ps` after a restart would list none and a
+		// name would be "no such container". Clients that connect
+		// meanwhile wait in the listener's backlog.
+		if s.WaitRunsSynced(ctx) != nil {
+			return
+		}
 		_ = srv.Serve(lis)
 	}()
 	go func() {
