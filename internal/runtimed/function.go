@@ -33,8 +33,11 @@ const drainTimeout = 10 * time.Second
 
 // runFunction registers the function Run and keeps it until it ends. With
 // claimed set, the claim (Scheduled → Running) is still on its way: it
-// delivers the claimed Run, or nil when the claim was refused.
-func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string, claimed <-chan *v1alpha1.Run) {
+// delivers the claimed Run, or nil when the claim was refused. With rc
+// set too, the claim waits for the registration: a registration Ready
+// before rc's bound takes it and writes it with Ready, else it is sent
+// alone (readyClaim).
+func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string, claimed <-chan *v1alpha1.Run, rc *readyClaim) {
 	fn := run.Spec.Mode.Function
 	// The claim, then the finalizer's write, go while the Runtime Server
 	// registers (API round trips less before Ready: a scale from zero
@@ -43,24 +46,32 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string,
 	// or that goes away before it holds the finalizer, has its
 	// registration, if any, ended here.
 	if run.DeletionTimestamp != nil && !slices.Contains(run.Finalizers, Finalizer) {
+		if rc != nil {
+			rc.send()
+		}
 		if claimed != nil {
 			<-claimed
 		}
 		return
 	}
 	held := make(chan *v1alpha1.Run, 1)
-	go func(run *v1alpha1.Run) {
-		if claimed != nil {
-			if run = <-claimed; run == nil {
-				held <- nil
-				return
+	hold := func(run *v1alpha1.Run) {
+		go func() {
+			if claimed != nil {
+				if run = <-claimed; run == nil {
+					held <- nil
+					return
+				}
 			}
-		}
-		if !slices.Contains(run.Finalizers, Finalizer) {
-			run = w.addFinalizer(ctx, run)
-		}
-		held <- run
-	}(run)
+			if !slices.Contains(run.Finalizers, Finalizer) {
+				run = w.addFinalizer(ctx, run)
+			}
+			held <- run
+		}()
+	}
+	if rc == nil {
+		hold(run)
+	}
 
 	regReq := &pb.RegisterFunctionRequest{
 		RunUid: w.uid, RegistrationAttempt: max(run.Status.Attempt, 1), WorkingDir: dir,
@@ -85,6 +96,18 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string,
 		}
 		return err
 	})
+	// A registration Ready within the bound goes with the claim: one
+	// write, Scheduled → Ready.
+	claimedReady := false
+	if rc != nil {
+		if err == nil && resp.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY && rc.take() {
+			claimedReady = true
+			held <- w.claimReady(ctx, rc.now)
+		} else {
+			rc.send()
+			hold(run)
+		}
+	}
 	if run = <-held; run == nil {
 		if err == nil {
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout+5*time.Second)
@@ -135,7 +158,7 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string,
 	}
 	idle := time.Duration(fn.IdleTimeoutSeconds) * time.Second
 	// An adopted function that was Ready is Ready already.
-	marked := w.adopted && run.Status.Phase == v1alpha1.PhaseReady
+	marked := (w.adopted && run.Status.Phase == v1alpha1.PhaseReady) || claimedReady
 	ready := resp.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY
 	if ready && !marked {
 		if !w.markReady(ctx) {
@@ -208,12 +231,7 @@ func (w *worker) markReady(ctx context.Context) bool {
 		if r.Status.Phase != v1alpha1.PhaseRunning {
 			return false
 		}
-		r.Status.Phase = v1alpha1.PhaseReady
-		r.Status.Endpoint = w.d.cfg.Endpoint(r)
-		meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{
-			Type: "Ready", Status: metav1.ConditionTrue, Reason: "Registered",
-			ObservedGeneration: r.Generation, LastTransitionTime: now,
-		})
+		w.setReady(r, now)
 		return true
 	})
 	if err != nil && ctx.Err() == nil {
@@ -223,6 +241,16 @@ func (w *worker) markReady(ctx context.Context) bool {
 		w.log.Info("function ready", "endpoint", updated.Status.Endpoint)
 	}
 	return updated != nil
+}
+
+// setReady makes r's status Ready, with the endpoint.
+func (w *worker) setReady(r *v1alpha1.Run, now metav1.Time) {
+	r.Status.Phase = v1alpha1.PhaseReady
+	r.Status.Endpoint = w.d.cfg.Endpoint(r)
+	meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{
+		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Registered",
+		ObservedGeneration: r.Generation, LastTransitionTime: now,
+	})
 }
 
 // TerminatingReason is the reason (of status.reason and of the Ready

@@ -107,7 +107,7 @@ func (w *worker) run(ctx context.Context) {
 		defer w.removeDir(ctx, run, dir, shared)
 		w.log.Info("adopting a run claimed by the previous runtimed", "phase", run.Status.Phase)
 		if run.Spec.Mode.Function != nil {
-			w.runFunction(ctx, run, dir, nil)
+			w.runFunction(ctx, run, dir, nil, nil)
 			return
 		}
 		w.runTask(ctx, run, dir)
@@ -144,8 +144,14 @@ func (w *worker) run(ctx context.Context) {
 	// starts only once claimed, unless its claim is deferred
 	// (deferClaim).
 	var claimed chan *v1alpha1.Run
+	var rc *readyClaim
 	switch {
 	case !w.claimAt.IsZero():
+	case run.Spec.Mode.Function != nil && dirErr == nil && w.holdClaim(run):
+		// The claim waits for the registration, to go with Ready.
+		claimed = make(chan *v1alpha1.Run, 1)
+		rc = w.newReadyClaim(ctx, now, claimed)
+		defer rc.take() // the bound sends nothing once the worker is done
 	case run.Spec.Mode.Function != nil && dirErr == nil:
 		claimed = make(chan *v1alpha1.Run, 1)
 		go func() { claimed <- w.claim(ctx, now) }()
@@ -167,6 +173,9 @@ func (w *worker) run(ctx context.Context) {
 		if errors.Is(err, errGitFetch) {
 			reason = retry.SourceFetchFailed
 		}
+		if rc != nil {
+			rc.send()
+		}
 		if claimed != nil && <-claimed == nil {
 			return
 		}
@@ -174,7 +183,7 @@ func (w *worker) run(ctx context.Context) {
 		return
 	}
 	if claimed != nil {
-		w.runFunction(ctx, run, dir, claimed)
+		w.runFunction(ctx, run, dir, claimed, rc)
 		return
 	}
 	w.runTask(ctx, run, dir)
@@ -190,17 +199,22 @@ func (w *worker) claim(ctx context.Context, now metav1.Time) *v1alpha1.Run {
 		if r.Status.Phase != v1alpha1.PhaseScheduled {
 			return false
 		}
-		r.Status.Phase = v1alpha1.PhaseRunning
-		if r.Status.StartTime == nil {
-			r.Status.StartTime = &now
-		}
-		r.Status.Reason, r.Status.Message = "", ""
+		setClaimed(r, now)
 		return true
 	})
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn("claiming run", "error", err)
 	}
 	return claimed
+}
+
+// setClaimed makes r's status the claim's: Running, with startTime.
+func setClaimed(r *v1alpha1.Run, now metav1.Time) {
+	r.Status.Phase = v1alpha1.PhaseRunning
+	if r.Status.StartTime == nil {
+		r.Status.StartTime = &now
+	}
+	r.Status.Reason, r.Status.Message = "", ""
 }
 
 // deferClaim reports whether run, a task, starts before its claim is
