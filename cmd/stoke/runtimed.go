@@ -60,6 +60,7 @@ probe is 'stoke runtimed probe'.`,
 	f.StringVar(&cfg.ProbeSocket, "probe-socket", sidecar.DefaultProbeSocket, "the readiness probe's Unix socket; its directory is made 0700")
 	f.StringVar(&cfg.Pod.Runtime, "runtime", "", "the Pod's Runtime (for logs)")
 	f.StringVar(&cfg.GitCache, "git-cache", "", "the directory of the pod's git cache for the Runs' spec.source.git: a volume of runtimed's container alone, out of the Runs' reach; empty: Runs with a git source fail")
+	f.StringVar(&cfg.StateDir, "state-dir", "", "runtimed's own directory on the Pod: a volume of runtimed's container alone that outlives its restarts, where it marks the tasks in a shared workspace it started before writing them Running; empty: those are written Running before they start")
 	f.StringVar(&cfg.GitCredentials, "git-credentials", "", "the file of the Runtime's spec.git.credentialsSecret (git's credential-store format: one https://USER:PASSWORD@HOST[/PATH] per line), read again when it changes; sent through git's environment, never its arguments or logs")
 	f.StringVar(&cfg.GitCredentialsSecret, "git-credentials-secret", "", "the name of that Secret: only Runs whose spec.source.git.credentialsSecret names it fetch with its credentials, and a Run naming another fails")
 	f.StringVar(&cfg.RunLogDir, "run-log-dir", "", "the directory the Runtime Server writes the Runs' logs to (its --run-log-dir), served to the gateway; empty: no logs")

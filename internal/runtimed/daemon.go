@@ -65,6 +65,13 @@ type Config struct {
 	// each task before it starts. Kubernetes mode sets it; see
 	// docs/runtimed.md "The claim" for what fences a task instead.
 	RunningAfter time.Duration
+	// StateDir, when set, is runtimed's own directory on the pod: kept
+	// while the pod lives (across runtimed's restarts) and out of the
+	// Runs' reach (Kubernetes mode: an emptyDir of the runtimed container
+	// alone). It holds the marks that fence a deferred claim in a shared
+	// workspace (taken.go); without it such tasks are claimed before
+	// they start.
+	StateDir string
 	// Metrics, when set, get the dispatch latencies (NewMetrics).
 	Metrics *Metrics
 	// Git is the git cache spec.source.git is fetched into; nil fails
@@ -103,6 +110,9 @@ type Daemon struct {
 	wg     sync.WaitGroup
 	// spares makes the git cache's spare checkouts (nil without Git).
 	spares *spares
+	// taken is the directory of the marks of taken Runs (taken.go); ""
+	// without Config.StateDir.
+	taken string
 }
 
 // New returns a Daemon; Run starts it.
@@ -134,6 +144,7 @@ func New(cfg Config) *Daemon {
 		ended:     map[string]struct{}{},
 	}
 	d.proxy = &proxy{d: d}
+	d.taken = d.initTaken()
 	return d
 }
 
@@ -196,6 +207,7 @@ func (d *Daemon) Adopt(runs []*v1alpha1.Run) {
 		}
 		d.startWorkerLocked(run, true)
 	}
+	d.sweepTakenLocked(runs)
 }
 
 // startWorkerLocked starts the worker of run; d.mu is held.

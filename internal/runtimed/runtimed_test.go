@@ -39,6 +39,8 @@ type env struct {
 	runs store.Resource[*v1alpha1.Run]
 	pod  podsource.Pod
 	d    *runtimed.Daemon
+	// stateDir is runtimed's Config.StateDir.
+	stateDir string
 }
 
 func newEnv(t *testing.T, runtime string) *env {
@@ -107,8 +109,9 @@ func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
 	if opts.log != nil {
 		dlog = opts.log
 	}
+	stateDir := filepath.Join(dir, "runtimed-state")
 	d := runtimed.New(runtimed.Config{Pod: pod, Runs: runs, Conn: conn, Logger: dlog, StatusPoll: 50 * time.Millisecond, Git: opts.git, GitSecret: opts.gitSecret,
-		RunningAfter: opts.runningAfter})
+		RunningAfter: opts.runningAfter, StateDir: stateDir})
 	w, err := st.Runs().Watch(ctx, store.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +144,7 @@ func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
 			t.Errorf("runtime server: %v", err)
 		}
 	})
-	return &env{t: t, runs: st.Runs(), pod: pod, d: d}
+	return &env{t: t, runs: st.Runs(), pod: pod, d: d, stateDir: stateDir}
 }
 
 // submit creates the Run and assigns it to the pod, as the scheduler would.

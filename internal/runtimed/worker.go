@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -122,18 +121,24 @@ func (w *worker) run(ctx context.Context) {
 		w.dir = dir
 	}
 	if w.deferClaim(run, shared, dirErr) {
-		if _, err := os.Lstat(dir); err == nil {
+		if w.d.wasTaken(w.uid, dir, shared) {
 			// A previous runtimed of this pod took this Run (it made
-			// the directory) and stopped before writing it Running: its
-			// execution may have started, so it is adopted, never
-			// started again.
+			// its directory, or its mark in a shared workspace) and
+			// stopped before writing it Running: its execution may
+			// have started, so it is adopted, never started again.
 			w.adopted = true
 			defer w.removeDir(ctx, run, dir, shared)
 			w.log.Info("adopting an unclaimed task the previous runtimed took")
 			w.runTask(ctx, run, dir)
 			return
 		}
-		w.claimAt = now
+		if !shared {
+			w.claimAt = now // its directory, made below, is the mark
+		} else if err := w.d.markTaken(w.uid); err != nil {
+			w.log.Warn("marking a task in a shared workspace taken: claiming it first", "error", err)
+		} else {
+			w.claimAt = now
+		}
 	}
 	// A function's source is materialised and its registration started
 	// while the claim is on its way (one API round trip less before
@@ -218,14 +223,17 @@ func setClaimed(r *v1alpha1.Run, now metav1.Time) {
 }
 
 // deferClaim reports whether run, a task, starts before its claim is
-// written (Config.RunningAfter): a task of its own directory, without
-// stdin or a terminal, on a runtimed configured so. The directory is then
-// the fence a claim is otherwise: made before the execution starts and
-// kept while it may run, it tells a restarted runtimed that the Run was
-// taken (see run).
+// written (Config.RunningAfter): a task without stdin or a terminal, not
+// annotated AnnotationClaimFirst, on a runtimed configured so; in a
+// shared workspace only with a state directory for its mark. Its own
+// directory, or in a shared workspace its mark (taken.go), is then the
+// fence a claim is otherwise: made before the execution starts and kept
+// while it may run, it tells a restarted runtimed that the Run was taken
+// (see run).
 func (w *worker) deferClaim(run *v1alpha1.Run, shared bool, dirErr error) bool {
 	t := run.Spec.Mode.Task
-	return w.d.cfg.RunningAfter > 0 && t != nil && !t.Stdin && !t.TTY && !shared && dirErr == nil
+	return w.d.cfg.RunningAfter > 0 && t != nil && !t.Stdin && !t.TTY && dirErr == nil &&
+		(!shared || w.d.taken != "") && run.Annotations[v1alpha1.AnnotationClaimFirst] != "true"
 }
 
 // removeDir removes the Run's working directory once the worker is done
@@ -233,10 +241,18 @@ func (w *worker) deferClaim(run *v1alpha1.Run, shared bool, dirErr error) bool {
 // the pod (see Run), and so does its directory: the pod's end removes it,
 // or a restarted runtimed adopts the Run. A shared workspace stays for the
 // next Run naming it, unless this Run releases it
-// (spec.placement.releaseWorkspace): the owner's word that none follows.
+// (spec.placement.releaseWorkspace): the owner's word that none follows;
+// the Run's mark (taken.go) goes in both cases.
 func (w *worker) removeDir(ctx context.Context, run *v1alpha1.Run, dir string, shared bool) {
 	if ctx.Err() != nil {
 		return
+	}
+	if shared {
+		// Done with the Run (its end written, or it is no longer this
+		// pod's): nothing is left to fence.
+		if err := w.d.unmarkTaken(w.uid); err != nil {
+			w.log.Warn("removing the mark of a taken run", "error", err)
+		}
 	}
 	var err error
 	switch {

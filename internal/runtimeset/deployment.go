@@ -63,19 +63,25 @@ const (
 	// GitCacheDir is the pod's git cache (spec.source.git), an emptyDir
 	// mounted in the runtimed container only, so that no Run (they run in
 	// the runtime-server container) can change what the next checks out.
-	GitCacheDir     = "/var/cache/stoke-git"
-	TLSDir          = "/var/run/stoke-tls"
-	HopPort         = 7443
-	ServiceAccount  = "stoke-runtimed"
-	tokenDir        = "/var/run/secrets/kubernetes.io/serviceaccount"
-	tokenExpiry     = 3607 // what the ServiceAccount admission plugin asks for
-	volumeRun       = "run"
-	volumeWorkspace = "workspace"
-	volumeTLS       = "tls"
-	volumeToken     = "kube-api-access"
-	volumeBin       = "stoke-bin"
-	volumeGitCache  = "git-cache"
-	defaultImage    = "stoke"
+	GitCacheDir = "/var/cache/stoke-git"
+	// RuntimedStateDir is runtimed's own state (its --state-dir: the
+	// marks of the tasks it started before writing them Running), an
+	// emptyDir in memory mounted in the runtimed container only, which
+	// outlives runtimed's restarts and no Run can change.
+	RuntimedStateDir = "/var/lib/stoke-runtimed"
+	TLSDir           = "/var/run/stoke-tls"
+	HopPort          = 7443
+	ServiceAccount   = "stoke-runtimed"
+	tokenDir         = "/var/run/secrets/kubernetes.io/serviceaccount"
+	tokenExpiry      = 3607 // what the ServiceAccount admission plugin asks for
+	volumeRun        = "run"
+	volumeWorkspace  = "workspace"
+	volumeTLS        = "tls"
+	volumeToken      = "kube-api-access"
+	volumeBin        = "stoke-bin"
+	volumeGitCache   = "git-cache"
+	volumeRuntimed   = "runtimed-state"
+	defaultImage     = "stoke"
 )
 
 // The runtimed container's copy of the Runtime's spec.git.credentialsSecret.
@@ -167,6 +173,7 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 								{Name: volumeTLS, MountPath: TLSDir, ReadOnly: true},
 								{Name: volumeToken, MountPath: tokenDir, ReadOnly: true},
 								{Name: volumeGitCache, MountPath: GitCacheDir},
+								{Name: volumeRuntimed, MountPath: RuntimedStateDir},
 							},
 							ReadinessProbe: &corev1.Probe{
 								ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
@@ -188,6 +195,7 @@ func Deployment(rt *v1alpha1.Runtime, opts Options) *appsv1.Deployment {
 						{Name: volumeRun, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
 						{Name: volumeWorkspace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 						{Name: volumeGitCache, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: volumeRuntimed, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
 						{Name: volumeTLS, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 							SecretName: pki.RuntimedSecret, DefaultMode: ptr.To(int32(0o400)),
 						}}},
@@ -320,6 +328,7 @@ func runtimedArgs(rt *v1alpha1.Runtime, gatewayURL string) []string {
 		"--debug-socket", RuntimedDebugSocket,
 		"--run-log-dir", RunLogDir,
 		"--git-cache", GitCacheDir,
+		"--state-dir", RuntimedStateDir,
 	}
 	if gatewayURL != "" {
 		args = append(args, "--endpoint-base", gatewayURL)

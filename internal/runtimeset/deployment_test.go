@@ -249,7 +249,7 @@ func TestDeploymentWearsTheTemplate(t *testing.T) {
 	for _, v := range spec.Volumes {
 		vols = append(vols, v.Name)
 	}
-	if got := strings.Join(vols, ","); got != "run,workspace,git-cache,tls,kube-api-access,models,stoke-bin" {
+	if got := strings.Join(vols, ","); got != "run,workspace,git-cache,runtimed-state,tls,kube-api-access,models,stoke-bin" {
 		t.Errorf("volumes %s", got)
 	}
 	// The git cache is runtimed's alone: the Runs, in runtime-server,

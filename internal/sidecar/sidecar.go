@@ -88,6 +88,11 @@ type Config struct {
 	// a volume of runtimed's container alone; empty: Runs with a git
 	// source fail.
 	GitCache string
+	// StateDir is runtimed's own directory on the Pod
+	// (runtimed.Config.StateDir), a volume of runtimed's container alone
+	// that outlives its restarts; empty: tasks in a shared workspace are
+	// claimed before they start.
+	StateDir string
 	// GitCredentials is the file of the Runtime's spec.git.credentialsSecret
 	// (git's credential-store format), read again when the kubelet
 	// replaces it; GitCredentialsSecret is that Secret's name, which a
@@ -219,7 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Pod: cfg.Pod, Runs: cfg.Runs, Conn: conn, Logger: cfg.Logger, StatusPoll: cfg.StatusPoll, RunLogs: logs, Metrics: metrics,
 		DefaultTaskTimeout: cfg.DefaultTaskTimeout, DefaultFunctionTimeout: cfg.DefaultFunctionTimeout,
 		Endpoint: endpoint(cfg.EndpointBase), Git: git, GitSecret: &cfg.GitCredentialsSecret,
-		RunningAfter: TaskRunningAfter,
+		RunningAfter: TaskRunningAfter, StateDir: cfg.StateDir,
 	})
 	defer d.Stop()
 	health := healthpb.NewHealthClient(conn)

@@ -331,6 +331,9 @@ func (d *jobDecider) stepRun(i int, step *v1alpha1.Step, sc *stepScope, last boo
 			return nil, fmt.Errorf("uses: %s needs a bash Runtime; this job's Runtime runs python only", step.Uses)
 		}
 		run.Spec.Mode.Task = &v1alpha1.TaskMode{Args: artifact.HoldCommand()}
+		// The copy starts once it is Running: not 100 ms later, as a
+		// Kubernetes runtimed would otherwise write it.
+		run.Annotations = map[string]string{v1alpha1.AnnotationClaimFirst: "true"}
 	case step.Uses == usesCheckout:
 		if w.wf.Spec.Source == nil {
 			return nil, fmt.Errorf("uses: checkout, but the WorkflowRun has no spec.source")

@@ -16,6 +16,13 @@ const (
 // unregisters; the reaper removes it when the Run's pod is gone.
 const FinalizerRuntimed = "stoke.dev/runtimed"
 
+// AnnotationClaimFirst, "true" on a task Run, has runtimed write it
+// Running before it starts, as stoke up does every task, rather than
+// once it has run 100 ms (Kubernetes mode's deferred claim,
+// docs/runtimed.md): for a task that a client reaches through exec as
+// soon as it runs, such as a workflow's artifact step.
+const AnnotationClaimFirst = "stoke.dev/claim-first"
+
 // Phase is where a Run is in its life.
 type Phase string
 
@@ -474,7 +481,7 @@ const GitCredentialsKey = "git-credentials"
 // only literals).
 var (
 	// ReservedVolumes are the runtime Pod's own volumes.
-	ReservedVolumes = []string{"run", "workspace", "tls", "kube-api-access", "stoke-bin", "git-cache", "runtime-server-token", "git-credentials"}
+	ReservedVolumes = []string{"run", "workspace", "tls", "kube-api-access", "stoke-bin", "git-cache", "runtime-server-token", "git-credentials", "runtimed-state"}
 	// ReservedMountPaths are where the runtime-server container mounts
 	// them; a template mount may be neither one of them nor beneath one.
 	// /run/stoke is /var/run/stoke where /var/run links to /run.
@@ -536,7 +543,7 @@ type RuntimeTemplate struct {
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['run', 'workspace', 'tls', 'kube-api-access', 'stoke-bin', 'git-cache', 'runtime-server-token', 'git-credentials']))",message="run, workspace, tls, kube-api-access, stoke-bin, git-cache, runtime-server-token and git-credentials are the runtime Pod's own volumes"
+	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['run', 'workspace', 'tls', 'kube-api-access', 'stoke-bin', 'git-cache', 'runtime-server-token', 'git-credentials', 'runtimed-state']))",message="run, workspace, tls, kube-api-access, stoke-bin, git-cache, runtime-server-token, git-credentials and runtimed-state are the runtime Pod's own volumes"
 	Volumes []corev1.Volume `json:"volumes,omitempty"`
 	// VolumeMounts of the runtime-server container, each of a volume of
 	// Volumes, neither at nor beneath Stoke's own paths (/var/run/stoke,
