@@ -27,6 +27,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/loadreport"
 	"stoke.dev/stoke/internal/pydeps/pydepstest"
+	"stoke.dev/stoke/internal/runtimeset"
 	"stoke.dev/stoke/internal/testbin"
 )
 
@@ -450,6 +451,14 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	// (testbin.AwaitPythonSparesIdle; the runtime Pods' processes are this
 	// test's, through the node agent), and report the wait beside.
 	var spareWait []time.Duration
+	// Within step 3, on the replica's Pod, from its runtimed's "function
+	// ready" log line (runtimed's clock, the same machine's): the
+	// Scheduled write as this test's watch saw it → runtimed took the Run
+	// (its own Run watch), → its registration known Ready, → its Ready
+	// write began (with the claim, or after the claim alone landed), → the
+	// write returned (the line), → this test's watch saw Ready.
+	var toTook, tookToRegistered, registeredToWrite, writeToWritten, writtenToSeen []time.Duration
+	oneWrite := 0
 	for i := range b.N {
 		waited, err := testbin.AwaitPythonSparesIdle(os.Getpid(), runBound)
 		if err != nil {
@@ -525,6 +534,23 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 			*into = append(*into, time.Since(start))
 		}
 		b.StopTimer()
+		replica, _, _ := runs.first(func(r *v1alpha1.Run) bool {
+			return r.Labels[v1alpha1.LabelFunction] == name && r.Status.AssignedPod != ""
+		})
+		scheduled, ok1 := runs.firstSeen(func(r *v1alpha1.Run) bool {
+			return r.Labels[v1alpha1.LabelFunction] == name && r.Status.AssignedPodUID != ""
+		})
+		ready, ok2 := runs.firstSeen(func(r *v1alpha1.Run) bool {
+			return r.Labels[v1alpha1.LabelFunction] == name && r.Status.Phase == v1alpha1.PhaseReady
+		})
+		if l, ok := e.runtimedReadyLine(replica); ok && ok1 && ok2 {
+			toTook, tookToRegistered = append(toTook, l.Took.Sub(scheduled)), append(tookToRegistered, l.Registered.Sub(l.Took))
+			registeredToWrite, writeToWritten = append(registeredToWrite, l.Wrote.Sub(l.Registered)), append(writeToWritten, l.Time.Sub(l.Wrote))
+			writtenToSeen = append(writtenToSeen, ready.Sub(l.Time))
+			if l.WithClaim {
+				oneWrite++
+			}
+		}
 		if err := e.stoke.Delete().Namespace(runsNamespace).Resource("functions").Name(name).Do(context.Background()).Error(); err != nil {
 			b.Fatal(err)
 		}
@@ -552,6 +578,54 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	reportPercentilesAs(b, toRunning, "step3b-scheduled-to-running")
 	reportPercentilesAs(b, toFinalizer, "step3c-running-to-finalizer")
 	reportPercentilesAs(b, runningToReady, "step3d-running-to-ready")
+	reportPercentilesAs(b, toTook, "step3e-scheduled-seen-to-runtimed-took")
+	reportPercentilesAs(b, tookToRegistered, "step3f-took-to-registered")
+	reportPercentilesAs(b, registeredToWrite, "step3g-registered-to-ready-write")
+	reportPercentilesAs(b, writeToWritten, "step3h-ready-write")
+	reportPercentilesAs(b, writtenToSeen, "step3i-ready-written-to-seen")
+	if len(toTook) > 0 {
+		b.ReportMetric(float64(oneWrite)/float64(len(toTook)), "claim-with-ready-share")
+	}
+}
+
+// runtimedReadyLine is the "function ready" line of run's runtimed (the
+// container log of the Pod it is assigned to), with the times runtimed
+// logs beside it.
+type runtimedReadyLine struct {
+	Time       time.Time `json:"time"`
+	Msg        string    `json:"msg"`
+	Run        string    `json:"run"`
+	Took       time.Time `json:"took"`
+	Registered time.Time `json:"registered"`
+	Wrote      time.Time `json:"wrote"`
+	WithClaim  bool      `json:"with_claim"`
+}
+
+func (e *kubeEnv) runtimedReadyLine(run *v1alpha1.Run) (runtimedReadyLine, bool) {
+	if run == nil {
+		return runtimedReadyLine{}, false
+	}
+	for _, a := range e.agents {
+		path, err := a.LogPath(run.Namespace, run.Status.AssignedPod, runtimeset.ContainerRuntimed)
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		want := run.Namespace + "/" + run.Name
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if !strings.Contains(line, `"function ready"`) || !strings.Contains(line, want) {
+				continue
+			}
+			var l runtimedReadyLine
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "function ready" && l.Run == want && !l.Took.IsZero() {
+				return l, true
+			}
+		}
+	}
+	return runtimedReadyLine{}, false
 }
 
 // A python Runtime's Pods install a Function's requirements.txt into

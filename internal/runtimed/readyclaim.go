@@ -82,12 +82,13 @@ func (c *readyClaim) stopTimer() {
 // refused claim, the registration is then ended. A Run being deleted
 // meanwhile is claimed as the claim alone would: runFunction then sees the
 // delete, lets the registration go and removes the finalizer.
-func (w *worker) claimReady(ctx context.Context, now metav1.Time) *v1alpha1.Run {
+func (w *worker) claimReady(ctx context.Context, took metav1.Time) *v1alpha1.Run {
+	now := metav1.NewTime(w.d.cfg.Now())
 	updated, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
 		if r.Status.Phase != v1alpha1.PhaseScheduled || !slices.Contains(r.Finalizers, Finalizer) {
 			return false
 		}
-		setClaimed(r, now)
+		setClaimed(r, took)
 		w.setReady(r, now)
 		return true
 	})
@@ -95,7 +96,7 @@ func (w *worker) claimReady(ctx context.Context, now metav1.Time) *v1alpha1.Run 
 		w.log.Warn("claiming run ready", "error", err)
 	}
 	if updated != nil {
-		w.log.Info("function ready", "endpoint", updated.Status.Endpoint)
+		w.logReady(updated, now.Time, true)
 	}
 	return updated
 }

@@ -34,6 +34,9 @@ type worker struct {
 	// taken is when this runtimed took the Run (the dispatch latency's
 	// start).
 	taken time.Time
+	// registered is when a function's registration was known Ready
+	// (logged with Ready).
+	registered time.Time
 	// dir is the Run's working directory, once known (hidePaths).
 	dir string
 	// claimAt, when set, is when this runtimed took a task whose claim is
