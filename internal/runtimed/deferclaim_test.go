@@ -34,6 +34,9 @@ type statusWrites struct {
 	mu     sync.Mutex
 	phases map[string][]v1alpha1.Phase // by Run name
 	before func(ctx context.Context, r *v1alpha1.Run)
+	// after, if set, runs once a write is stored, before it returns to
+	// runtimed (a watch may deliver the write to others first).
+	after func(ctx context.Context, stored *v1alpha1.Run)
 }
 
 func newStatusWrites() *statusWrites { return &statusWrites{phases: map[string][]v1alpha1.Phase{}} }
@@ -52,6 +55,9 @@ func (s *statusWrites) UpdateStatus(ctx context.Context, r *v1alpha1.Run) (*v1al
 		s.mu.Lock()
 		s.phases[r.Name] = append(s.phases[r.Name], r.Status.Phase)
 		s.mu.Unlock()
+		if s.after != nil {
+			s.after(ctx, u)
+		}
 	}
 	return u, err
 }

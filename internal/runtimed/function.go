@@ -105,6 +105,10 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string,
 	if rc != nil {
 		if err == nil && resp.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY && rc.take() {
 			claimedReady = true
+			// The hop takes invocations before the write goes: the
+			// gateway's watch may deliver Ready before it returns here.
+			// Nothing routes to a Run that is not Ready.
+			w.d.setActive(w.uid, resp.GetRegistration())
 			held <- w.claimReady(ctx, rc.now)
 		} else {
 			rc.send()
@@ -113,6 +117,7 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string,
 	}
 	if run = <-held; run == nil {
 		if err == nil {
+			w.d.setActive(w.uid, nil)
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout+5*time.Second)
 			_, _ = w.d.functions.UnregisterFunction(uctx, &pb.UnregisterFunctionRequest{Registration: resp.GetRegistration(), CancelInFlight: true})
 			cancel()

@@ -2,6 +2,7 @@ package runtimed_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -170,5 +171,40 @@ func TestReplicaDeletedBeforeTheClaimIsLetGo(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the deleted replica is still there: %v", err)
 		}
+	}
+}
+
+// A replica takes invocations as soon as it is stored Ready: the
+// gateway's watch may deliver the write before it returns to runtimed.
+// Before, the one write went before the hop knew the registration, and
+// such an invocation was refused as "registering" (FailedPrecondition,
+// the gateway's 503 with Retry-After: 1 s).
+func TestReplicaTakesInvocationsOnceStoredReady(t *testing.T) {
+	w := newStatusWrites()
+	var e *env
+	var once sync.Once
+	invoked := make(chan error, 1)
+	w.after = func(ctx context.Context, stored *v1alpha1.Run) {
+		if stored.Status.Phase != v1alpha1.PhaseReady {
+			return
+		}
+		once.Do(func() {
+			resp, err := e.d.Proxy().InvokeFunction(ctx, &pb.InvokeFunctionRequest{
+				Registration: &pb.FunctionRegistration{RunUid: string(stored.UID)}, Input: []byte(`1`)})
+			if err == nil && string(resp.GetOutput()) != `"ok"` {
+				err = fmt.Errorf("answer %q", resp.GetOutput())
+			}
+			invoked <- err
+		})
+	}
+	e = newEnvWith(t, "bash", envOptions{runs: w.wrap, runningAfter: never})
+	e.submit(replicaRun("early"))
+	select {
+	case err := <-invoked:
+		if err != nil {
+			t.Fatalf("an invocation of the replica stored Ready: %v", err)
+		}
+	case <-time.After(claimBound):
+		t.Fatal("the replica was never written Ready")
 	}
 }
