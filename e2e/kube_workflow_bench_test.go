@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +41,7 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 	round := benchRound.Add(1)
 	wfs := e.watchWorkflowRuns(b)
 	var total, edges, reactions, floor, creates []time.Duration
+	window := windowWrites{}
 	for i := range b.N {
 		label := fmt.Sprintf("wf%d-%d", round, i)
 		tasks := e.watchRuns(b, "e2e="+label)
@@ -67,8 +70,12 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 			b.Fatalf("%s: %s\n%s", label, wf.Status.Phase, workflowText(wf))
 		}
 		profiled()
-		edge, reacted := stepEdges(b, steps)
+		edge, reacted, from, to := stepEdges(b, steps)
 		edges, reactions = append(edges, edge...), append(reactions, reacted)
+		b.Logf("%s: the mid step Runs seen created, after start's end: %s; the held creates, after the first sent: %s", label, curve(edge[:len(edge)-1]), curve(creates[len(creates)-len(vals):]))
+		w := countWindow(steps, wfs, label, from, to)
+		b.Logf("%s: writes seen from start's end to the median mid step Run's creation (%.1f ms): %s", label, float64(to.Sub(from))/float64(time.Millisecond), w)
+		window.add(w)
 		steps.close()
 		e.deleteWorkflowRuns(b, label)
 		e.deleteLabelled(b, label)
@@ -78,6 +85,8 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 	reportPercentilesAs(b, reactions, "edge-first")
 	reportPercentilesAs(b, floor, "one-task-floor")
 	reportPercentilesAs(b, creates, "create-floor")
+	b.ReportMetric(float64(window.total())/float64(b.N), "window-writes/op")
+	b.Logf("writes seen in the window, per WorkflowRun (%d): %s", b.N, window.per(b.N))
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -133,10 +142,12 @@ func (e *kubeEnv) heldCreates(b *testing.B, tasks *objects[*v1alpha1.Run], label
 
 // stepEdges are the edge latencies of one fan-out WorkflowRun from its
 // step Runs as the watch saw them: each mid instance's creation after
-// start's end, and end's creation after the last mid instance's end; and
+// start's end, and end's creation after the last mid instance's end;
 // first, the first mid instance's (the controller's reaction to start's
-// end, before the creates' own time).
-func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) (edges []time.Duration, first time.Duration) {
+// end, before the creates' own time); and the window of the mid edges'
+// median, from start's end (from) to the median mid instance's creation
+// (to).
+func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) (edges []time.Duration, first time.Duration, from, to time.Time) {
 	b.Helper()
 	seen := func(name string, phase v1alpha1.Phase) time.Time {
 		at, ok := steps.firstSeen(func(r *v1alpha1.Run) bool {
@@ -170,7 +181,88 @@ func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) (edges []time.Durati
 		edges = append(edges, t.Sub(startDone))
 		first = min(first, t.Sub(startDone))
 	}
-	return append(edges, endBegin.Sub(lastMid)), first
+	slices.SortFunc(mids, func(a, b time.Time) int { return a.Compare(b) })
+	return append(edges, endBegin.Sub(lastMid)), first, startDone, mids[len(mids)/2]
+}
+
+// curve is the 10th, 25th, 50th, 75th and 90th percentiles and the last
+// of d, in ms: how a burst of creates arrived.
+func curve(d []time.Duration) string {
+	d = slices.Sorted(slices.Values(d))
+	var parts []string
+	for _, q := range []float64{0.1, 0.25, 0.5, 0.75, 0.9, 1} {
+		parts = append(parts, fmt.Sprintf("%.0f", float64(d[min(len(d)-1, int(q*float64(len(d))))])/float64(time.Millisecond)))
+	}
+	return strings.Join(parts, "/")
+}
+
+// windowWrites counts the writes the benchmark's watches saw in a window,
+// by kind: each watch event is one write through the API server.
+type windowWrites map[string]int
+
+// countWindow is the writes seen in (from, to]: of the WorkflowRun's step
+// Runs (each one's first event is its create; later ones are named by the
+// phase they wrote: the scheduler's Scheduled, runtimed's Running, the
+// end) and of the WorkflowRun itself (its status writes).
+func countWindow(steps *objects[*v1alpha1.Run], wfs *objects[*v1alpha1.WorkflowRun], name string, from, to time.Time) windowWrites {
+	in := func(at time.Time) bool { return at.After(from) && !at.After(to) }
+	w := windowWrites{}
+	steps.mu.Lock()
+	known := map[string]bool{}
+	for _, s := range steps.history {
+		first := !known[s.obj.Name]
+		known[s.obj.Name] = true
+		if !in(s.at) {
+			continue
+		}
+		switch ph := s.obj.Status.Phase; {
+		case first:
+			w["run create"]++
+		case ph == v1alpha1.PhaseScheduled:
+			w["run Scheduled"]++
+		case ph == v1alpha1.PhaseRunning:
+			w["run Running"]++
+		case ph.Terminal():
+			w["run end"]++
+		default:
+			w["run other ("+string(ph)+")"]++
+		}
+	}
+	steps.mu.Unlock()
+	wfs.mu.Lock()
+	for _, s := range wfs.history {
+		if s.obj.Name == name && in(s.at) {
+			w["workflowrun status"]++
+		}
+	}
+	wfs.mu.Unlock()
+	return w
+}
+
+func (w windowWrites) add(o windowWrites) {
+	for k, v := range o {
+		w[k] += v
+	}
+}
+
+func (w windowWrites) total() int {
+	t := 0
+	for _, v := range w {
+		t += v
+	}
+	return t
+}
+
+func (w windowWrites) String() string { return w.per(1) }
+
+// per is the counts divided by n, by kind in a stable order.
+func (w windowWrites) per(n int) string {
+	keys := slices.Sorted(maps.Keys(w))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, float64(w[k])/float64(n)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // snapshot is the objects now, by name.
