@@ -141,15 +141,17 @@ func stokeRole(cmdline string, isRoot bool) string {
 	}
 }
 
-// BenchmarkUpInvokePeers runs b.N calls per target, in STOKE_BENCH_ROUNDS
-// (default 6) rounds whose order of targets rotates, and reports each
-// target's p50 and p99 over all its calls, the range of its per-round
-// p50s, and the CPU time and voluntary context switches per call of each
-// of its processes' roles (server: stoke up, the floor's front or the
-// peer; pod: Stoke's Runtime Servers or the floor's back; worker: the
-// Python processes). On a busy machine those two move far less than
-// latency. STOKE_BENCH_ACTIONLOOP and STOKE_BENCH_RIE name the peers'
-// binaries; without them Stoke is measured beside its floor alone.
+// BenchmarkUpInvokePeers runs b.N calls per target, in rounds of
+// roundCalls calls (STOKE_BENCH_ROUNDS sets their number instead) whose
+// order of targets rotates, and reports each target's p50 and p99 over
+// all its calls, the range of its per-round p50s, its p50 over the
+// floor's (the figure of issue 20), and the CPU time and voluntary
+// context switches per call of each of its processes' roles (server:
+// stoke up, the floor's front or the peer; pod: Stoke's Runtime Servers
+// or the floor's back; worker: the Python processes). On a busy machine
+// those two move far less than latency. STOKE_BENCH_ACTIONLOOP and
+// STOKE_BENCH_RIE name the peers' binaries; without them Stoke is
+// measured beside its floor alone.
 func BenchmarkUpInvokePeers(b *testing.B) { benchInvokePeers(b, 0) }
 
 // BenchmarkUpInvokePaced is BenchmarkUpInvokePeers with one call started
@@ -157,6 +159,13 @@ func BenchmarkUpInvokePeers(b *testing.B) { benchInvokePeers(b, 0) }
 // warm path as a lightly loaded function sees it, with the processes
 // idle between calls.
 func BenchmarkUpInvokePaced(b *testing.B) { benchInvokePeers(b, 10*time.Millisecond) }
+
+// roundCalls is how many calls a target gets before the next target's
+// turn: short rounds (tens of milliseconds back to back) so that the
+// host's speed, which moves several-fold within an hour here and in
+// bursts of other work within seconds, lands on every target alike and
+// not on the ratio of their p50s.
+const roundCalls = 100
 
 func benchInvokePeers(b *testing.B, pace time.Duration) {
 	interp, err := python.ResolveInterpreter(context.Background(), "")
@@ -214,7 +223,7 @@ spec:
 	if bin := os.Getenv("STOKE_BENCH_RIE"); bin != "" {
 		targets = append(targets, startRIE(b, bin, interp, handlerDir))
 	}
-	rounds := 6
+	rounds := max(1, b.N/roundCalls)
 	if v, err := strconv.Atoi(os.Getenv("STOKE_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
@@ -254,9 +263,19 @@ spec:
 		}
 	}
 	b.StopTimer()
+	var floorP50 float64
+	for _, t := range targets {
+		if t.name == "floor" {
+			floorP50 = percentile(t.lat, 0.5)
+		}
+	}
 	for _, t := range targets {
 		calls := float64(len(t.lat))
-		b.ReportMetric(percentile(t.lat, 0.5), t.name+"-p50-ms")
+		p50 := percentile(t.lat, 0.5)
+		b.ReportMetric(p50, t.name+"-p50-ms")
+		if t.name != "floor" && floorP50 > 0 {
+			b.ReportMetric(p50/floorP50, t.name+"-p50/floor")
+		}
 		b.ReportMetric(percentile(t.lat, 0.99), t.name+"-p99-ms")
 		b.ReportMetric(slices.Min(t.p50s), t.name+"-p50-lo-ms")
 		b.ReportMetric(slices.Max(t.p50s), t.name+"-p50-hi-ms")
