@@ -133,6 +133,15 @@ const maxRefusal = 4 << 10
 // follow each other (a benchmark's, a scale up's) are apart.
 var remakeAfter = 100 * time.Millisecond
 
+// answerLead is how long after a handed-over worker's first invocation
+// returned the next spare is made (a var for tests). The answer's way out
+// (the Runtime Server's reply, runtimed's hop, the gateway, the client:
+// a scale from zero's first answer) takes a few milliseconds of CPU on
+// the same cores, which the next interpreter's start (20–80 ms of CPU on
+// a loaded 2-core host) would otherwise share: made at once, it held the
+// Runtime Server's reply back by about 5 ms (docs/benchmarks.md).
+var answerLead = 25 * time.Millisecond
+
 // spareWait bounds how long a registration waits for a spare that fits
 // but is still starting (spares.take).
 const spareWait = time.Second
@@ -190,7 +199,9 @@ func (a *Adapter) CloseSpare() {
 }
 
 // makeSoon arms make for remakeAfter from now and returns a function
-// that makes it at once instead; CloseSpare disarms it.
+// that re-arms it for answerLead from then (called once the first
+// invocation has returned: its answer is still on its way out);
+// CloseSpare disarms it.
 func (ss *spares) makeSoon() func() {
 	t := time.AfterFunc(remakeAfter, ss.make)
 	ss.mu.Lock()
@@ -200,8 +211,9 @@ func (ss *spares) makeSoon() func() {
 	ss.timer = t
 	ss.mu.Unlock()
 	return func() {
-		t.Stop()
-		ss.make()
+		// Fired already (no invocation within remakeAfter): make runs
+		// again, and does nothing while there is a spare or one is made.
+		t.Reset(answerLead)
 	}
 }
 

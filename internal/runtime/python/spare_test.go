@@ -247,6 +247,31 @@ func TestSpareRemadeAfterFirstInvocation(t *testing.T) {
 	nextSpare(t, started)
 }
 
+// The next spare is not started as the first invocation returns, while
+// its answer is still on its way out of the Runtime Server and the pod
+// (a scale from zero's first answer), but answerLead later.
+func TestSpareNotStartedBesideTheFirstAnswer(t *testing.T) {
+	defer func(r, l time.Duration) { remakeAfter, answerLead = r, l }(remakeAfter, answerLead)
+	remakeAfter, answerLead = time.Hour, time.Hour
+	a := New(Config{Interpreter: testInterpreter(t), Spare: true})
+	started := make(chan int, 4)
+	a.spares.started = func(pid int) { started <- pid }
+	a.KeepSpare(runtime.SpareSpec{Env: spareEnv(nil)})
+	t.Cleanup(a.CloseSpare)
+	pid := nextSpare(t, started)
+	dir := writeHandlers(t, map[string]string{"app.py": describe})
+	inst := loadSpec(t, a, testSpec(t, dir, "app.handle", nil, nil))
+	if got := describeCall(t, inst, nil, "inv"); got.Pid != pid {
+		t.Fatalf("handler ran in pid %d, not in the spare %d", got.Pid, pid)
+	}
+	a.spares.mu.Lock()
+	making := a.spares.making || a.spares.cur != nil
+	a.spares.mu.Unlock()
+	if making {
+		t.Fatal("the next spare is started as the first invocation returns")
+	}
+}
+
 // A registration that comes while the spare is still starting waits for
 // it rather than start an interpreter of its own beside it.
 func TestSpareStartingIsWaitedFor(t *testing.T) {

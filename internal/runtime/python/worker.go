@@ -163,8 +163,9 @@ func (a *Adapter) Load(ctx context.Context, spec runtime.FunctionSpec) (runtime.
 	if s := a.spares.take(ctx, spec.User, start); s != nil {
 		if i, handed, err := a.handOver(ctx, s, spec, env, deps, releaseDeps); handed {
 			// The next spare is made off this registration's path, which
-			// runs to its first answer (a scale from zero's): after its
-			// first invocation, or remakeAfter, whichever comes first.
+			// runs to its first answer (a scale from zero's): answerLead
+			// after its first invocation returned, or remakeAfter after
+			// the handover if no invocation comes first.
 			if err != nil {
 				a.spares.make()
 			} else {
