@@ -240,9 +240,30 @@ func (a *Authorizer) authenticate(ctx context.Context, key tokenKey, token strin
 	return e.user, e.err
 }
 
-// authorize is the user's decision on the access, from the cache or a
-// SubjectAccessReview.
+// authorize is the user's decision on the access. An access to one
+// object by name is first asked without the name: a yes there is a yes
+// for every name in the namespace (RBAC allows a name-less request only
+// by a rule without resourceNames, which allows every name; the API
+// server reads a name-less request, a list or a create, so too), kept
+// once for the user rather than once per name, so that the first call
+// of a Function the caller has not called within the TTL (a new
+// Function's, a scale from zero's) waits for no review. A no there, as a
+// rule limited by resourceNames gives, asks again with the name.
 func (a *Authorizer) authorize(ctx context.Context, key decisionKey, user authnv1.UserInfo) error {
+	if key.access.Resource != "" && key.access.Name != "" {
+		every := key
+		every.access.Name = ""
+		err := a.decide(ctx, every, user)
+		if err == nil || !errors.Is(err, errdefs.ErrPermissionDenied) {
+			return err
+		}
+	}
+	return a.decide(ctx, key, user)
+}
+
+// decide is the user's decision on exactly the access, from the cache or
+// a SubjectAccessReview.
+func (a *Authorizer) decide(ctx context.Context, key decisionKey, user authnv1.UserInfo) error {
 	if v, ok := a.decisions.Get(key); ok {
 		a.lookups.WithLabelValues("access", "hit").Inc()
 		if v == nil {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -250,6 +251,91 @@ func TestAuthorizerOnARealAPIServer(t *testing.T) {
 	clock.Step(MaxDecisionTTL + time.Millisecond)
 	if err := a.Authorize(request(editor), access(e.ns, "create", "invoke")); !errors.Is(err, errdefs.ErrPermissionDenied) {
 		t.Errorf("10 s after the RoleBinding went: %s (%v), want permission denied", category(err), err)
+	}
+}
+
+// A caller allowed on a subresource in the namespace by a rule without
+// resourceNames is allowed on every name after one review (a new
+// Function's first call waits for none); one allowed by resourceNames is
+// allowed on those names and refused on the others, each name reviewed.
+func TestAuthorizerOneReviewForEveryName(t *testing.T) {
+	e := startAuthEnv(t)
+	editor := e.user(t, "editor", "stoke-edit")
+	ctx := context.Background()
+	if _, err := e.admin.RbacV1().Roles(e.ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "invoke-one"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"stoke.dev"}, Resources: []string{"functions/invoke"},
+			Verbs: []string{"create"}, ResourceNames: []string{"one"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "one"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := e.admin.CoreV1().ServiceAccounts(e.ns).CreateToken(ctx, "one", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := tr.Status.Token
+	if _, err := e.admin.RbacV1().RoleBindings(e.ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "one-invokes"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "invoke-one"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "one", Namespace: e.ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitAllowed(t, "system:serviceaccount:"+e.ns+":one", "one")
+	a := NewAuthorizer(AuthConfig{Client: e.client})
+	invoke := func(token, name string) error {
+		return a.Authorize(request(token), gateway.Access{Verb: "create", Resource: "functions", Subresource: "invoke", Namespace: e.ns, Name: name})
+	}
+
+	sars := e.count.sars.Load()
+	for i := range 5 {
+		if err := invoke(editor, fmt.Sprintf("fn%d", i)); err != nil {
+			t.Fatalf("editor invokes fn%d: %v", i, err)
+		}
+	}
+	if n := e.count.sars.Load() - sars; n != 1 {
+		t.Errorf("the editor's first calls of 5 Functions made %d SubjectAccessReviews, want 1", n)
+	}
+	if err := invoke(editor, "fn0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Authorize(request(editor), gateway.Access{Verb: "create", Resource: "functions", Subresource: "invoke", Namespace: "default", Name: "fn0"}); !errors.Is(err, errdefs.ErrPermissionDenied) {
+		t.Errorf("editor in another namespace: %s (%v), want permission denied", category(err), err)
+	}
+
+	if err := invoke(one, "one"); err != nil {
+		t.Errorf("a caller allowed on one name invokes it: %v", err)
+	}
+	for _, name := range []string{"two", "fn0"} {
+		if err := invoke(one, name); !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Errorf("a caller allowed on one name invokes %s: %s (%v), want permission denied", name, category(err), err)
+		}
+	}
+}
+
+// awaitAllowed waits until the API server's RBAC lets user invoke the
+// Function name in the namespace.
+func (e *authEnv) awaitAllowed(t *testing.T, user, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		sar, err := e.admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User: user, ResourceAttributes: &authzv1.ResourceAttributes{Namespace: e.ns, Verb: "create", Group: "stoke.dev",
+				Resource: "functions", Subresource: "invoke", Name: name},
+		}}, metav1.CreateOptions{})
+		if err == nil && sar.Status.Allowed {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the API server does not allow %s to invoke %s yet: %v", user, name, err)
+		case <-tick.C:
+		}
 	}
 }
 
