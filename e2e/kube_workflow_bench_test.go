@@ -23,7 +23,9 @@ import (
 // (two Pods of 16 slots), from its creation to the watch seeing it
 // Succeeded; and the edge latency, from the end of a job's last need (its
 // step Run seen Succeeded) to its own start (its step Run seen created),
-// over the 99 with needs. The floors beside it, in the same run: one
+// over the 99 with needs; and the API server's writes to Runs per step
+// Run meanwhile (run-writes/step, deletions left out), with the step
+// Runs' phase gaps in the log. The floors beside it, in the same run: one
 // `true` task Run, create to Succeeded; and the API server's own cost of
 // a fan-out's creates (heldCreates), the edge with nothing but the
 // creates. With -kube-pprof DIR every stoke
@@ -42,6 +44,7 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 	wfs := e.watchWorkflowRuns(b)
 	var total, edges, reactions, floor, creates []time.Duration
 	window := windowWrites{}
+	var writes writeCounts
 	for i := range b.N {
 		label := fmt.Sprintf("wf%d-%d", round, i)
 		tasks := e.watchRuns(b, "e2e="+label)
@@ -59,6 +62,7 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 		if *kubePprof != "" && i == 0 {
 			profiled = e.profileAll(b, filepath.Join(*kubePprof, label), *kubePprofSeconds)
 		}
+		before := e.apiWrites(b)
 		start = time.Now()
 		e.mustCreateWorkflowRun(b, fmt.Sprintf("metadata: {name: %s}\nspec:\n  jobs:\n%s", label, jobs.String()))
 		wf := wfs.until(b, 3*runBound, label+" ends", func(m map[string]*v1alpha1.WorkflowRun) bool {
@@ -66,11 +70,13 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 			return wf != nil && wf.Status.Phase.Terminal()
 		})[label]
 		total = append(total, time.Since(start))
+		writes.add(e.apiWrites(b).minus(before))
 		if wf.Status.Phase != v1alpha1.WorkflowSucceeded {
 			b.Fatalf("%s: %s\n%s", label, wf.Status.Phase, workflowText(wf))
 		}
 		profiled()
 		edge, reacted, from, to := stepEdges(b, steps)
+		b.Logf("%s's step Runs as the watch saw them: %s", label, phaseGaps(steps))
 		edges, reactions = append(edges, edge...), append(reactions, reacted)
 		b.Logf("%s: the mid step Runs seen created, after start's end: %s; the held creates, after the first sent: %s", label, curve(edge[:len(edge)-1]), curve(creates[len(creates)-len(vals):]))
 		w := countWindow(steps, wfs, label, from, to)
@@ -87,7 +93,26 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 	reportPercentilesAs(b, creates, "create-floor")
 	b.ReportMetric(float64(window.total())/float64(b.N), "window-writes/op")
 	b.Logf("writes seen in the window, per WorkflowRun (%d): %s", b.N, window.per(b.N))
+	steps := float64(100 * b.N)
+	// Deletions are left out: the previous operation's step Runs are
+	// deleted (by the garbage collector) while this one runs.
+	b.ReportMetric((writes.resource("runs")-writes["runs DELETE"])/steps, "run-writes/step")
+	b.Logf("API server writes per step Run, from the WorkflowRun's creation to its end (%d step Runs, all clients): %s", int(steps), writes.per(steps, workflowWrites))
 	b.ReportMetric(0, "ns/op")
+}
+
+// workflowWrites says who makes each kind of write in
+// BenchmarkKube/WorkflowFanOut100 while the WorkflowRun runs.
+var workflowWrites = map[string]string{
+	"runs POST":                 "the workflow controller's step Runs",
+	"runs DELETE":               "the previous operation's step Runs, deleted with their WorkflowRun",
+	"runs/status PUT":           "step Run status: the scheduler's Scheduled; runtimed's Running (a step past 100 ms, or claimed first) and end",
+	"workflowruns/status PUT":   "the workflow controller's WorkflowRun status",
+	"workflowruns/status PATCH": "the workflow controller's WorkflowRun status",
+	"leases PUT":                "Lease renewals",
+	"runtimes/status PATCH":     "the controller's Runtime status",
+	"pods/status PATCH":         "the node agents' Pod status",
+	"events POST":               "Events",
 }
 
 // heldCreates is the edge's floor: n held `true` task Runs (spec.held,
