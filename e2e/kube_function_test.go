@@ -457,7 +457,7 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	// (its own Run watch), → its registration known Ready, → its Ready
 	// write began (with the claim, or after the claim alone landed), → the
 	// write returned (the line), → this test's watch saw Ready.
-	var toTook, tookToRegistered, registeredToWrite, writeToWritten, writtenToSeen []time.Duration
+	var toTook, tookToRegistered, registeredToWrite, writeToWritten, writtenToSeen, scheduledToReady []time.Duration
 	oneWrite := 0
 	for i := range b.N {
 		waited, err := testbin.AwaitPythonSparesIdle(os.Getpid(), runBound)
@@ -546,7 +546,7 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 		if l, ok := e.runtimedReadyLine(replica); ok && ok1 && ok2 {
 			toTook, tookToRegistered = append(toTook, l.Took.Sub(scheduled)), append(tookToRegistered, l.Registered.Sub(l.Took))
 			registeredToWrite, writeToWritten = append(registeredToWrite, l.Wrote.Sub(l.Registered)), append(writeToWritten, l.Time.Sub(l.Wrote))
-			writtenToSeen = append(writtenToSeen, ready.Sub(l.Time))
+			writtenToSeen, scheduledToReady = append(writtenToSeen, ready.Sub(l.Time)), append(scheduledToReady, ready.Sub(scheduled))
 			if l.WithClaim {
 				oneWrite++
 			}
@@ -578,6 +578,7 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	reportPercentilesAs(b, toRunning, "step3b-scheduled-to-running")
 	reportPercentilesAs(b, toFinalizer, "step3c-running-to-finalizer")
 	reportPercentilesAs(b, runningToReady, "step3d-running-to-ready")
+	reportPercentilesAs(b, scheduledToReady, "step3bd-scheduled-to-ready")
 	reportPercentilesAs(b, toTook, "step3e-scheduled-seen-to-runtimed-took")
 	reportPercentilesAs(b, tookToRegistered, "step3f-took-to-registered")
 	reportPercentilesAs(b, registeredToWrite, "step3g-registered-to-ready-write")
