@@ -80,12 +80,26 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 	if !r.busy.CompareAndSwap(false, true) {
 		return nil, errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: an invocation is already in flight", r.uid)
 	}
-	defer r.busy.Store(false)
-
 	invCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	fl := &inflight{cancel: cancel, done: make(chan struct{})}
-	defer close(fl.done)
+	// The call's ends, last first, in one deferred function: with a defer
+	// for each and this many returns, the compiler cannot open-code them
+	// and every call went through the runtime's defer records.
+	registered, scope := false, ""
+	defer func() {
+		if scope != "" {
+			f.cfg.Scopes.End(scope)
+		}
+		if registered {
+			r.lastActivity.Store(time.Now().UnixNano())
+			r.mu.Lock()
+			r.inflight = nil
+			r.mu.Unlock()
+		}
+		close(fl.done)
+		cancel()
+		r.busy.Store(false)
+	}()
 
 	r.mu.Lock()
 	if r.state != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
@@ -95,14 +109,8 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 	}
 	r.inflight = fl
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.inflight = nil
-		r.mu.Unlock()
-	}()
-
+	registered = true
 	r.lastActivity.Store(time.Now().UnixNano())
-	defer func() { r.lastActivity.Store(time.Now().UnixNano()) }()
 
 	// A replaced instance may still be loading: wait within the timeout.
 	var inst Instance
@@ -137,7 +145,7 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 	if sc := f.cfg.Scopes; sc != nil {
 		call.Scope = r.id + "." + strconv.FormatUint(r.invocations.Add(1), 10)
 		sc.Begin(call.Scope)
-		defer sc.End(call.Scope)
+		scope = call.Scope
 	}
 	res, err := inst.Invoke(invCtx, call)
 	if err == nil && invCtx.Err() != nil {

@@ -108,6 +108,7 @@ type instance struct {
 	r      *bufio.Reader
 	stdout *logStream
 	stderr *logStream
+	logs   *logStreams // both, attributed together
 
 	// interrupt makes pending and future I/O on req and resp fail at once;
 	// it runs when the context of a Load or an invocation ends.
@@ -253,7 +254,7 @@ func (a *Adapter) ready(ctx context.Context, log *slog.Logger, spec runtime.Func
 		// Typical requests and responses fit one system call; larger
 		// ones bypass the buffers.
 		w: bufio.NewWriterSize(w.req, 16<<10), r: bufio.NewReaderSize(w.resp, 16<<10),
-		stdout: stdout, stderr: stderr,
+		stdout: stdout, stderr: stderr, logs: newLogStreams(stdout, stderr),
 		done: make(chan struct{}), releaseDeps: releaseDeps,
 	}
 	i.interrupt = func() {
@@ -352,11 +353,9 @@ func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.
 	if len(inv.ID) > bounds.InvocationID || len(inv.Input) > bounds.InvokeBody {
 		return runtime.Result{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "invocation id or input exceeds its bound")
 	}
-	i.stdout.attribute(inv.ID)
-	i.stderr.attribute(inv.ID)
+	i.logs.attribute(inv.ID)
 	defer func() {
-		i.stdout.attribute("")
-		i.stderr.attribute("")
+		i.logs.attribute("")
 		if !i.first && i.afterFirst != nil { // the core never invokes concurrently
 			i.first = true
 			i.afterFirst()
