@@ -10,9 +10,10 @@
 // as JSON ({"namespace/name": {"i": in flight, "q": queued}}). The writes
 // are bounded, never one per invocation: the record is rewritten when
 // the loads it shows changed, at most once per Period (1 s); at once (at
-// most every UrgentInterval) when an invocation queues for a Function
-// with no replica taking invocations, so that scale from zero does not
-// wait out a period; and every Refresh (10 s) while it shows load, so
+// most every UrgentInterval among such writes, whatever the period wrote
+// just before) when an invocation queues for a Function with no replica
+// taking invocations, so that scale from zero does not wait out a
+// period; and every Refresh (10 s) while it shows load, so
 // that the reader can tell a live record from one whose gateway died
 // without deleting it. A stopping gateway deletes its record.
 //

@@ -242,6 +242,23 @@ func TestGatewayLoadsReachTheReader(t *testing.T) {
 		t.Fatalf("default/g: %d, %d after the poke", i, q)
 	}
 
+	// A poke right after a write on the period (not a poke's) writes at
+	// once, without the clock moving: UrgentInterval bounds the pokes'
+	// writes among themselves, and a scale from zero does not wait for
+	// the period's write that came just before it.
+	g1.loads.set(loadreport.Report{"default/f": {InFlight: 2, Queued: 2}, "default/g": {Queued: 1}, "default/h": {InFlight: 1}})
+	g1.clk.Step(time.Second)
+	poked("default/h")
+	g1.loads.set(loadreport.Report{"default/f": {InFlight: 2, Queued: 2}, "default/g": {Queued: 1}, "default/h": {InFlight: 1, Queued: 1}})
+	g1.w.Poke()
+	poked("default/h")
+	if i, q := r.Load("default", "h"); i != 1 || q != 1 {
+		t.Fatalf("default/h: %d, %d after the poke", i, q)
+	}
+	g1.loads.set(loadreport.Report{"default/f": {InFlight: 2, Queued: 2}, "default/g": {Queued: 1}})
+	g1.clk.Step(time.Second)
+	poked("default/h")
+
 	// Records not rewritten within their lease's duration do not count;
 	// one with load is refreshed every 10 s and counts again.
 	rclk.Step(loadreport.LeaseDuration)

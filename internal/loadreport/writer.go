@@ -22,8 +22,9 @@ import (
 const (
 	// DefaultPeriod is how often a writer looks for a change of its loads.
 	DefaultPeriod = time.Second
-	// DefaultUrgentInterval is the least time between two writes when an
-	// invocation queues for a Function with no replica (Poke).
+	// DefaultUrgentInterval is the least time between two writes made
+	// because an invocation queued for a Function with no replica (Poke);
+	// the period's writes do not count (at most one per Period).
 	DefaultUrgentInterval = 50 * time.Millisecond
 	// DefaultRefresh is how often a record that shows load is rewritten
 	// unchanged, so that it stays fresh (LeaseDuration).
@@ -63,7 +64,11 @@ type Writer struct {
 	cur       *coordinationv1.Lease // as last written, nil: read it first
 	last      Report
 	lastWrite time.Time
-	failing   bool
+	// lastUrgent is when a poke's write was last made: UrgentInterval
+	// bounds those among themselves, so that a poke is not held back by
+	// the period's write just before it.
+	lastUrgent time.Time
+	failing    bool
 }
 
 // NewWriter checks cfg and returns a Writer.
@@ -90,10 +95,10 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 // Name is the record's name.
 func (w *Writer) Name() string { return NamePrefix + w.cfg.Pod }
 
-// Poke asks for the loads to be written soon (within UrgentInterval of
-// the last write): the gateway calls it when an invocation queues for a
-// Function that has no replica taking invocations, so that the
-// autoscaler scales it from zero at once. It never blocks.
+// Poke asks for the loads to be written soon (at once, or UrgentInterval
+// after the last poke's write): the gateway calls it when an invocation
+// queues for a Function that has no replica taking invocations, so that
+// the autoscaler scales it from zero at once. It never blocks.
 func (w *Writer) Poke() {
 	select {
 	case w.poke <- struct{}{}:
@@ -125,17 +130,23 @@ func (w *Writer) Run(ctx context.Context) error {
 			if urgentC != nil {
 				break
 			}
-			if wait := w.lastWrite.Add(w.cfg.UrgentInterval).Sub(w.clk.Now()); wait > 0 {
+			if wait := w.lastUrgent.Add(w.cfg.UrgentInterval).Sub(w.clk.Now()); wait > 0 {
 				urgent = w.clk.NewTimer(wait)
 				urgentC = urgent.C()
 			} else {
-				w.write(ctx, false)
+				w.writeUrgent(ctx)
 			}
 		case <-urgentC:
 			urgentC = nil
-			w.write(ctx, false)
+			w.writeUrgent(ctx)
 		}
 	}
+}
+
+// writeUrgent is a poke's write.
+func (w *Writer) writeUrgent(ctx context.Context) {
+	w.lastUrgent = w.clk.Now()
+	w.write(ctx, false)
 }
 
 // write puts the loads in the record when they changed (or always, or
