@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -352,6 +353,12 @@ var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELE
 // apiserver_request_total over the writing verbs.
 func (e *kubeEnv) apiWrites(b testing.TB) writeCounts {
 	b.Helper()
+	return writesOf(b, e.apiMetrics(b))
+}
+
+// apiMetrics scrapes the API server's /metrics as the admin.
+func (e *kubeEnv) apiMetrics(b testing.TB) map[string]*dto.MetricFamily {
+	b.Helper()
 	raw, err := e.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		b.Fatalf("the API server's metrics: %v", err)
@@ -361,6 +368,13 @@ func (e *kubeEnv) apiWrites(b testing.TB) writeCounts {
 	if err != nil {
 		b.Fatalf("the API server's metrics: %v", err)
 	}
+	return families
+}
+
+// writesOf sums apiserver_request_total of families over the writing
+// verbs.
+func writesOf(b testing.TB, families map[string]*dto.MetricFamily) writeCounts {
+	b.Helper()
 	out := writeCounts{}
 	fam := families["apiserver_request_total"]
 	if fam == nil {

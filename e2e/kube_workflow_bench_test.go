@@ -25,7 +25,8 @@ import (
 // step Run seen Succeeded) to its own start (its step Run seen created),
 // over the 99 with needs; and the API server's writes to Runs per step
 // Run meanwhile (run-writes/step, deletions left out), with the step
-// Runs' phase gaps in the log. The floors beside it, in the same run: one
+// Runs' phase gaps in the log, and their way on their Pods stage by stage
+// (stepTrace). The floors beside it, in the same run: one
 // `true` task Run, create to Succeeded; and the API server's own cost of
 // a fan-out's creates (heldCreates), the edge with nothing but the
 // creates. With -kube-pprof DIR every stoke
@@ -45,6 +46,8 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 	var total, edges, reactions, floor, creates []time.Duration
 	window := windowWrites{}
 	var writes writeCounts
+	var trace stepTrace
+	var times apiTimes
 	for i := range b.N {
 		label := fmt.Sprintf("wf%d-%d", round, i)
 		tasks := e.watchRuns(b, "e2e="+label)
@@ -62,7 +65,8 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 		if *kubePprof != "" && i == 0 {
 			profiled = e.profileAll(b, filepath.Join(*kubePprof, label), *kubePprofSeconds)
 		}
-		before := e.apiWrites(b)
+		fams := e.apiMetrics(b)
+		before, beforeTimes := writesOf(b, fams), timesOf(fams)
 		start = time.Now()
 		e.mustCreateWorkflowRun(b, fmt.Sprintf("metadata: {name: %s}\nspec:\n  jobs:\n%s", label, jobs.String()))
 		wf := wfs.until(b, 3*runBound, label+" ends", func(m map[string]*v1alpha1.WorkflowRun) bool {
@@ -70,7 +74,9 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 			return wf != nil && wf.Status.Phase.Terminal()
 		})[label]
 		total = append(total, time.Since(start))
-		writes.add(e.apiWrites(b).minus(before))
+		fams = e.apiMetrics(b)
+		writes.add(writesOf(b, fams).minus(before))
+		times.add(timesOf(fams).minus(beforeTimes))
 		if wf.Status.Phase != v1alpha1.WorkflowSucceeded {
 			b.Fatalf("%s: %s\n%s", label, wf.Status.Phase, workflowText(wf))
 		}
@@ -82,6 +88,7 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 		w := countWindow(steps, wfs, label, from, to)
 		b.Logf("%s: writes seen from start's end to the median mid step Run's creation (%.1f ms): %s", label, float64(to.Sub(from))/float64(time.Millisecond), w)
 		window.add(w)
+		trace.add(b, e, steps)
 		steps.close()
 		e.deleteWorkflowRuns(b, label)
 		e.deleteLabelled(b, label)
@@ -98,6 +105,8 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 	// deleted (by the garbage collector) while this one runs.
 	b.ReportMetric((writes.resource("runs")-writes["runs DELETE"])/steps, "run-writes/step")
 	b.Logf("API server writes per step Run, from the WorkflowRun's creation to its end (%d step Runs, all clients): %s", int(steps), writes.per(steps, workflowWrites))
+	trace.report(b)
+	b.Logf("the API server's mean time per request, from the WorkflowRun's creation to its end (all clients): %s; flow control now: %s", times, flowLimits(e.apiMetrics(b), times))
 	b.ReportMetric(0, "ns/op")
 }
 

@@ -2,11 +2,13 @@ package runtimed_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/sqlite"
+	"stoke.dev/stoke/internal/syncbuf"
 )
 
 // never is a RunningAfter no test outlasts: the claim is never written.
@@ -46,15 +49,20 @@ func (s *statusWrites) wrap(r store.Resource[*v1alpha1.Run]) store.Resource[*v1a
 	return s
 }
 
+// UpdateStatus holds s.mu across the write and its record, so that a
+// test that saw the write in the store (as it can while the write is in
+// flight) and then asks of finds it recorded.
 func (s *statusWrites) UpdateStatus(ctx context.Context, r *v1alpha1.Run) (*v1alpha1.Run, error) {
 	if s.before != nil {
 		s.before(ctx, r)
 	}
+	s.mu.Lock()
 	u, err := s.Resource.UpdateStatus(ctx, r)
 	if err == nil {
-		s.mu.Lock()
 		s.phases[r.Name] = append(s.phases[r.Name], r.Status.Phase)
-		s.mu.Unlock()
+	}
+	s.mu.Unlock()
+	if err == nil {
 		if s.after != nil {
 			s.after(ctx, u)
 		}
@@ -502,5 +510,44 @@ func TestUnclaimedStepIsAdoptedAfterRestart(t *testing.T) {
 				t.Fatalf("the mark of %s was left after its end", run.Name)
 			}
 		}
+	}
+}
+
+// A task's end is logged once its end write returned ("task ended"),
+// with when each stage of its way on the pod ended, in order: runtimed
+// took it, the Runtime Server had its execution, it exited, its end write
+// began; the line's time is when the write returned.
+// BenchmarkKube/WorkflowFanOut100 reads these lines.
+func TestTaskEndedIsLoggedWithItsStages(t *testing.T) {
+	var logs syncbuf.Buffer
+	e := newEnvWith(t, "bash", envOptions{runningAfter: never,
+		log: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	e.submit(inWorkspace(taskRun("step", "true"), "job-1", true))
+	e.waitPhase("step", v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed)
+	var line struct {
+		Msg                                    string
+		Run, State                             string
+		Time, Took, Executing, Exited, Writing time.Time
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) { // polling an observable state
+		found := false
+		for l := range strings.SplitSeq(logs.String(), "\n") {
+			if strings.Contains(l, `"task ended"`) {
+				if err := json.Unmarshal([]byte(l), &line); err != nil {
+					t.Fatal(err)
+				}
+				found = true
+			}
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no task ended line in %s", logs.String())
+		}
+	}
+	if line.Run != "default/step" || line.State != "EXECUTION_STATE_SUCCEEDED" || line.Took.IsZero() ||
+		line.Executing.Before(line.Took) || line.Exited.Before(line.Executing) || line.Writing.Before(line.Exited) || line.Time.Before(line.Writing) {
+		t.Fatalf("task ended: %+v", line)
 	}
 }

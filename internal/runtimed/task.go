@@ -62,10 +62,12 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 			return err
 		})
 	}
+	var executing time.Time // when the Runtime Server had the execution
 	if err == nil {
 		close(w.executing)
+		executing = w.d.cfg.Now()
 		if !w.adopted {
-			w.d.cfg.Metrics.dispatched(modeTask, w.d.cfg.Now().Sub(w.taken))
+			w.d.cfg.Metrics.dispatched(modeTask, executing.Sub(w.taken))
 		}
 	}
 	if err != nil {
@@ -96,6 +98,7 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 	}()
 
 	st, err := w.waitExecution(ctx, execID)
+	exited := w.d.cfg.Now()
 	stopClaim()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -127,6 +130,8 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 			r.Status.Env = exported
 		}
 	}
+	writing := w.d.cfg.Now()
+	defer func() { w.logEnded(st.GetState(), executing, exited, writing) }()
 	switch st.GetState() {
 	case pb.ExecutionState_EXECUTION_STATE_SUCCEEDED:
 		w.finish(ctx, v1alpha1.PhaseSucceeded, "Succeeded", "", setResult)
@@ -151,6 +156,18 @@ func (w *worker) runTask(ctx context.Context, run *v1alpha1.Run, dir string) {
 			w.log.Warn("recording failure", "error", err)
 		}
 	}
+}
+
+// logEnded says the task ended and its end was written (or refused),
+// with when each stage of its way on this pod ended, on this runtimed's
+// clock (BenchmarkKube/WorkflowFanOut100 reads them): took is when the
+// Run reached this runtimed (its Run watch), executing when the Runtime
+// Server had its execution (the source written, the process started),
+// exited when runtimed knew it ended, and writing when its end write
+// began; the line's own time is when that write returned.
+func (w *worker) logEnded(state pb.ExecutionState, executing, exited, writing time.Time) {
+	w.log.Info("task ended", "state", state.String(), "took", w.taken, "executing", executing,
+		"exited", exited, "writing", writing, "adopted", w.adopted)
 }
 
 // claimLater writes the deferred claim of a started task (deferClaim)
