@@ -23,10 +23,13 @@ import (
 // (two Pods of 16 slots), from its creation to the watch seeing it
 // Succeeded; and the edge latency, from the end of a job's last need (its
 // step Run seen Succeeded) to its own start (its step Run seen created),
-// over the 99 with needs; and the API server's writes to Runs per step
-// Run meanwhile (run-writes/step, deletions left out), with the step
-// Runs' phase gaps in the log, and their way on their Pods stage by stage
-// (stepTrace). The floors beside it, in the same run: one
+// over the 99 with needs; beside it, the same to each dependant's step
+// Run seen Running (edge-running: its placement and claim included), the
+// writes the watches saw in the median edge's window, and the API
+// server's writes to Runs per step Run meanwhile (run-writes/step,
+// deletions left out), with the step Runs' phase gaps in the log, and
+// their way on their Pods stage by stage (stepTrace). The floors beside
+// it, in the same run: one
 // `true` task Run, create to Succeeded; and the API server's own cost of
 // a fan-out's creates (heldCreates), the edge with nothing but the
 // creates. With -kube-pprof DIR every stoke
@@ -43,7 +46,7 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 	fmt.Fprintf(&jobs, "  - {id: end, needs: [mid], runsOn: %s, steps: [{run: \"true\"}]}\n", benchRuntime)
 	round := benchRound.Add(1)
 	wfs := e.watchWorkflowRuns(b)
-	var total, edges, reactions, floor, creates []time.Duration
+	var total, edges, running, reactions, floor, creates []time.Duration
 	window := windowWrites{}
 	var writes writeCounts
 	var trace stepTrace
@@ -81,12 +84,13 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 			b.Fatalf("%s: %s\n%s", label, wf.Status.Phase, workflowText(wf))
 		}
 		profiled()
-		edge, reacted, from, to := stepEdges(b, steps)
+		f := stepEdges(b, steps)
 		b.Logf("%s's step Runs as the watch saw them: %s", label, phaseGaps(steps))
-		edges, reactions = append(edges, edge...), append(reactions, reacted)
-		b.Logf("%s: the mid step Runs seen created, after start's end: %s; the held creates, after the first sent: %s", label, curve(edge[:len(edge)-1]), curve(creates[len(creates)-len(vals):]))
-		w := countWindow(steps, wfs, label, from, to)
-		b.Logf("%s: writes seen from start's end to the median mid step Run's creation (%.1f ms): %s", label, float64(to.Sub(from))/float64(time.Millisecond), w)
+		edges, running, reactions = append(edges, f.edges...), append(running, f.running...), append(reactions, f.first)
+		b.Logf("%s: the mid step Runs seen created, after start's end: %s; seen Running: %s; the held creates, after the first sent: %s",
+			label, curve(f.edges[:len(f.edges)-1]), curve(f.running[:len(f.running)-1]), curve(creates[len(creates)-len(vals):]))
+		w := countWindow(steps, wfs, label, f.from, f.to)
+		b.Logf("%s: writes seen from start's end to the median mid step Run's creation (%.1f ms): %s", label, float64(f.to.Sub(f.from))/float64(time.Millisecond), w)
 		window.add(w)
 		trace.add(b, e, steps)
 		steps.close()
@@ -95,6 +99,7 @@ func benchKubeWorkflowFanOut(b *testing.B, e *kubeEnv) {
 	}
 	reportPercentilesAs(b, total, "create-to-succeeded")
 	reportPercentilesAs(b, edges, "edge")
+	reportPercentilesAs(b, running, "edge-running")
 	reportPercentilesAs(b, reactions, "edge-first")
 	reportPercentilesAs(b, floor, "one-task-floor")
 	reportPercentilesAs(b, creates, "create-floor")
@@ -175,34 +180,31 @@ func (e *kubeEnv) heldCreates(b *testing.B, tasks *objects[*v1alpha1.Run], label
 }
 
 // stepEdges are the edge latencies of one fan-out WorkflowRun from its
-// step Runs as the watch saw them: each mid instance's creation after
-// start's end, and end's creation after the last mid instance's end;
-// first, the first mid instance's (the controller's reaction to start's
-// end, before the creates' own time); and the window of the mid edges'
-// median, from start's end (from) to the median mid instance's creation
-// (to).
-func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) (edges []time.Duration, first time.Duration, from, to time.Time) {
+// step Runs as the watch saw them (fanOut).
+func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) fanOut {
 	b.Helper()
-	seen := func(name string, phase v1alpha1.Phase) time.Time {
-		at, ok := steps.firstSeen(func(r *v1alpha1.Run) bool {
-			return r.Name == name && (phase == "" || r.Status.Phase == phase)
-		})
+	seen := func(name string, phase func(v1alpha1.Phase) bool) time.Time {
+		at, ok := steps.firstSeen(func(r *v1alpha1.Run) bool { return r.Name == name && phase(r.Status.Phase) })
 		if !ok {
-			b.Fatalf("step Run %s was never seen %s", name, phase)
+			b.Fatalf("step Run %s was never seen so", name)
 		}
 		return at
 	}
-	var startDone, lastMid, endBegin time.Time
-	var mids []time.Time
+	created := func(v1alpha1.Phase) bool { return true }
+	succeeded := func(p v1alpha1.Phase) bool { return p == v1alpha1.PhaseSucceeded }
+	// Running, or ended: the watch may see a short step's end alone.
+	running := func(p v1alpha1.Phase) bool { return p == v1alpha1.PhaseRunning || p.Terminal() }
+	var startDone, lastMid, endBegin, endRunning time.Time
+	var mids, midsRunning []time.Time
 	for name, r := range steps.snapshot() {
 		switch r.Labels[workflow.LabelJob] {
 		case "start":
-			startDone = seen(name, v1alpha1.PhaseSucceeded)
+			startDone = seen(name, succeeded)
 		case "end":
-			endBegin = seen(name, "")
+			endBegin, endRunning = seen(name, created), seen(name, running)
 		default:
-			mids = append(mids, seen(name, ""))
-			if d := seen(name, v1alpha1.PhaseSucceeded); d.After(lastMid) {
+			mids, midsRunning = append(mids, seen(name, created)), append(midsRunning, seen(name, running))
+			if d := seen(name, succeeded); d.After(lastMid) {
 				lastMid = d
 			}
 		}
@@ -210,13 +212,33 @@ func stepEdges(b *testing.B, steps *objects[*v1alpha1.Run]) (edges []time.Durati
 	if len(mids) != 98 {
 		b.Fatalf("%d mid step Runs seen, want 98", len(mids))
 	}
-	first = mids[0].Sub(startDone)
-	for _, t := range mids {
-		edges = append(edges, t.Sub(startDone))
-		first = min(first, t.Sub(startDone))
+	var f fanOut
+	f.first = mids[0].Sub(startDone)
+	for k, t := range mids {
+		f.edges = append(f.edges, t.Sub(startDone))
+		f.running = append(f.running, midsRunning[k].Sub(startDone))
+		f.first = min(f.first, t.Sub(startDone))
 	}
+	f.edges, f.running = append(f.edges, endBegin.Sub(lastMid)), append(f.running, endRunning.Sub(lastMid))
 	slices.SortFunc(mids, func(a, b time.Time) int { return a.Compare(b) })
-	return append(edges, endBegin.Sub(lastMid)), first, startDone, mids[len(mids)/2]
+	f.from, f.to = startDone, mids[len(mids)/2]
+	return f
+}
+
+// fanOut is what stepEdges measures of one WorkflowRun.
+type fanOut struct {
+	// edges: each mid instance's step Run seen created after start's
+	// step Run seen Succeeded, and end's after the last mid instance's
+	// (the issue's edge: a job's end to its dependant's start); running:
+	// the same to each dependant's step Run seen Running (a stricter
+	// reading: its placement and runtimed's claim included).
+	edges, running []time.Duration
+	// first is the first mid instance's edge: the controller's reaction
+	// to start's end, before the creates' own time.
+	first time.Duration
+	// from and to are the median mid edge's window: start's end, and
+	// the median mid instance's creation.
+	from, to time.Time
 }
 
 // curve is the 10th, 25th, 50th, 75th and 90th percentiles and the last
