@@ -144,7 +144,7 @@ func New(cfg Config) (*Core, error) {
 	}
 	wfc, err := workflow.New(workflow.Config{WorkflowRuns: st.WorkflowRuns(), Workflows: st.Workflows(), Runs: st.Runs(),
 		WorkflowRunInformer: inf.WorkflowRuns, RunInformer: inf.Runs, RuntimeInformer: inf.Runtimes,
-		Artifacts: cfg.WorkflowArtifacts, DeleteRuns: cfg.DeleteWorkflowSteps, Logger: log})
+		Artifacts: cfg.WorkflowArtifacts, DeleteRuns: cfg.DeleteWorkflowSteps, Defer: sched.Defer, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -182,6 +182,13 @@ func (s *Scheduler) decide(ctx context.Context, rs *runState, run *v1alpha1.Run)
 	if rs.since.IsZero() {
 		rs.since = now
 	}
+	if until, ok := s.deferred(rs.key, now); ok {
+		// Its creator's other creates come first (Defer); the wait counts
+		// in its scheduling latency.
+		s.unwait(rs)
+		s.after(rs, until)
+		return
+	}
 	p := s.pool(rs.pool)
 	if !s.runtimeExists(p) {
 		s.unwait(rs)

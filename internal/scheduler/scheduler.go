@@ -76,6 +76,11 @@
 // Scheduled=False and reason WaitingForPod naming the pod: a workflow
 // step stuck behind another Run on its job's pod is not silent.
 //
+// Runs named to Defer (a workflow decision's step Runs, while they are
+// being created) wait in no queue until the caller releases them, so that
+// the first ones' placements and starts do not slow the creates of the
+// rest; a hold lapses after 10 s.
+//
 // A conflicting write is never retried blindly: the Run is decided again
 // from the informer once it shows the newer version.
 package scheduler
@@ -195,6 +200,8 @@ type Scheduler struct {
 	// hints are the Runs told of by Created, until the informer shows
 	// them (created.go).
 	hints hints
+	// deferrals are the Runs held back by Defer (deferred.go).
+	deferrals deferrals
 
 	// loop is the mechanism: Run and Runtime keys from the informers,
 	// Run and pool timers, pod events, the write workers.

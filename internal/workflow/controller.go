@@ -56,6 +56,13 @@ type Config struct {
 	// Artifacts carries out upload-artifact and download-artifact
 	// (internal/artifact's Mover); nil fails those steps.
 	Artifacts Artifacts
+	// Defer, when set, holds back the placement of the step Runs a
+	// decision creates together until they are all created (the
+	// scheduler's Defer, in the same process): a fan-out's first
+	// dependants' placements, claims and ends then do not slow the
+	// creates of the rest, on which the fan-out's edges wait
+	// (docs/workflows.md, "Status writes").
+	Defer func(keys []informer.Key) (release func())
 	// DeleteRuns deletes the step Runs of a deleted WorkflowRun (stoke up;
 	// in Kubernetes the garbage collector does, by owner reference).
 	DeleteRuns bool
@@ -375,8 +382,17 @@ const createWorkers = 32
 // adopts), several at once: each is a store round trip, and the Runs of
 // one decision (a fan-out's matrix instances) are peers, so none waits
 // for the others' round trips (stoke up's store commits concurrent
-// writes together; the API server takes them in parallel).
+// writes together; the API server takes them in parallel). When there
+// are several, their placement waits until they are all created (or
+// failed): Config.Defer.
 func (c *Controller) createRuns(ctx context.Context, k informer.Key, runs []*v1alpha1.Run) error {
+	if c.cfg.Defer != nil && len(runs) > 1 {
+		keys := make([]informer.Key, len(runs))
+		for i, run := range runs {
+			keys[i] = informer.KeyOf(run)
+		}
+		defer c.cfg.Defer(keys)()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(createWorkers)
 	for _, run := range runs {

@@ -37,6 +37,12 @@ type env struct {
 
 func newEnv(t *testing.T, dir string) *env {
 	t.Helper()
+	return newEnvDeferring(t, dir, nil)
+}
+
+// newEnvDeferring is newEnv with Config.Defer.
+func newEnvDeferring(t *testing.T, dir string, deferFn func([]informer.Key) func()) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	fc := testingclock.NewFakeClock(t0)
 	st, err := sqlite.Open(ctx, dir, sqlite.WithClock(fc.Now))
@@ -59,7 +65,7 @@ func newEnv(t *testing.T, dir string) *env {
 	e.wfs.AddEventHandler(informer.HandlerFuncs[*v1alpha1.WorkflowRun]{AddFunc: func(*v1alpha1.WorkflowRun) { poke() },
 		UpdateFunc: func(_, _ *v1alpha1.WorkflowRun) { poke() }, DeleteFunc: func(*v1alpha1.WorkflowRun) { poke() }})
 	c, err := workflow.New(workflow.Config{WorkflowRuns: st.WorkflowRuns(), Workflows: st.Workflows(), Runs: st.Runs(),
-		WorkflowRunInformer: e.wfs, RunInformer: e.runs, RuntimeInformer: rts, DeleteRuns: true, Clock: fc, Logger: log})
+		WorkflowRunInformer: e.wfs, RunInformer: e.runs, RuntimeInformer: rts, DeleteRuns: true, Defer: deferFn, Clock: fc, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
