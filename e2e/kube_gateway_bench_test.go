@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/testbin"
 )
 
 // BenchmarkKubeGateway measures a Python function invoked through `stoke
@@ -103,6 +104,14 @@ func BenchmarkKubeGateway(b *testing.B) {
 		// it: its collections, a few ms of CPU on both cores at once,
 		// preempted the processes measured and made most of the p99
 		// (docs/benchmarks.md). The loop's own garbage is small.
+		// The warm-up calls above are each function's first since its
+		// registration took its pod's spare worker, and the pod then makes
+		// the next spare (an interpreter's start, tens of ms of CPU, once
+		// per registration: runtime-server.md): the loop starts once the
+		// spares are made, so that it times warm calls and not that start.
+		if _, err := testbin.AwaitPythonSparesIdle(os.Getpid(), runBound); err != nil {
+			b.Fatal(err)
+		}
 		runtime.GC()
 		gcPercent := debug.SetGCPercent(-1)
 		var gw, hop, up []time.Duration
