@@ -27,7 +27,6 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/loadreport"
 	"stoke.dev/stoke/internal/pydeps/pydepstest"
-	"stoke.dev/stoke/internal/runtimeset"
 	"stoke.dev/stoke/internal/testbin"
 )
 
@@ -606,27 +605,18 @@ func (e *kubeEnv) runtimedReadyLine(run *v1alpha1.Run) (runtimedReadyLine, bool)
 	if run == nil {
 		return runtimedReadyLine{}, false
 	}
-	for _, a := range e.agents {
-		path, err := a.LogPath(run.Namespace, run.Status.AssignedPod, runtimeset.ContainerRuntimed)
-		if err != nil {
-			continue
+	want := run.Namespace + "/" + run.Name
+	var found runtimedReadyLine
+	ok := false
+	e.runtimedLines(run.Namespace, run.Status.AssignedPod, "function ready", func(line []byte) bool {
+		var l runtimedReadyLine
+		if !strings.Contains(string(line), want) || json.Unmarshal(line, &l) != nil || l.Msg != "function ready" || l.Run != want || l.Took.IsZero() {
+			return true
 		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		want := run.Namespace + "/" + run.Name
-		for line := range strings.SplitSeq(string(data), "\n") {
-			if !strings.Contains(line, `"function ready"`) || !strings.Contains(line, want) {
-				continue
-			}
-			var l runtimedReadyLine
-			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "function ready" && l.Run == want && !l.Took.IsZero() {
-				return l, true
-			}
-		}
-	}
-	return runtimedReadyLine{}, false
+		found, ok = l, true
+		return false
+	})
+	return found, ok
 }
 
 // A python Runtime's Pods install a Function's requirements.txt into

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,21 @@ func (s *stepTrace) report(b *testing.B) {
 // the Run's namespace/name.
 func (e *kubeEnv) taskEndedLines(namespace, pod string) map[string]taskEndedLine {
 	out := map[string]taskEndedLine{}
+	e.runtimedLines(namespace, pod, "task ended", func(line []byte) bool {
+		var l taskEndedLine
+		if json.Unmarshal(line, &l) == nil && l.Msg == "task ended" && !l.Took.IsZero() {
+			out[l.Run] = l
+		}
+		return true
+	})
+	return out
+}
+
+// runtimedLines calls each with every line of the runtimed log of pod
+// (its container log, from whichever test node agent runs it) that holds
+// msg as a JSON string, until each returns false.
+func (e *kubeEnv) runtimedLines(namespace, pod, msg string, each func(line []byte) bool) {
+	quoted := strconv.Quote(msg)
 	for _, a := range e.agents {
 		path, err := a.LogPath(namespace, pod, runtimeset.ContainerRuntimed)
 		if err != nil {
@@ -99,16 +115,11 @@ func (e *kubeEnv) taskEndedLines(namespace, pod string) map[string]taskEndedLine
 			continue
 		}
 		for line := range strings.SplitSeq(string(data), "\n") {
-			if !strings.Contains(line, `"task ended"`) {
-				continue
-			}
-			var l taskEndedLine
-			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "task ended" && !l.Took.IsZero() {
-				out[l.Run] = l
+			if strings.Contains(line, quoted) && !each([]byte(line)) {
+				return
 			}
 		}
 	}
-	return out
 }
 
 // apiTimes are the API server's own request times, as sums and counts of
