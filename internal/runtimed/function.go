@@ -98,12 +98,13 @@ func (w *worker) runFunction(ctx context.Context, run *v1alpha1.Run, dir string,
 	})
 	// A registration Ready within the bound goes with the claim: one
 	// write, Scheduled → Ready.
-	if err == nil && resp.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
+	registeredReady := err == nil && resp.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY
+	if registeredReady {
 		w.registered = w.d.cfg.Now()
 	}
 	claimedReady := false
 	if rc != nil {
-		if err == nil && resp.GetState() == pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY && rc.take() {
+		if registeredReady && rc.take() {
 			claimedReady = true
 			// The hop takes invocations before the write goes: the
 			// gateway's watch may deliver Ready before it returns here.

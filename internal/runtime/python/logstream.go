@@ -145,8 +145,8 @@ func (s *logStream) unread() bool {
 // logStreams are the worker's two output pipes, attributed together: at
 // each end of an invocation one poll(2) of both pipes tells whether
 // either holds unread bytes, where a FIONREAD of each took two system
-// calls (four a call, at about 1.3 µs each on the invoke benchmark's
-// host). Only when one may (or the poll fails) does each stream wait as
+// calls (four a call, on the warm invoke's path: docs/benchmarks.md).
+// Only when one may (or the poll fails) does each stream wait as
 // attribute does.
 type logStreams struct {
 	stdout, stderr *logStream

@@ -137,9 +137,9 @@ var remakeAfter = 100 * time.Millisecond
 // returned the next spare is made (a var for tests). The answer's way out
 // (the Runtime Server's reply, runtimed's hop, the gateway, the client:
 // a scale from zero's first answer) takes a few milliseconds of CPU on
-// the same cores, which the next interpreter's start (20–80 ms of CPU on
-// a loaded 2-core host) would otherwise share: made at once, it held the
-// Runtime Server's reply back by about 5 ms (docs/benchmarks.md).
+// the same cores, which the next interpreter's start would otherwise
+// share and hold back (docs/benchmarks.md, "Scale from zero on
+// Kubernetes: traced in each process").
 var answerLead = 25 * time.Millisecond
 
 // spareWait bounds how long a registration waits for a spare that fits
