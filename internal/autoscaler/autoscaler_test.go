@@ -384,8 +384,13 @@ func TestReplicaBeforeTheScaleWriteLands(t *testing.T) {
 		if len(replicas) == 1 && fn.Status.Replicas == 1 {
 			return
 		}
+		if len(replicas) == 1 {
+			// The controller writes its status StatusDelay later.
+			e.clk.Step(functionset.StatusDelay)
+		}
 		select {
 		case <-e.changed:
+		case <-time.After(100 * time.Millisecond): // a step before the controller armed its timer
 		case <-deadline:
 			t.Fatalf("no replica in the Function's status: %+v", fn.Status)
 		}

@@ -43,6 +43,13 @@ const (
 	// LoadRefresh is how often, given a Load source, the controller
 	// looks at a Function's load again.
 	LoadRefresh = time.Second
+	// StatusDelay is how long a change of a Function's status waits
+	// before it is written, so that the changes of a scale from zero (a
+	// replica counted, the new generation observed, the replica Ready)
+	// go in one write once the path's own API writes are done, not each
+	// beside them on the API server; it also bounds a Function's status
+	// writes to one per StatusDelay (docs/functions.md).
+	StatusDelay = 250 * time.Millisecond
 	// expectTimeout is how long a created replica that the informer has
 	// not shown yet is still counted (a watch that lags, or a create
 	// whose answer was lost).
@@ -121,6 +128,9 @@ type state struct {
 	deaths    int
 	notBefore time.Time
 	failure   string // the last death, for the ReplicaFailure condition
+	// statusDue is when the status change first found and not yet
+	// written goes (zero: none waits).
+	statusDue time.Time
 }
 
 // New checks cfg and returns a Controller.
@@ -442,7 +452,7 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 		c.loop.After(now.Add(grace), k)
 	}
 
-	errs = append(errs, c.writeStatus(ctx, fn, hash, runs, st))
+	errs = append(errs, c.writeStatus(ctx, k, fn, hash, runs, st, now))
 	if c.cfg.Load != nil {
 		// The dispatcher's load changes without a store event: look
 		// again (a write happens only when the numbers changed).
@@ -510,9 +520,11 @@ func (c *Controller) deleteRun(ctx context.Context, k informer.Key, run *v1alpha
 	return nil
 }
 
-// writeStatus writes what the controller reports; inFlight, queued and
-// lastScale are the dispatcher's and the autoscaler's, and kept.
-func (c *Controller) writeStatus(ctx context.Context, fn *v1alpha1.Function, hash string, runs []*v1alpha1.Run, st *state) error {
+// writeStatus writes what the controller reports, StatusDelay after it
+// first found it changed (the write then carries every change since);
+// inFlight, queued and lastScale are the dispatcher's and the
+// autoscaler's, and kept.
+func (c *Controller) writeStatus(ctx context.Context, k informer.Key, fn *v1alpha1.Function, hash string, runs []*v1alpha1.Run, st *state, now time.Time) error {
 	next := fn.DeepCopy()
 	s := &next.Status
 	s.Replicas, s.ReadyReplicas, s.UpdatedReplicas = 0, 0, 0
@@ -540,15 +552,29 @@ func (c *Controller) writeStatus(ctx context.Context, fn *v1alpha1.Function, has
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, "ReplicaEnded", st.failure
 	}
 	if old := meta.FindStatusCondition(s.Conditions, cond.Type); old == nil || old.Status != cond.Status {
-		cond.LastTransitionTime = metav1.NewTime(c.clk.Now())
+		cond.LastTransitionTime = metav1.NewTime(now)
 	}
 	meta.SetStatusCondition(&s.Conditions, cond)
 	if equality.Semantic.DeepEqual(fn.Status, next.Status) {
+		st.statusDue = time.Time{}
 		return nil
 	}
-	if _, err := c.cfg.Functions.UpdateStatus(ctx, next); err != nil && !gone(err) {
+	if st.statusDue.IsZero() {
+		st.statusDue = now.Add(StatusDelay)
+	}
+	if now.Before(st.statusDue) {
+		c.loop.After(st.statusDue, k)
+		return nil
+	}
+	if _, err := c.cfg.Functions.UpdateStatus(ctx, next); err != nil {
+		if gone(err) {
+			// statusDue stays past: the newer copy the informer
+			// delivers is written at once.
+			return nil
+		}
 		return fmt.Errorf("status of function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
+	st.statusDue = time.Time{}
 	return nil
 }
 

@@ -41,6 +41,19 @@ type env struct {
 	c    *functionset.Controller
 
 	changed chan struct{}
+	// statusWrites counts the controller's writes of Function status.
+	statusWrites atomic.Int32
+}
+
+// countedFunctions is the store's Functions, counting status writes.
+type countedFunctions struct {
+	store.Resource[*v1alpha1.Function]
+	n *atomic.Int32
+}
+
+func (f countedFunctions) UpdateStatus(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error) {
+	f.n.Add(1)
+	return f.Resource.UpdateStatus(ctx, fn)
 }
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
@@ -73,7 +86,7 @@ func newEnvWith(t *testing.T, load func(ns, name string) (int, int), created ...
 	if len(created) > 0 {
 		onCreated = created[0]
 	}
-	c, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(),
+	c, err := functionset.New(functionset.Config{Functions: countedFunctions{st.Functions(), &e.statusWrites}, Runs: st.Runs(),
 		FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log, Load: load, Created: onCreated})
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +270,7 @@ func TestMinReplicasAreReadyAndTheirStatusIsTheFunctions(t *testing.T) {
 		}
 	}
 	e.readyAll()
-	e.until("status ready 2", func() bool {
+	e.stepUntil("status ready 2", functionset.StatusDelay, func() bool {
 		s := e.function().Status
 		return s.ReadyReplicas == 2 && s.Replicas == 2 && s.UpdatedReplicas == 2 && s.Selector == "stoke.dev/function=hello" && s.TemplateHash == hash
 	})
@@ -279,7 +292,7 @@ func TestADeadReplicaIsReplacedWithBackoff(t *testing.T) {
 		rs := e.replicas()
 		return len(rs) == 1 && rs[0].UID != first.UID
 	})
-	e.until("the failure in status", func() bool {
+	e.stepUntil("the failure in status", functionset.StatusDelay, func() bool {
 		fn := e.function()
 		for _, c := range fn.Status.Conditions {
 			if c.Type == functionset.ConditionReplicaFailure && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, first.Name) && strings.Contains(c.Message, "ModuleNotFoundError") {
@@ -300,7 +313,7 @@ func TestADeadReplicaIsReplacedWithBackoff(t *testing.T) {
 	e.stepUntil("a replacement after the back-off", time.Second, func() bool { return len(e.replicas()) == 1 })
 	// A Ready replica clears the failure.
 	e.readyAll()
-	e.until("the failure cleared", func() bool {
+	e.stepUntil("the failure cleared", functionset.StatusDelay, func() bool {
 		for _, c := range e.function().Status.Conditions {
 			if c.Type == functionset.ConditionReplicaFailure {
 				return c.Status == metav1.ConditionFalse
@@ -317,7 +330,7 @@ func TestASpecChangeRolls(t *testing.T) {
 	}
 	e.until("2 replicas", func() bool { return len(e.replicas()) == 2 })
 	e.readyAll()
-	e.until("2 ready", func() bool { return e.function().Status.ReadyReplicas == 2 })
+	e.stepUntil("2 ready", functionset.StatusDelay, func() bool { return e.function().Status.ReadyReplicas == 2 })
 	oldHash := functionset.TemplateHash(e.function())
 
 	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Env = []v1alpha1.EnvVar{{Name: "V", Value: "2"}} })
@@ -327,7 +340,7 @@ func TestASpecChangeRolls(t *testing.T) {
 	// A sync that saw the new replicas has written its marks before its
 	// status: until the new ones are Ready, the old ones serve, none
 	// draining.
-	e.until("status of the new replicas", func() bool {
+	e.stepUntil("status of the new replicas", functionset.StatusDelay, func() bool {
 		s := e.function().Status
 		return s.TemplateHash == newHash && s.UpdatedReplicas == 2
 	})
@@ -342,7 +355,7 @@ func TestASpecChangeRolls(t *testing.T) {
 		t.Fatalf("old replicas deleted before their drain time: %s", e.describe())
 	}
 	e.stepUntil("only the new ones", 2*time.Second, func() bool { return len(e.replicas()) == 2 && e.count(isNew) == 2 })
-	e.until("status updated 2", func() bool {
+	e.stepUntil("status updated 2", functionset.StatusDelay, func() bool {
 		s := e.function().Status
 		return s.UpdatedReplicas == 2 && s.ReadyReplicas == 2 && s.Replicas == 2 && s.TemplateHash == newHash
 	})
@@ -354,7 +367,7 @@ func TestReplicasFollowTheDesiredCountWithinMinAndMax(t *testing.T) {
 		t.Fatal(err)
 	}
 	// min 0: none, until spec.replicas (the scale subresource) asks.
-	e.until("status written", func() bool { return e.function().Status.Selector != "" })
+	e.stepUntil("status written", functionset.StatusDelay, func() bool { return e.function().Status.Selector != "" })
 	if n := len(e.replicas()); n != 0 {
 		t.Fatalf("min 0 made %d replicas", n)
 	}
@@ -399,7 +412,7 @@ func TestStatusCarriesTheDispatchersLoad(t *testing.T) {
 	if _, err := e.st.Functions().Create(e.ctx, newFunction(0, 2)); err != nil {
 		t.Fatal(err)
 	}
-	e.until("status 3 in flight, 5 queued", func() bool {
+	e.stepUntil("status 3 in flight, 5 queued", functionset.StatusDelay, func() bool {
 		s := e.function().Status
 		return s.InFlight == 3 && s.Queued == 5
 	})
@@ -428,7 +441,7 @@ func TestAnExpectedCountIsKeptBeforeItsWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.until("status written", func() bool { return e.function().Status.Selector != "" })
+	e.stepUntil("status written", functionset.StatusDelay, func() bool { return e.function().Status.Selector != "" })
 	e.c.Expect("default", "hello", fn.UID, 5)
 	e.until("2 replicas (max) before any write", func() bool { return len(e.replicas()) == 2 })
 	if r := e.function().Spec.Replicas; r != nil {
@@ -438,7 +451,7 @@ func TestAnExpectedCountIsKeptBeforeItsWrite(t *testing.T) {
 
 	// The write lands, then a scale down: it is not held up.
 	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(2)) })
-	e.until("status ready 2", func() bool { return e.function().Status.ReadyReplicas == 2 })
+	e.stepUntil("status ready 2", functionset.StatusDelay, func() bool { return e.function().Status.ReadyReplicas == 2 })
 	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(0)) })
 	e.until("2 draining after the scale down", func() bool { return e.count(draining) == 2 })
 	e.stepUntil("no replicas", 2*time.Second, func() bool { return len(e.replicas()) == 0 })
@@ -455,7 +468,7 @@ func TestAnExpectedCountIsKeptBeforeItsWrite(t *testing.T) {
 	e.updateSpec(func(fn *v1alpha1.Function) {
 		fn.Spec.Env = append(fn.Spec.Env, v1alpha1.EnvVar{Name: "POKE", Value: "1"})
 	})
-	e.until("status of the new generation", func() bool { return e.function().Status.ObservedGeneration == e.function().Generation })
+	e.stepUntil("status of the new generation", functionset.StatusDelay, func() bool { return e.function().Status.ObservedGeneration == e.function().Generation })
 	if n := len(e.replicas()); n != 0 {
 		t.Fatalf("%d replicas for another Function's expectation", n)
 	}
@@ -489,3 +502,33 @@ func TestEachReplicaIsToldOfAsCreated(t *testing.T) {
 		}
 	}
 }
+
+// TestAScaleFromZerosStatusIsOneWriteAfterIt: the status changes of a
+// scale from zero (the new generation observed, a replica counted, then
+// Ready) wait StatusDelay from the first and go in one write, off the
+// API writes the first answer waits for; before, each went at once (two
+// writes or more).
+func TestAScaleFromZerosStatusIsOneWriteAfterIt(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.st.Functions().Create(e.ctx, newFunction(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	e.stepUntil("status written", functionset.StatusDelay, func() bool { return e.function().Status.Selector != "" })
+	before := e.statusWrites.Load()
+	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(1)) })
+	e.until("1 replica", func() bool { return len(e.replicas()) == 1 })
+	e.readyAll()
+	e.until("the replica Ready", func() bool { return e.count(isReadyRun) == 1 })
+	if s := e.function().Status; s.Replicas != 0 || s.ObservedGeneration == e.function().Generation {
+		t.Fatalf("status written before StatusDelay passed: %+v", s)
+	}
+	e.stepUntil("status of the ready replica", functionset.StatusDelay, func() bool {
+		s, fn := e.function().Status, e.function()
+		return s.Replicas == 1 && s.ReadyReplicas == 1 && s.ObservedGeneration == fn.Generation
+	})
+	if n := e.statusWrites.Load() - before; n != 1 {
+		t.Fatalf("%d status writes for the scale from zero, want 1", n)
+	}
+}
+
+func isReadyRun(r *v1alpha1.Run) bool { return r.Status.Phase == v1alpha1.PhaseReady }
