@@ -41,8 +41,12 @@ type LoadFunc func(namespace, name string) (inFlight, queued int)
 
 // Config configures an Autoscaler.
 type Config struct {
-	// Functions is where spec.replicas and status.lastScale are written.
+	// Functions is where spec.replicas is written.
 	Functions store.Resource[*v1alpha1.Function]
+	// Record hears of each scale once its spec.replicas write returned
+	// (the Function controller's Record: it writes status.lastScale with
+	// its next status write). Required.
+	Record func(namespace, name string, uid types.UID, d v1alpha1.ScaleDecision)
 	// FunctionInformer is the shared Functions informer; the caller runs
 	// it.
 	FunctionInformer *informer.Informer[*v1alpha1.Function]
@@ -114,6 +118,8 @@ func New(cfg Config) (*Autoscaler, error) {
 		return nil, errors.New("autoscaler: Config.Functions is required")
 	case cfg.FunctionInformer == nil:
 		return nil, errors.New("autoscaler: Config.FunctionInformer is required")
+	case cfg.Record == nil:
+		return nil, errors.New("autoscaler: Config.Record is required")
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow

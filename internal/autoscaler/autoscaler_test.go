@@ -43,6 +43,8 @@ type env struct {
 
 	mu    sync.Mutex
 	loads map[string][2]int // name → in flight, queued
+	// scales are the decisions told to Config.Record, by name.
+	scales map[string][]v1alpha1.ScaleDecision
 }
 
 func newEnv(t *testing.T) *env { return newEnvWith(t, false, nil) }
@@ -58,7 +60,7 @@ func newEnvWith(t *testing.T, withController bool, wrap func(store.Resource[*v1a
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e := &env{t: t, ctx: ctx, st: st, clk: fc, changed: make(chan struct{}, 1), loads: map[string][2]int{},
+	e := &env{t: t, ctx: ctx, st: st, clk: fc, changed: make(chan struct{}, 1), loads: map[string][2]int{}, scales: map[string][]v1alpha1.ScaleDecision{},
 		fns: informer.New(st.Functions(), informer.Options{Logger: log})}
 	e.fns.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Function]{
 		AddFunc:    func(*v1alpha1.Function) { e.poke() },
@@ -70,6 +72,7 @@ func newEnvWith(t *testing.T, withController bool, wrap func(store.Resource[*v1a
 	}
 	var runners []func(context.Context) error
 	var expect func(namespace, name string, uid types.UID, replicas int)
+	var record func(namespace, name string, uid types.UID, d v1alpha1.ScaleDecision)
 	if withController {
 		e.runs = informer.New(st.Runs(), informer.Options{Logger: log})
 		e.runs.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Run]{AddFunc: func(*v1alpha1.Run) { e.poke() }})
@@ -79,10 +82,19 @@ func newEnvWith(t *testing.T, withController bool, wrap func(store.Resource[*v1a
 			t.Fatal(err)
 		}
 		runners = append(runners, e.runs.Run, c.Run)
-		expect = c.Expect
+		expect, record = c.Expect, c.Record
 	}
 	e.a, err = autoscaler.New(autoscaler.Config{
 		Functions: fns, FunctionInformer: e.fns, Clock: fc, Logger: log, Expect: expect,
+		Record: func(namespace, name string, uid types.UID, d v1alpha1.ScaleDecision) {
+			e.mu.Lock()
+			e.scales[name] = append(e.scales[name], d)
+			e.mu.Unlock()
+			if record != nil {
+				record(namespace, name, uid, d)
+			}
+			e.poke()
+		},
 		Load: func(_, name string) (int, int) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -135,15 +147,16 @@ func (e *env) create(name string, replicas *int32, scale v1alpha1.FunctionScale)
 	}
 }
 
-// waitReplicas waits until the informer shows spec.replicas = n and
-// returns the Function.
-func (e *env) waitReplicas(name string, n int32) *v1alpha1.Function {
+// waitReplicas waits until the informer shows spec.replicas = n and the
+// scale to n was told to Config.Record; it returns the Function and that
+// decision.
+func (e *env) waitReplicas(name string, n int32) (*v1alpha1.Function, v1alpha1.ScaleDecision) {
 	e.t.Helper()
 	deadline := time.After(waitTimeout)
 	for {
 		fn, ok := e.fns.Get("default", name)
-		if ok && fn.Spec.Replicas != nil && *fn.Spec.Replicas == n && fn.Status.LastScale != nil && fn.Status.LastScale.To == n {
-			return fn
+		if d, told := e.lastScale(name); ok && fn.Spec.Replicas != nil && *fn.Spec.Replicas == n && told && d.To == n {
+			return fn, d
 		}
 		select {
 		case <-e.changed:
@@ -151,6 +164,17 @@ func (e *env) waitReplicas(name string, n int32) *v1alpha1.Function {
 			e.t.Fatalf("%s: no spec.replicas = %d; last seen %+v", name, n, fn)
 		}
 	}
+}
+
+// lastScale is the last decision told to Config.Record for name.
+func (e *env) lastScale(name string) (v1alpha1.ScaleDecision, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ds := e.scales[name]
+	if len(ds) == 0 {
+		return v1alpha1.ScaleDecision{}, false
+	}
+	return ds[len(ds)-1], true
 }
 
 // awaitTimer waits until the autoscaler armed a timer on the fake clock
@@ -176,8 +200,7 @@ func TestScaleFromZero(t *testing.T) {
 	e.create("hello", nil, v1alpha1.FunctionScale{Min: 0, Max: 8})
 	e.setLoad("hello", 0, 1)
 	e.a.Poke("default", "hello")
-	fn := e.waitReplicas("hello", 1)
-	ls := fn.Status.LastScale
+	_, ls := e.waitReplicas("hello", 1)
 	if ls.From != 0 || !strings.Contains(ls.Reason, "1 queued") {
 		t.Errorf("lastScale %+v", ls)
 	}
@@ -199,8 +222,7 @@ func TestScaleUpUnderLoadWithinBounds(t *testing.T) {
 	e.setLoad("f", 8, 40)
 	e.awaitTimer()
 	e.clk.Step(time.Second)
-	fn := e.waitReplicas("f", 6) // max
-	if ls := fn.Status.LastScale; ls.From != 4 || ls.To != 6 {
+	if _, ls := e.waitReplicas("f", 6); ls.From != 4 || ls.To != 6 { // max
 		t.Errorf("lastScale %+v", ls)
 	}
 }
@@ -216,12 +238,14 @@ func TestScaleDownAfterIdle(t *testing.T) {
 		e.clk.Step(time.Second)
 		e.awaitTimer()
 	}
-	if fn, _ := e.fns.Get("default", "f"); *fn.Spec.Replicas != 6 || fn.Status.LastScale != nil {
-		t.Fatalf("scaled before idleSeconds: replicas %d, lastScale %+v", *fn.Spec.Replicas, fn.Status.LastScale)
+	if fn, _ := e.fns.Get("default", "f"); *fn.Spec.Replicas != 6 {
+		t.Fatalf("scaled before idleSeconds: replicas %d", *fn.Spec.Replicas)
+	}
+	if ls, told := e.lastScale("f"); told {
+		t.Fatalf("scaled before idleSeconds: lastScale %+v", ls)
 	}
 	e.clk.Step(time.Second)
-	fn := e.waitReplicas("f", 2)
-	if ls := fn.Status.LastScale; ls.From != 6 || !strings.Contains(ls.Reason, "2 in flight") {
+	if _, ls := e.waitReplicas("f", 2); ls.From != 6 || !strings.Contains(ls.Reason, "2 in flight") {
 		t.Errorf("lastScale %+v", ls)
 	}
 	// Idle at last: down to min after another idleSeconds.
@@ -266,7 +290,15 @@ type observed struct {
 	store.Resource[*v1alpha1.Function]
 	mu     sync.Mutex
 	gets   int
+	status int                                              // UpdateStatus calls
 	before func(ctx context.Context, fn *v1alpha1.Function) // once, before the first Update
+}
+
+func (o *observed) UpdateStatus(ctx context.Context, fn *v1alpha1.Function) (*v1alpha1.Function, error) {
+	o.mu.Lock()
+	o.status++
+	o.mu.Unlock()
+	return o.Resource.UpdateStatus(ctx, fn)
 }
 
 func (o *observed) Get(ctx context.Context, namespace, name string) (*v1alpha1.Function, error) {
@@ -331,7 +363,7 @@ func TestScaleWritesWithoutARead(t *testing.T) {
 	o.mu.Unlock()
 	e.setLoad("raced", 0, 1)
 	e.a.Poke("default", "raced")
-	fn := e.waitReplicas("raced", 1)
+	fn, _ := e.waitReplicas("raced", 1)
 	if fn.Labels["other"] != "writer" {
 		t.Errorf("the other writer's label is lost: %v", fn.Labels)
 	}
@@ -394,5 +426,42 @@ func TestReplicaBeforeTheScaleWriteLands(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("no replica in the Function's status: %+v", fn.Status)
 		}
+	}
+}
+
+// TestTheScaleIsInTheControllersStatusWrite: the autoscaler writes
+// spec.replicas alone and tells the Function controller its decision
+// (Config.Record), which puts it in status.lastScale with the replica it
+// made, in its one status write StatusDelay later; before, the autoscaler
+// wrote status.lastScale itself right after spec.replicas, beside the
+// scale from zero's path.
+func TestTheScaleIsInTheControllersStatusWrite(t *testing.T) {
+	var o *observed
+	e := newEnvWith(t, true, func(r store.Resource[*v1alpha1.Function]) store.Resource[*v1alpha1.Function] {
+		o = &observed{Resource: r}
+		return o
+	})
+	e.create("hello", nil, v1alpha1.FunctionScale{Min: 0, Max: 8})
+	e.setLoad("hello", 0, 1)
+	e.a.Poke("default", "hello")
+	e.waitReplicas("hello", 1)
+	deadline := time.After(waitTimeout)
+	for {
+		fn, _ := e.fns.Get("default", "hello")
+		if ls := fn.Status.LastScale; ls != nil && ls.From == 0 && ls.To == 1 && strings.Contains(ls.Reason, "1 queued") && fn.Status.Replicas == 1 {
+			break
+		}
+		e.clk.Step(functionset.StatusDelay)
+		select {
+		case <-e.changed:
+		case <-time.After(100 * time.Millisecond): // a step before the controller armed its timer
+		case <-deadline:
+			t.Fatalf("no lastScale 0 -> 1 in the Function's status: %+v", fn.Status)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.status != 0 {
+		t.Errorf("the autoscaler wrote the Function's status %d times, want 0 (the controller writes lastScale)", o.status)
 	}
 }

@@ -83,6 +83,7 @@ func (st *fnState) peak() int {
 type decision struct {
 	from, to int
 	reason   string
+	at       time.Time
 	// recheck, when set, is when the decision may change with no new
 	// sample (the end of the idle time).
 	recheck time.Time
@@ -95,7 +96,7 @@ func decide(fn *v1alpha1.Function, st *fnState, now time.Time, inFlight, queued 
 	cur := functionset.Desired(fn)
 	peak := st.peak()
 	want := max(lo, min(ceilDiv(peak, target), hi))
-	d := decision{from: cur, to: cur}
+	d := decision{from: cur, to: cur, at: now}
 	switch {
 	case want > cur:
 		d.to = want

@@ -23,12 +23,14 @@
 // The desired count is written to spec.replicas, the scale subresource's
 // desired count that `kubectl scale` and HPA-style tools set too; the
 // Function controller (internal/functionset) creates and deletes replica
-// Runs to match it, and no other field is the autoscaler's but
-// status.lastScale, which says when, from what, to what and why. Each
-// decision is made on the loop's goroutine from the informer's copy; the
-// two writes go to the loop's workers, the first on the informer's copy
-// the decision was made on and the second on what the first returned (no
-// read before them: a scale from zero waits for the first; a stale copy
-// is a conflict, retried on a fresh read), and the Function is not
-// decided again until the informer shows the write.
+// Runs to match it, and no other field is the autoscaler's. The decision,
+// when, from what, to what and why, goes to Config.Record once written
+// (the Function controller's Record), which puts it in status.lastScale
+// with its own next status write: one status write a short while after a
+// scale from zero, not one beside its path. Each decision is made on the
+// loop's goroutine from the informer's copy; the write goes to the loop's
+// workers on the informer's copy the decision was made on (no read
+// before it: a scale from zero waits for it; a stale copy is a conflict,
+// retried on a fresh read), and the Function is not decided again until
+// the informer shows the write.
 package autoscaler

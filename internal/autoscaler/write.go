@@ -16,7 +16,7 @@ import (
 	"stoke.dev/stoke/internal/store"
 )
 
-// write hands the decision's two writes to the workers.
+// write hands the decision's write to the workers.
 func (a *Autoscaler) write(ctx context.Context, k informer.Key, fn *v1alpha1.Function, st *fnState, d decision) {
 	st.busy, st.holdRV = true, fn.ResourceVersion
 	st.expects = d.to > d.from && a.cfg.Expect != nil
@@ -30,40 +30,32 @@ func (a *Autoscaler) write(ctx context.Context, k informer.Key, fn *v1alpha1.Fun
 	})
 }
 
-// scale writes spec.replicas, then status.lastScale, of the Function
-// seen (the informer's copy the decision was made on). The first write
-// goes on that copy, the second on what the first returned, so that a
-// scale costs no read before its writes (a scale from zero waits for
-// them); a conflict (the copy was stale) is retried on a fresh read of
-// the Function with seen's UID. scaled: spec.replicas was written.
+// scale writes spec.replicas of the Function seen (the informer's copy
+// the decision was made on), so that a scale costs no read before its
+// write (a scale from zero waits for it); a conflict (the copy was stale)
+// is retried on a fresh read of the Function with seen's UID. Once it is
+// written the decision goes to Config.Record, for the Function
+// controller's next status write: the autoscaler makes no write of its
+// own beside the path of a scale from zero. scaled: spec.replicas was
+// written.
 func (a *Autoscaler) scale(ctx context.Context, k informer.Key, seen *v1alpha1.Function, d decision) (scaled bool, err error) {
 	to := int32(d.to)
 	cur := seen
-	get := func() (*v1alpha1.Function, error) {
-		if cur != nil {
-			fn := cur
-			cur = nil // a conflict: read it again
-			return fn, nil
-		}
-		fn, err := a.cfg.Functions.Get(ctx, k.Namespace, k.Name)
-		if err != nil {
-			return nil, err
-		}
-		if fn.UID != seen.UID || fn.DeletionTimestamp != nil {
-			return nil, fmt.Errorf("function %s was replaced or is being deleted: %w", k, errdefs.ErrNotFound)
-		}
-		return fn, nil
-	}
 	err = store.RetryOnConflict(func() error {
-		fn, err := get()
-		if err != nil {
-			return err
+		fn := cur
+		if fn == nil {
+			// A conflict: read it again.
+			var err error
+			if fn, err = a.cfg.Functions.Get(ctx, k.Namespace, k.Name); err != nil {
+				return err
+			}
+			if fn.UID != seen.UID || fn.DeletionTimestamp != nil {
+				return fmt.Errorf("function %s was replaced or is being deleted: %w", k, errdefs.ErrNotFound)
+			}
 		}
+		cur = nil
 		fn.Spec.Replicas = &to
-		cur, err = a.cfg.Functions.Update(ctx, fn)
-		if err != nil {
-			cur = nil
-		}
+		_, err := a.cfg.Functions.Update(ctx, fn)
 		return err
 	})
 	if err != nil {
@@ -73,19 +65,8 @@ func (a *Autoscaler) scale(ctx context.Context, k informer.Key, seen *v1alpha1.F
 	if len(reason) > bounds.ScaleReason {
 		reason = reason[:bounds.ScaleReason]
 	}
-	now := metav1.NewTime(a.clk.Now().Truncate(time.Second))
-	err = store.RetryOnConflict(func() error {
-		fn, err := get()
-		if err != nil {
-			return err
-		}
-		fn.Status.LastScale = &v1alpha1.ScaleDecision{Time: now, From: int32(d.from), To: to, Reason: reason}
-		_, err = a.cfg.Functions.UpdateStatus(ctx, fn)
-		return err
-	})
-	if err != nil {
-		return true, fmt.Errorf("record the scale of function %s: %w", k, err)
-	}
+	a.cfg.Record(k.Namespace, k.Name, seen.UID, v1alpha1.ScaleDecision{
+		Time: metav1.NewTime(d.at.Truncate(time.Second)), From: int32(d.from), To: to, Reason: reason})
 	a.log.Info("autoscaler: scaled", "function", k.String(), "from", d.from, "to", d.to, "reason", d.reason)
 	return true, nil
 }

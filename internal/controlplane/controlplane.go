@@ -138,7 +138,7 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	scaler, err := autoscaler.New(autoscaler.Config{Functions: st.Functions(), FunctionInformer: inf.Functions,
-		Load: cfg.FunctionLoad, Expect: fset.Expect, Logger: log})
+		Load: cfg.FunctionLoad, Expect: fset.Expect, Record: fset.Record, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -98,9 +98,18 @@ type Controller struct {
 	// Owned by the loop goroutine.
 	fns map[informer.Key]*state
 
-	// expected are desired counts on their way to the store (Expect).
+	// expected are desired counts on their way to the store (Expect);
+	// scaled are the autoscaler's decisions for status.lastScale
+	// (Record), until the informer shows them written.
 	mu       sync.Mutex
 	expected map[informer.Key]expectation
+	scaled   map[informer.Key]scaleRecord
+}
+
+// scaleRecord is a scale decision of the Function with this UID.
+type scaleRecord struct {
+	uid types.UID
+	d   v1alpha1.ScaleDecision
 }
 
 // expectation is a desired count written and not yet seen.
@@ -145,7 +154,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	c := &Controller{cfg: cfg, log: logging.OrDiscard(cfg.Logger), clk: cfg.Clock, fns: map[informer.Key]*state{},
-		expected: map[informer.Key]expectation{}}
+		expected: map[informer.Key]expectation{}, scaled: map[informer.Key]scaleRecord{}}
 	c.loop = loop.New(loop.Config[informer.Key, struct{}, struct{}]{
 		Clock: cfg.Clock,
 		Hooks: loop.Hooks[informer.Key, struct{}, struct{}]{Sync: c.sync},
@@ -209,6 +218,39 @@ func (c *Controller) Expect(namespace, name string, uid types.UID, replicas int)
 	}
 	c.mu.Unlock()
 	c.loop.Add(k)
+}
+
+// Record says that the autoscaler scaled the Function namespace/name
+// with this UID (its spec.replicas write returned): d goes to
+// status.lastScale with the controller's next status write, StatusDelay
+// after the scale's other status changes began, in the same write. A
+// later Record replaces it. It never blocks and may be called from any
+// goroutine.
+func (c *Controller) Record(namespace, name string, uid types.UID, d v1alpha1.ScaleDecision) {
+	if namespace == "" {
+		namespace = store.DefaultNamespace
+	}
+	k := informer.Key{Namespace: namespace, Name: name}
+	c.mu.Lock()
+	c.scaled[k] = scaleRecord{uid: uid, d: d}
+	c.mu.Unlock()
+	c.loop.Add(k)
+}
+
+// lastScale is the decision Record gave for fn, or nil once the
+// informer's copy shows it (or fn is another Function of the name).
+func (c *Controller) lastScale(k informer.Key, fn *v1alpha1.Function) *v1alpha1.ScaleDecision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec, ok := c.scaled[k]
+	if !ok {
+		return nil
+	}
+	if rec.uid != fn.UID || (fn.Status.LastScale != nil && equality.Semantic.DeepEqual(*fn.Status.LastScale, rec.d)) {
+		delete(c.scaled, k)
+		return nil
+	}
+	return &rec.d
 }
 
 // desired is fn's desired count (Desired), raised to a count Expect said
@@ -520,10 +562,10 @@ func (c *Controller) deleteRun(ctx context.Context, k informer.Key, run *v1alpha
 	return nil
 }
 
-// writeStatus writes what the controller reports, StatusDelay after it
-// first found it changed (the write then carries every change since);
-// inFlight, queued and lastScale are the dispatcher's and the
-// autoscaler's, and kept.
+// writeStatus writes what the controller reports, and the autoscaler's
+// last decision (Record), StatusDelay after it first found it changed
+// (the write then carries every change since); inFlight and queued,
+// without a Load source, are another writer's, and kept.
 func (c *Controller) writeStatus(ctx context.Context, k informer.Key, fn *v1alpha1.Function, hash string, runs []*v1alpha1.Run, st *state, now time.Time) error {
 	next := fn.DeepCopy()
 	s := &next.Status
@@ -543,6 +585,9 @@ func (c *Controller) writeStatus(ctx context.Context, k informer.Key, fn *v1alph
 	if c.cfg.Load != nil {
 		inFlight, queued := c.cfg.Load(fn.Namespace, fn.Name)
 		s.InFlight, s.Queued = int32(inFlight), int32(queued)
+	}
+	if ls := c.lastScale(k, fn); ls != nil {
+		s.LastScale = ls.DeepCopy()
 	}
 	s.Selector = Selector(fn.Name)
 	s.TemplateHash = hash

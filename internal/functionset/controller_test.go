@@ -480,16 +480,29 @@ func TestEachReplicaIsToldOfAsCreated(t *testing.T) {
 	var mu sync.Mutex
 	told := map[string]*v1alpha1.Run{}
 	calls := 0
+	each := make(chan struct{}, 8)
 	e := newEnvWith(t, nil, func(r *v1alpha1.Run) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
 		told[r.Name] = r
+		each <- struct{}{}
 	})
 	if _, err := e.st.Functions().Create(e.ctx, newFunction(2, 4)); err != nil {
 		t.Fatal(err)
 	}
+	// The hook runs after the create returned, so the informer may show
+	// a replica before its call: wait for the calls themselves.
+	for range 2 {
+		select {
+		case <-each:
+		case <-time.After(20 * time.Second):
+			t.Fatal("Created was not called twice")
+		}
+	}
 	e.until("2 replicas", func() bool { return len(e.replicas()) == 2 })
+	// Syncs after the replicas are seen (the status write's) tell no more.
+	e.stepUntil("status of 2 replicas", functionset.StatusDelay, func() bool { return e.function().Status.Replicas == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if calls != 2 {
@@ -504,10 +517,11 @@ func TestEachReplicaIsToldOfAsCreated(t *testing.T) {
 }
 
 // TestAScaleFromZerosStatusIsOneWriteAfterIt: the status changes of a
-// scale from zero (the new generation observed, a replica counted, then
-// Ready) wait StatusDelay from the first and go in one write, off the
-// API writes the first answer waits for; before, each went at once (two
-// writes or more).
+// scale from zero (the new generation observed, the autoscaler's
+// decision told to Record, a replica counted, then Ready) wait
+// StatusDelay from the first and go in one write, off the API writes the
+// first answer waits for; before, each went at once (two writes or
+// more).
 func TestAScaleFromZerosStatusIsOneWriteAfterIt(t *testing.T) {
 	e := newEnv(t)
 	if _, err := e.st.Functions().Create(e.ctx, newFunction(0, 2)); err != nil {
@@ -516,6 +530,8 @@ func TestAScaleFromZerosStatusIsOneWriteAfterIt(t *testing.T) {
 	e.stepUntil("status written", functionset.StatusDelay, func() bool { return e.function().Status.Selector != "" })
 	before := e.statusWrites.Load()
 	e.updateSpec(func(fn *v1alpha1.Function) { fn.Spec.Replicas = ptr(int32(1)) })
+	scaled := v1alpha1.ScaleDecision{Time: metav1.NewTime(t0), From: 0, To: 1, Reason: "1 queued"}
+	e.c.Record("default", "hello", e.function().UID, scaled)
 	e.until("1 replica", func() bool { return len(e.replicas()) == 1 })
 	e.readyAll()
 	e.until("the replica Ready", func() bool { return e.count(isReadyRun) == 1 })
@@ -524,7 +540,8 @@ func TestAScaleFromZerosStatusIsOneWriteAfterIt(t *testing.T) {
 	}
 	e.stepUntil("status of the ready replica", functionset.StatusDelay, func() bool {
 		s, fn := e.function().Status, e.function()
-		return s.Replicas == 1 && s.ReadyReplicas == 1 && s.ObservedGeneration == fn.Generation
+		return s.Replicas == 1 && s.ReadyReplicas == 1 && s.ObservedGeneration == fn.Generation &&
+			s.LastScale != nil && s.LastScale.Reason == scaled.Reason
 	})
 	if n := e.statusWrites.Load() - before; n != 1 {
 		t.Fatalf("%d status writes for the scale from zero, want 1", n)

@@ -28,8 +28,10 @@
 //     the Run's own delete then drains its registration (runtimed lets
 //     the invocation in flight end before it unregisters);
 //   - writes status: replicas, readyReplicas, updatedReplicas, the
-//     selector, the template hash, observedGeneration and a
-//     ReplicaFailure condition naming the last replica that died.
+//     selector, the template hash, observedGeneration, a
+//     ReplicaFailure condition naming the last replica that died, and
+//     lastScale, the autoscaler's last decision ([Controller.Record]),
+//     in one write StatusDelay after the first change it carries.
 //
 // It knows only the store interface and the informers, so it runs the same
 // in standalone (stoke up) and in the Kubernetes controller. It is written

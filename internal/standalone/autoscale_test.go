@@ -53,12 +53,15 @@ func TestFunctionScalesFromZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("scale from zero to the first answer: %v (a test's figure, under -race and load)", time.Since(begin))
+	// The Function controller writes lastScale with its status, a short
+	// while (functionset.StatusDelay) after the scale.
+	p.waitReplicaRuns(t, "zero", "lastScale 0 → 1", func(fn *v1alpha1.Function, _ []*v1alpha1.Run) bool {
+		ls := fn.Status.LastScale
+		return ls != nil && ls.From == 0 && ls.To == 1
+	})
 	got, err := p.Store().Functions().Get(ctx, "default", "zero")
 	if err != nil {
 		t.Fatal(err)
-	}
-	if ls := got.Status.LastScale; ls == nil || ls.From != 0 || ls.To != 1 {
-		t.Fatalf("lastScale %+v, want 0 → 1", ls)
 	}
 	if got.Spec.Replicas == nil || *got.Spec.Replicas != 1 {
 		t.Fatalf("spec.replicas %v, want 1", got.Spec.Replicas)
