@@ -183,7 +183,10 @@ type Result struct {
 type Instance interface {
 	// Invoke runs one invocation. A failure of user code is an
 	// *errdefs.FunctionError. When ctx ends first, Invoke kills the
-	// invocation's processes before it returns ctx's error.
+	// invocation's processes before it returns ctx's error. ctx is the
+	// call's until Invoke returns (the core reuses it for the next call):
+	// what is derived from it or registered on it (AfterCall) must be
+	// cancelled or stopped by then; it carries no values.
 	Invoke(ctx context.Context, inv Invocation) (Result, error)
 	// Done is closed when the instance can no longer serve (its process
 	// died or was killed); the core then replaces it with a new Load.

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"mime"
 	"strconv"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -21,20 +20,12 @@ import (
 
 // inflight is the invocation in flight on a registration.
 type inflight struct {
-	cancel context.CancelFunc
-	// drained says that release cancelled it (errDrainCancelled): a
-	// flag beside a plain cancel, not a context of its own with a
-	// cause, which took four allocations and a registration with the
-	// parent context on every call.
-	drained atomic.Bool
-	done    chan struct{}
+	call *callCtx
+	done chan struct{}
 }
 
 // drain cancels the invocation as release does.
-func (fl *inflight) drain() {
-	fl.drained.Store(true)
-	fl.cancel()
-}
+func (fl *inflight) drain() { fl.call.drain() }
 
 // errDrainCancelled is the cause of an invocation cancelled by
 // UnregisterFunction or by supersession.
@@ -80,8 +71,9 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 	if !r.busy.CompareAndSwap(false, true) {
 		return nil, errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: an invocation is already in flight", r.uid)
 	}
-	invCtx, cancel := context.WithTimeout(ctx, timeout)
-	fl := &inflight{cancel: cancel, done: make(chan struct{})}
+	invCtx := &r.call
+	deadline := invCtx.begin(ctx, timeout)
+	fl := &inflight{call: invCtx, done: make(chan struct{})}
 	// The call's ends, last first, in one deferred function: with a defer
 	// for each and this many returns, the compiler cannot open-code them
 	// and every call went through the runtime's defer records.
@@ -96,8 +88,8 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 			r.inflight = nil
 			r.mu.Unlock()
 		}
+		invCtx.finish()
 		close(fl.done)
-		cancel()
 		r.busy.Store(false)
 	}()
 
@@ -135,11 +127,10 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 		select {
 		case <-ready:
 		case <-invCtx.Done():
-			return nil, f.invokeCtxErr(invCtx, fl, r, invID, timeout)
+			return nil, f.invokeCtxErr(invCtx, r, invID, timeout)
 		}
 	}
 
-	deadline, _ := invCtx.Deadline()
 	start := time.Now()
 	call := Invocation{ID: invID, RunUID: r.uid, Input: input, Deadline: deadline}
 	if sc := f.cfg.Scopes; sc != nil {
@@ -153,7 +144,7 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 	}
 	if err != nil {
 		if invCtx.Err() != nil {
-			err = f.invokeCtxErr(invCtx, fl, r, invID, timeout)
+			err = f.invokeCtxErr(invCtx, r, invID, timeout)
 		}
 		var fe *errdefs.FunctionError
 		if errors.As(err, &fe) {
@@ -182,11 +173,12 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 }
 
 // invokeCtxErr explains why an invocation's context ended.
-func (f *Functions) invokeCtxErr(invCtx context.Context, fl *inflight, r *registration, invID string, timeout time.Duration) error {
-	if fl.drained.Load() && errors.Is(invCtx.Err(), context.Canceled) { // not its own deadline first
+func (f *Functions) invokeCtxErr(invCtx *callCtx, r *registration, invID string, timeout time.Duration) error {
+	err, drained := invCtx.ended()
+	if drained { // not its own deadline first
 		return fmt.Errorf("invocation %s: %w", invID, errDrainCancelled)
 	}
-	if errors.Is(invCtx.Err(), context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) {
 		return errdefs.Errorf(errdefs.ErrDeadlineExceeded, "run %s: invocation %s exceeded its timeout of %s", r.uid, invID, timeout)
 	}
 	return errdefs.Errorf(errdefs.ErrCanceled, "run %s: invocation %s cancelled by the caller", r.uid, invID)

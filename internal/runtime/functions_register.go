@@ -47,6 +47,8 @@ type registration struct {
 	instReady chan struct{} // closed when inst is set or the state is FAILED
 	inflight  *inflight     // the invocation in flight, if any
 
+	call callCtx // each invocation's context in turn
+
 	releaseOnce sync.Once
 	released    chan struct{}
 }

@@ -362,7 +362,7 @@ func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.
 		}
 	}()
 
-	stop := context.AfterFunc(ctx, i.interrupt)
+	stop := runtime.AfterCall(ctx, i.interrupt)
 	kind, payload, err := i.roundTrip(inv)
 	if inv.Scope != "" {
 		// The handler runs in the worker, so what it started and left

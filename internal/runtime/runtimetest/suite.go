@@ -432,8 +432,8 @@ func testInvokeValidation(t *testing.T, s *Server) {
 	}
 }
 
-// waitInFlight waits until the registration reports an invocation in flight.
-func waitInFlight(t testing.TB, s *Server, reg *pb.FunctionRegistration) {
+// WaitInFlight waits until reg has an invocation in flight.
+func WaitInFlight(t testing.TB, s *Server, reg *pb.FunctionRegistration) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -457,7 +457,7 @@ func testInvokeBusy(t *testing.T, s *Server) {
 		_, err := s.Invoke(ctx, reg, `1500`, 0)
 		errc <- err
 	}()
-	waitInFlight(t, s, reg)
+	WaitInFlight(t, s, reg)
 	start := time.Now()
 	_, err := s.Invoke(ctx, reg, `1`, 0)
 	wantCode(t, err, codes.ResourceExhausted)
@@ -697,7 +697,7 @@ func testUnregister(t *testing.T, s *Server) {
 			_, err := s.Invoke(ctx, reg, `3000`, 0)
 			errc <- err
 		}()
-		waitInFlight(t, s, reg)
+		WaitInFlight(t, s, reg)
 		unregistered := make(chan error, 1)
 		go func() {
 			_, err := s.Functions.UnregisterFunction(ctx, &pb.UnregisterFunctionRequest{Registration: reg, DrainTimeoutMillis: 20000})
@@ -724,7 +724,7 @@ func testUnregister(t *testing.T, s *Server) {
 			_, err := s.Invoke(ctx, reg, `30000`, 0)
 			errc <- err
 		}()
-		waitInFlight(t, s, reg)
+		WaitInFlight(t, s, reg)
 		start := time.Now()
 		if _, err := s.Functions.UnregisterFunction(ctx, &pb.UnregisterFunctionRequest{Registration: reg, DrainTimeoutMillis: 200}); err != nil {
 			t.Fatal(err)
@@ -745,7 +745,7 @@ func testUnregister(t *testing.T, s *Server) {
 			_, err := s.Invoke(ctx, reg, `30000`, 0)
 			errc <- err
 		}()
-		waitInFlight(t, s, reg)
+		WaitInFlight(t, s, reg)
 		if _, err := s.Functions.UnregisterFunction(ctx, &pb.UnregisterFunctionRequest{Registration: reg, CancelInFlight: true, DrainTimeoutMillis: 60000}); err != nil {
 			t.Fatal(err)
 		}
