@@ -76,6 +76,7 @@ that user: they are not isolated from each other.`,
 			if err := up.StopWithGoRun(); err != nil {
 				return err
 			}
+			up.SetGC(os.LookupEnv)
 			return up.Run(cmd.Context(), cfg)
 		},
 	}
