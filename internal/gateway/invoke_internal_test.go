@@ -1,10 +1,17 @@
 package gateway
 
 import (
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"stoke.dev/stoke/internal/errdefs"
 )
 
 // An invocation ID the gateway makes is "inv_" and 26 characters of
@@ -107,5 +114,32 @@ func TestInvokeMetrics(t *testing.T) {
 		if requests[key] != want {
 			t.Errorf("stoke_gateway_requests_total %s= %v, want %v (all: %v)", key, requests[key], want, requests)
 		}
+	}
+}
+
+// A body with a Content-Length within the limit is read into a buffer of
+// exactly its size (one allocation, nothing spare for the invocation's
+// Input to carry); a body shorter than it says is refused, and one
+// larger than the limit is still ErrTooLarge.
+func TestReadBodySized(t *testing.T) {
+	const in = `{"command":"status"}`
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(in))
+	body, err := readBody(httptest.NewRecorder(), r, 1024)
+	if err != nil || string(body) != in {
+		t.Fatalf("readBody: %q, %v; want %q", body, err, in)
+	}
+	if cap(body) != len(in) {
+		t.Errorf("the body's buffer holds %d bytes for a body of %d", cap(body), len(in))
+	}
+
+	short := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(in))
+	short.ContentLength = int64(len(in)) + 5
+	if _, err := readBody(httptest.NewRecorder(), short, 1024); errdefs.Code(err) != codes.InvalidArgument {
+		t.Errorf("a body shorter than its Content-Length: %v, want InvalidArgument", err)
+	}
+
+	large := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(in))
+	if _, err := readBody(httptest.NewRecorder(), large, int64(len(in))-1); !errors.Is(err, errdefs.ErrTooLarge) {
+		t.Errorf("a body over the limit: %v, want ErrTooLarge", err)
 	}
 }

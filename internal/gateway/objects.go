@@ -182,12 +182,17 @@ func (g *Gateway) admitBody(r *http.Request) (release func(), err error) {
 // readBody reads a request body of at most limit bytes; past it the error
 // is ErrTooLarge (413).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	// Sized from Content-Length when it is within the limit, so that a
-	// large body is not copied again and again as it grows.
-	var buf bytes.Buffer
 	if n := r.ContentLength; n > 0 && n <= limit {
-		buf.Grow(int(n) + bytes.MinRead)
+		// The server's body ends at Content-Length, within the limit:
+		// read into a buffer of exactly that size, where a growing one
+		// took bytes.MinRead more and a limiting reader on every call.
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			return nil, errdefs.InvalidArgument("body", "%v", err)
+		}
+		return body, nil
 	}
+	var buf bytes.Buffer
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
 	body := buf.Bytes()
 	if err != nil {
