@@ -458,6 +458,14 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	// write returned (the line), → this test's watch saw Ready.
 	var toTook, tookToRegistered, registeredToWrite, writeToWritten, writtenToSeen, scheduledToReady []time.Duration
 	oneWrite := 0
+	// The writes this test's watches saw between the call and its answer
+	// (sfzWindow), and the API server's own count of every write over
+	// the benchmark (one scrape each side, outside the timed part): which
+	// writes beside the path share the API server with it.
+	window := windowWrites{}
+	b.StopTimer()
+	apiBefore := e.apiWrites(b)
+	b.StartTimer()
 	for i := range b.N {
 		waited, err := testbin.AwaitPythonSparesIdle(os.Getpid(), runBound)
 		if err != nil {
@@ -492,6 +500,7 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 			if into == &first {
 				known = append(known, start.Sub(created))
 				answered := time.Now()
+				window.add(sfzWindow(runs, fns, leases, name, start, answered))
 				replica := func(r *v1alpha1.Run) bool { return r.Labels[v1alpha1.LabelFunction] == name }
 				made, ok1 := runs.firstSeen(replica)
 				ready, ok2 := runs.firstSeen(func(r *v1alpha1.Run) bool { return replica(r) && r.Status.Phase == v1alpha1.PhaseReady })
@@ -560,6 +569,12 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 		b.StartTimer()
 	}
 	b.StopTimer()
+	apiWrites := e.apiWrites(b).minus(apiBefore)
+	b.ReportMetric(float64(window.total())/float64(b.N), "window-writes/op")
+	b.Logf("writes seen between the call and its answer, per scale from zero (%d): %s", b.N, window.per(b.N))
+	b.ReportMetric(apiWrites["functions/status PUT"]/float64(b.N), "function-status-writes/op")
+	b.Logf("API server writes per scale from zero (%d, the whole iteration: the Function's create and delete too, and every other writer's): %s",
+		b.N, apiWrites.per(float64(b.N), nil))
 	reportPercentilesAs(b, first, "first")
 	reportPercentilesAs(b, warm, "warm")
 	reportPercentilesAs(b, known, "url-known-after-create")
@@ -586,6 +601,59 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	if len(toTook) > 0 {
 		b.ReportMetric(float64(oneWrite)/float64(len(toTook)), "claim-with-ready-share")
 	}
+}
+
+// sfzWindow is the writes this test's watches saw in (from, to] of the
+// Function name (its spec and its status), its replica Runs (by the
+// phase each write shows) and the gateways' load records.
+func sfzWindow(runs *objects[*v1alpha1.Run], fns *objects[*v1alpha1.Function], leases *objects[*coordinationv1.Lease], name string, from, to time.Time) windowWrites {
+	in := func(at time.Time) bool { return at.After(from) && !at.After(to) }
+	w := windowWrites{}
+	fns.mu.Lock()
+	gen := int64(-1)
+	for _, s := range fns.history {
+		if s.obj.Name != name {
+			continue
+		}
+		if in(s.at) {
+			if s.obj.Generation != gen {
+				w["function spec"]++
+			} else {
+				w["function status"]++
+			}
+		}
+		gen = s.obj.Generation
+	}
+	fns.mu.Unlock()
+	runs.mu.Lock()
+	known := map[string]bool{}
+	for _, s := range runs.history {
+		if s.obj.Labels[v1alpha1.LabelFunction] != name {
+			continue
+		}
+		first := !known[s.obj.Name]
+		known[s.obj.Name] = true
+		if !in(s.at) {
+			continue
+		}
+		switch ph := s.obj.Status.Phase; {
+		case first:
+			w["replica create"]++
+		case ph == "":
+			w["replica (no phase)"]++
+		default:
+			w["replica "+string(ph)]++
+		}
+	}
+	runs.mu.Unlock()
+	leases.mu.Lock()
+	for _, s := range leases.history {
+		if s.obj.Labels[loadreport.Label] == "true" && in(s.at) {
+			w["load record"]++
+		}
+	}
+	leases.mu.Unlock()
+	return w
 }
 
 // runtimedReadyLine is the "function ready" line of run's runtimed (the
