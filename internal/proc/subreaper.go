@@ -93,7 +93,7 @@ type Subreaper struct {
 	poke chan struct{}
 
 	mu      sync.Mutex
-	scopes  map[string]map[int]bool // live scope → its adopted orphans
+	scopes  map[string]map[int]bool // live scope → its adopted orphans (nil: none yet)
 	orphans map[int]*orphan         // orphan seen alive and not yet reaped
 	environ []byte                  // scan's buffer for an orphan's environment
 
@@ -135,7 +135,7 @@ func (r *Subreaper) Begin(name string) {
 		return
 	}
 	r.mu.Lock()
-	r.scopes[name] = map[int]bool{}
+	r.scopes[name] = nil // its orphans' set is made for its first
 	r.mu.Unlock()
 }
 
@@ -171,14 +171,14 @@ func (r *Subreaper) End(name string) {
 func (r *Subreaper) orphaned() bool {
 	startMu.Lock()
 	defer startMu.Unlock()
-	kids, err := r.readChildren()
+	b, err := r.readChildrenFile()
 	if err != nil {
 		return true // Run's scan logs it
 	}
 	trackedMu.Lock()
 	defer trackedMu.Unlock()
-	for _, pid := range kids {
-		if tracked[pid] == 0 {
+	for f := range bytes.FieldsSeq(b) { // not parsePids: no slice per call
+		if pid, err := strconv.Atoi(string(f)); err == nil && tracked[pid] == 0 {
 			return true
 		}
 	}
@@ -247,6 +247,16 @@ func (r *Subreaper) Sweep(bound time.Duration) error {
 // readChildren lists this process's children (those of its main thread,
 // to which Linux hands orphans); startMu must be held.
 func (r *Subreaper) readChildren() ([]int, error) {
+	b, err := r.readChildrenFile()
+	if err != nil {
+		return nil, err
+	}
+	return parsePids(b), nil
+}
+
+// readChildrenFile reads the file readChildren parses into a buffer that
+// the next read reuses; startMu must be held.
+func (r *Subreaper) readChildrenFile() ([]byte, error) {
 	if r.children <= 0 {
 		fd, err := unix.Open("/proc/"+strconv.Itoa(r.self)+"/task/"+strconv.Itoa(r.self)+"/children", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -256,10 +266,7 @@ func (r *Subreaper) readChildren() ([]int, error) {
 	}
 	b, err := preadAll(r.children, r.kids[:0])
 	r.kids = b[:0]
-	if err != nil {
-		return nil, err
-	}
-	return parsePids(b), nil
+	return b, err
 }
 
 // closeChildren closes what readChildren keeps open.
@@ -332,6 +339,10 @@ func (r *Subreaper) scan(all bool) (found int, unsure bool) {
 		if pids, live := r.scopes[scope]; live {
 			if o.scope != scope {
 				delete(r.scopes[o.scope], pid)
+				if pids == nil {
+					pids = map[int]bool{}
+					r.scopes[scope] = pids
+				}
 				pids[pid] = true
 				o.scope = scope
 				r.log.Debug("adopted an orphan", "pid", pid, "scope", scope)

@@ -293,3 +293,17 @@ func TestEndWakesRunOnlyForAnOrphan(t *testing.T) {
 		t.Fatalf("End did not wake Run with an orphan (%d pokes)", n)
 	}
 }
+
+// A scope that adopts no orphan costs its Begin and End no allocation:
+// every warm invocation of a Runtime Server has one.
+func TestScopeWithoutOrphansAllocatesNothing(t *testing.T) {
+	r := testSubreaper(t)
+	r.Begin("warm")
+	r.End("warm") // opens the children file once
+	if n := testing.AllocsPerRun(100, func() {
+		r.Begin("warm")
+		r.End("warm")
+	}); n != 0 {
+		t.Fatalf("%v allocations per scope, want 0", n)
+	}
+}
