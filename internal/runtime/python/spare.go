@@ -143,8 +143,8 @@ var remakeAfter = 100 * time.Millisecond
 var answerLead = 25 * time.Millisecond
 
 // spareWait bounds how long a registration waits for a spare that fits
-// but is still starting (spares.take).
-const spareWait = time.Second
+// but is still starting (spares.take); a var for tests.
+var spareWait = time.Second
 
 // spares keeps at most one spare, made again after each handover.
 type spares struct {

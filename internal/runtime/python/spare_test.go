@@ -39,6 +39,16 @@ func keepSpare(tb testing.TB, extra map[string]string) (*Adapter, <-chan int) {
 	return a, made
 }
 
+// waitForStartingSpares lets a registration wait for a starting spare as
+// long as the test may take: a test of the handover to a spare that has
+// only begun its start must not depend on that start ending within
+// spareWait, which a loaded machine (CI's parallel packages) can exceed.
+func waitForStartingSpares(t *testing.T) {
+	old := spareWait
+	spareWait = time.Minute
+	t.Cleanup(func() { spareWait = old })
+}
+
 func nextSpare(tb testing.TB, made <-chan int) int {
 	tb.Helper()
 	select {
@@ -225,6 +235,7 @@ func TestSpareBrokenFallsBack(t *testing.T) {
 // The next spare is made after the handed-over worker's first invocation
 // (a scale from zero's first answer), not while it is on its way.
 func TestSpareRemadeAfterFirstInvocation(t *testing.T) {
+	waitForStartingSpares(t)
 	defer func(d time.Duration) { remakeAfter = d }(remakeAfter)
 	remakeAfter = time.Hour
 	a := New(Config{Interpreter: testInterpreter(t), Spare: true})
@@ -251,6 +262,7 @@ func TestSpareRemadeAfterFirstInvocation(t *testing.T) {
 // its answer is still on its way out of the Runtime Server and the pod
 // (a scale from zero's first answer), but answerLead later.
 func TestSpareNotStartedBesideTheFirstAnswer(t *testing.T) {
+	waitForStartingSpares(t)
 	defer func(r, l time.Duration) { remakeAfter, answerLead = r, l }(remakeAfter, answerLead)
 	remakeAfter, answerLead = time.Hour, time.Hour
 	a := New(Config{Interpreter: testInterpreter(t), Spare: true})
@@ -275,6 +287,7 @@ func TestSpareNotStartedBesideTheFirstAnswer(t *testing.T) {
 // A registration that comes while the spare is still starting waits for
 // it rather than start an interpreter of its own beside it.
 func TestSpareStartingIsWaitedFor(t *testing.T) {
+	waitForStartingSpares(t)
 	a := New(Config{Interpreter: testInterpreter(t), Spare: true})
 	started := make(chan int, 4)
 	a.spares.started = func(pid int) { started <- pid }
