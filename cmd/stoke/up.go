@@ -34,11 +34,6 @@ stoke up and each of its pods serve Go's runtime profiles on a Unix socket
 in a 0700 directory (<data-dir>/debug/up.sock, <data-dir>/pods/<pod>/debug.sock):
 'stoke debug sockets' lists them, 'stoke debug pprof' reads them.
 
-stoke up collects garbage at GOGC=400 unless GOGC is set in its environment
-(GOGC=100 is Go's default): its heap may grow to about five times its live
-heap, for fewer collections per request. GOMEMLIMIT bounds it as Go
-documents. Its pods keep Go's default.
-
 A finished Run (and its log) is deleted --finished-run-ttl after it finished
 unless its spec sets ttlSecondsAfterFinished, which wins; 0 keeps finished
 Runs until they are deleted.
@@ -81,7 +76,6 @@ that user: they are not isolated from each other.`,
 			if err := up.StopWithGoRun(); err != nil {
 				return err
 			}
-			up.SetGC(os.LookupEnv)
 			return up.Run(cmd.Context(), cfg)
 		},
 	}
