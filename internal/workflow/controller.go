@@ -251,6 +251,7 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, wf *v1alpha1
 			return ""
 		},
 		artifact:  func(key string) (artifactResult, bool) { r, ok := m.done[key]; return r, ok },
+		copying:   func(key string) bool { return m.inflight[key] },
 		notBefore: func(name string) time.Time { return m.notBefore[name] },
 	}
 	if invalid == "" {

@@ -48,6 +48,9 @@ type world struct {
 	// artifact returns what became of an artifact step started earlier
 	// (by its key), if anything did yet.
 	artifact func(key string) (artifactResult, bool)
+	// copying reports whether an artifact step's copy is in flight (by
+	// its key): its hold Run may end before the copy's result is back.
+	copying func(key string) bool
 	// invalid is why validation refuses the WorkflowRun, when it has not
 	// started yet; "" when it does not.
 	invalid string

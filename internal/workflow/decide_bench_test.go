@@ -34,6 +34,7 @@ func BenchmarkDecideFanOut(b *testing.B) {
 			run:       func(name string) (*v1alpha1.Run, bool) { r, ok := runs[name]; return r, ok },
 			server:    func(string) string { return "bash" },
 			artifact:  func(string) (artifactResult, bool) { return artifactResult{}, false },
+			copying:   func(string) bool { return false },
 			notBefore: func(string) time.Time { return time.Time{} }}
 	}
 	p := decide(world(nil))

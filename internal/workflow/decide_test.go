@@ -28,6 +28,7 @@ type sim struct {
 	order     []string
 	now       time.Time
 	arts      map[string]artifactResult
+	copying   map[string]bool
 	notBefore map[string]time.Time
 	pods      int
 	// called are the Workflows the run's snapshot holds.
@@ -40,7 +41,7 @@ type sim struct {
 
 func newSim(t *testing.T, spec v1alpha1.WorkflowRunSpec) *sim {
 	wf := &v1alpha1.WorkflowRun{ObjectMeta: metav1.ObjectMeta{Name: "ci", Namespace: "default", UID: "wf-uid", Generation: 1}, Spec: spec}
-	return &sim{t: t, wf: wf, runs: map[string]*v1alpha1.Run{}, now: t0, arts: map[string]artifactResult{}, notBefore: map[string]time.Time{}}
+	return &sim{t: t, wf: wf, runs: map[string]*v1alpha1.Run{}, now: t0, arts: map[string]artifactResult{}, copying: map[string]bool{}, notBefore: map[string]time.Time{}}
 }
 
 func (s *sim) world() *world {
@@ -52,6 +53,7 @@ func (s *sim) world() *world {
 		run:       func(name string) (*v1alpha1.Run, bool) { r, ok := s.runs[name]; return r, ok },
 		server:    func(string) string { return cmpOr(s.server, "bash") },
 		artifact:  func(k string) (artifactResult, bool) { r, ok := s.arts[k]; return r, ok },
+		copying:   func(k string) bool { return s.copying[k] },
 		notBefore: func(n string) time.Time { return s.notBefore[n] }, called: s.called}
 }
 
@@ -504,5 +506,35 @@ func TestArtifactStepCopiesThroughItsHoldRun(t *testing.T) {
 	}
 	if next := s.pending(); len(next) != 1 || next[0].Spec.Placement.PodUID != "pod-9" {
 		t.Fatalf("the next step is not pinned to the hold's pod: %v", next)
+	}
+}
+
+// A copy that fails releases its hold Run, which ends Failed, before the
+// copy's result is back on the controller's loop: the step waits for
+// that result and says why the copy failed, not that the hold exited 1
+// (the Kubernetes e2e's artifact-escapes case, which saw the Run's end
+// first).
+func TestArtifactStepWaitsForItsCopysResult(t *testing.T) {
+	s := newSim(t, v1alpha1.WorkflowRunSpec{Jobs: []v1alpha1.Job{{ID: "j", Steps: []v1alpha1.Step{
+		{Uses: usesUpload, With: []v1alpha1.NameValue{{Name: "name", Value: "x"}, {Name: "path", Value: "../../etc"}}},
+	}}}})
+	s.settle()
+	hold := s.pending()[0]
+	hold.Status.Phase, hold.Status.AssignedPodUID = v1alpha1.PhaseRunning, "pod-9"
+	if p := s.decide(); len(p.artifacts) != 1 {
+		t.Fatalf("copy %+v", p.artifacts)
+	}
+	s.copying[hold.Name] = true
+	s.end(hold, v1alpha1.PhaseFailed, 1, nil)
+	hold.Status.Message = "exited with status 1"
+	s.settle()
+	if st := s.job("j").Steps[0]; st.Phase.Terminal() {
+		t.Fatalf("the step ended before its copy's result: %+v", st)
+	}
+	delete(s.copying, hold.Name)
+	s.arts[hold.Name] = artifactResult{err: fmt.Errorf("with.path: must stay in the workspace")}
+	s.settle()
+	if st := s.job("j").Steps[0]; st.Phase != v1alpha1.JobFailed || !strings.Contains(st.Message, "with.path") {
+		t.Fatalf("step %+v", st)
 	}
 }

@@ -168,6 +168,12 @@ func (d *jobDecider) observe(i int, step *v1alpha1.Step, ss *v1alpha1.StepStatus
 		}
 		return false
 	}
+	if isArtifactStep(step) && !copyDone && w.copying(ss.Run) {
+		// The copy released the hold, which ended, and its result is on
+		// its way back (result): that, not the hold's exit status, says
+		// what became of the step.
+		return false
+	}
 	ss.ExitCode = run.Status.ExitCode
 	msg := run.Status.Message
 	if isArtifactStep(step) && copyDone {
