@@ -25,6 +25,7 @@ import (
 	"stoke.dev/stoke/internal/httpapi"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/logsummary"
+	"stoke.dev/stoke/internal/randid"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/store"
 )
@@ -261,7 +262,7 @@ func (g *Gateway) refuse(w http.ResponseWriter, invoke bool, err error) {
 	}
 	invID := ""
 	if invoke {
-		invID = newInvocationID() // every invoke answer carries one
+		invID = randid.New("inv_") // every invoke answer carries one
 	}
 	writeError(w, err, invID)
 }

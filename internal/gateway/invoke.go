@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -19,6 +17,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/httpapi"
+	"stoke.dev/stoke/internal/randid"
 )
 
 func (g *Gateway) invoke(w http.ResponseWriter, r *http.Request) {
@@ -66,11 +65,11 @@ func (g *Gateway) serveInvoke(w http.ResponseWriter, r *http.Request, kind strin
 	invID := r.Header.Get(httpapi.HeaderInvocationID)
 	if err := checkInvocationID(invID); err != nil {
 		// Not fit to echo; the response still carries an ID of its own.
-		writeError(w, err, newInvocationID())
+		writeError(w, err, randid.New("inv_"))
 		return
 	}
 	if invID == "" {
-		invID = newInvocationID() // so that every response, errors included, carries one
+		invID = randid.New("inv_") // so that every response, errors included, carries one
 	}
 	if err := noQuery(r); err != nil {
 		writeError(w, err, invID)
@@ -192,22 +191,6 @@ func checkInvocationID(id string) error {
 		}
 	}
 	return nil
-}
-
-// invocationIDEncoding is base32 in lowercase, without padding.
-var invocationIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-// newInvocationID returns "inv_" and 26 lowercase base32 characters of
-// randomness, made in one buffer: one allocation, where encoding, then
-// lowering, then joining took four on every call that brought no ID.
-func newInvocationID() string {
-	const prefix = "inv_"
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	var id [len(prefix) + 26]byte
-	copy(id[:], prefix)
-	invocationIDEncoding.Encode(id[len(prefix):], b[:])
-	return string(id[:])
 }
 
 // statusWriter remembers the status written, for metrics.

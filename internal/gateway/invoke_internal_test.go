@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/randid"
 )
 
 // An invocation ID the gateway makes is "inv_" and 26 characters of
@@ -20,7 +21,7 @@ func TestNewInvocationID(t *testing.T) {
 	format := regexp.MustCompile(`^inv_[a-z2-7]{26}$`)
 	seen := map[string]bool{}
 	for range 1000 {
-		id := newInvocationID()
+		id := randid.New("inv_")
 		if !format.MatchString(id) {
 			t.Fatalf("%q is not inv_ and 26 lowercase base32 characters", id)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/httpapi"
+	"stoke.dev/stoke/internal/randid"
 )
 
 // Listener wraps the API's listener so that the answers net/http writes by
@@ -85,7 +86,7 @@ func jsonAnswerFor(b []byte) ([]byte, bool) {
 	if msg == strconv.Itoa(code)+" "+http.StatusText(code) {
 		msg += ": the request line or a header is malformed (a control character in a header value?)"
 	}
-	invID := newInvocationID()
+	invID := randid.New("inv_")
 	jsonBody, _ := json.Marshal(errorBodyOf(errdefs.Errorf(category, "%s", msg), invID))
 	jsonBody = append(jsonBody, '\n')
 	var out bytes.Buffer

@@ -16,6 +16,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/outputs"
+	"stoke.dev/stoke/internal/randid"
 )
 
 // inflight is the invocation in flight on a registration.
@@ -63,7 +64,7 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 		return nil, err
 	}
 	if invID == "" {
-		invID = newID("inv_")
+		invID = randid.New("inv_")
 	}
 	if state, _ := r.snapshot(); state != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
 		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s: registration is %s, not ready", r.uid, stateName(state))

@@ -13,6 +13,7 @@ import (
 	pb "stoke.dev/stoke/api/executor/v1"
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/randid"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/validation"
 )
@@ -157,7 +158,7 @@ func (f *Functions) validateHandler(h string) error {
 
 // newRegistration builds a generation; f.mu is held.
 func (f *Functions) newRegistration(req *pb.RegisterFunctionRequest, workingDir string) (*registration, error) {
-	id := newID("reg_")
+	id := randid.New("reg_")
 	scratch := filepath.Join(f.cfg.ScratchRoot, id)
 	ipc, tmp := filepath.Join(scratch, "ipc"), filepath.Join(scratch, "tmp")
 	if f.cfg.IPCRoot != "" {

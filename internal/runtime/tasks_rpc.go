@@ -16,6 +16,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	stokeexec "stoke.dev/stoke/internal/exec"
+	"stoke.dev/stoke/internal/randid"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/validation"
 )
@@ -73,7 +74,7 @@ func (t *Tasks) Execute(_ context.Context, req *pb.ExecuteRequest) (*pb.ExecuteR
 	}
 	// The directory is named by a generated ID, never by the caller's id,
 	// so that id needs no file-name rules.
-	scratch := filepath.Join(t.cfg.ScratchRoot, newID("task_"))
+	scratch := filepath.Join(t.cfg.ScratchRoot, randid.New("task_"))
 	tmp := filepath.Join(scratch, scratchTmp)
 	if err := t.scratch.Make(scratch); err != nil {
 		return nil, fmt.Errorf("execution %q: scratch directory: %w", id, err)
