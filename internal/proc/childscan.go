@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"slices"
 	"strconv"
 	"sync"
 
@@ -24,14 +23,7 @@ import (
 type ChildScanner struct {
 	pid int
 
-	spawns *SpawnWatch
-	mu     sync.Mutex
-	// mark is spawns' cursor when KillExcept last listed the children,
-	// and kept what it returned then: while the cursor has not moved, no
-	// child can have been started since, and a call with kept to keep
-	// has nothing to kill.
-	mark     int
-	kept     []Child
+	mu       sync.Mutex
 	task     int // fd of /proc/PID/task; -1 once closed
 	children int // fd of /proc/PID/task/PID/children
 	buf      []byte
@@ -50,7 +42,7 @@ func NewChildScanner(pid int) (*ChildScanner, error) {
 		unix.Close(task)
 		return nil, err
 	}
-	return &ChildScanner{pid: pid, spawns: spawns, mark: -1, task: task, children: children, buf: make([]byte, 0, 512)}, nil
+	return &ChildScanner{pid: pid, task: task, children: children, buf: make([]byte, 0, 512)}, nil
 }
 
 // Children returns the live children of the process, those of any of its
@@ -80,24 +72,9 @@ func (s *ChildScanner) Children() []Child {
 	return appendLiveChildren(nil, s.pid, b)
 }
 
-// KillExcept is KillChildrenExcept of the scanner's process, except that
-// when keep is what the last KillExcept returned and no process or thread
-// was created since it listed them (a SpawnWatch), it lists none and
-// returns keep: the process can have no child that is not in it.
+// KillExcept is KillChildrenExcept of the scanner's process.
 func (s *ChildScanner) KillExcept(keep []Child) []Child {
-	s.mu.Lock()
-	// Unchanged moves the mark when the cursor moved: the listing below
-	// is then the one the next call compares with.
-	unchanged := s.spawns.Unchanged(&s.mark) && s.task >= 0 && slices.Equal(keep, s.kept)
-	s.mu.Unlock()
-	if unchanged {
-		return keep
-	}
-	left := killChildrenExcept(s.pid, keep, s.Children)
-	s.mu.Lock()
-	s.kept = append(s.kept[:0], left...)
-	s.mu.Unlock()
-	return left
+	return killChildrenExcept(s.pid, keep, s.Children)
 }
 
 // Close closes the files; Children then returns none. Safe to call twice.
@@ -120,14 +97,15 @@ func (s *ChildScanner) Close() error {
 // children files are: a read of one fills the buffer unless the file
 // ends first or the kernel's own buffer (a page at least) is full, so a
 // read of at most seqPage bytes that returns fewer is at the end, and
-// needs no second read to find that out.
+// needs no second read to find that out (the Subreaper's read after
+// every call, of a list that holds the pod's spare worker).
 func preadAll(fd int, buf []byte) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
 		want := cap(buf) - len(buf)
-		n, err := unix.Pread(fd, buf[len(buf):cap(buf)], int64(len(buf)))
+		n, err := pread(fd, buf[len(buf):cap(buf)], int64(len(buf)))
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -145,3 +123,6 @@ func preadAll(fd int, buf []byte) ([]byte, error) {
 
 // seqPage is the smallest buffer a seq_file fills a read from: a page.
 const seqPage = 4096
+
+// pread is unix.Pread, which a test counts.
+var pread = unix.Pread

@@ -104,11 +104,6 @@ type Subreaper struct {
 	// and a close besides.
 	children int
 	kids     []byte // scan's buffer for it
-
-	// spawns and mark (under startMu) let End skip its look when no
-	// process was created since the last one (orphaned).
-	spawns *SpawnWatch
-	mark   int
 }
 
 // orphan is what a Subreaper knows of one orphan.
@@ -129,7 +124,7 @@ func NewSubreaper(log *slog.Logger) (*Subreaper, error) {
 		return nil, fmt.Errorf("become a child subreaper: %w", err)
 	}
 	return &Subreaper{log: log, self: os.Getpid(), poke: make(chan struct{}, 1),
-		scopes: map[string]map[int]bool{}, orphans: map[int]*orphan{}, spawns: spawns, mark: -1}, nil
+		scopes: map[string]map[int]bool{}, orphans: map[int]*orphan{}}, nil
 }
 
 // Begin opens a scope; a process started with ScopeEnv=name in its
@@ -172,17 +167,10 @@ func (r *Subreaper) End(name string) {
 // woken there ran ahead of the gRPC writer that would send the answer (an
 // execution trace showed the scan between the two on every call), only to
 // find, nearly always, no orphan. One read of the children list here costs
-// less than that wake-up, and a scan finding none does nothing. When no
-// process was created since the last look (a SpawnWatch), no new orphan
-// can have come from the scope that ended, and it does not look: an
-// orphan left by the death of a process older than that look is the
-// periodic scan's to find, as one left between two calls always was.
+// less than that wake-up, and a scan finding none does nothing.
 func (r *Subreaper) orphaned() bool {
 	startMu.Lock()
 	defer startMu.Unlock()
-	if r.spawns.Unchanged(&r.mark) {
-		return false
-	}
 	b, err := r.readChildrenFile()
 	if err != nil {
 		return true // Run's scan logs it
