@@ -114,8 +114,15 @@ func (g *Gateway) serveInvoke(w http.ResponseWriter, r *http.Request, kind strin
 			h.Set(httpapi.HeaderOutputs, string(b))
 		}
 	}
+	// The answer goes out now, with its length, rather than when the
+	// handler has returned: what runs after it (the deferred cancel, the
+	// route's metrics, net/http's own wrappers) is then off the caller's
+	// wait, and a large output is not chunked.
+	out := resp.GetOutput()
+	h.Set("Content-Length", strconv.Itoa(len(out)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(resp.GetOutput())
+	_, _ = w.Write(out)
+	_ = rc.Flush()
 	// No logger derived per call: With formats its attributes even when
 	// nothing is logged.
 	if g.log.Enabled(ctx, slog.LevelDebug) {
