@@ -194,3 +194,13 @@ type Instance interface {
 	// Close kills every process of the instance. Safe to call twice.
 	Close() error
 }
+
+// A Finisher is an Instance that leaves part of each call to Finish: what
+// only keeps the next call clean (the kill of what the call started and
+// left running), which need not hold up the call's answer. The core calls
+// Finish once after every Invoke that returned, after the answer is
+// handed to the transport and before the next Invoke; an Invoke that
+// finds the last call not finished finishes it first.
+type Finisher interface {
+	Finish()
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"mime"
+	goruntime "runtime"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -69,8 +70,8 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 	if state, _ := r.snapshot(); state != pb.FunctionRegistrationState_FUNCTION_REGISTRATION_STATE_READY {
 		return nil, errdefs.Errorf(errdefs.ErrFailedPrecondition, "run %s: registration is %s, not ready", r.uid, stateName(state))
 	}
-	if !r.busy.CompareAndSwap(false, true) {
-		return nil, errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: an invocation is already in flight", r.uid)
+	if err := r.acquire(ctx); err != nil {
+		return nil, err
 	}
 	invCtx := &r.call
 	deadline := invCtx.begin(ctx, timeout)
@@ -79,19 +80,44 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 	// for each and this many returns, the compiler cannot open-code them
 	// and every call went through the runtime's defer records.
 	registered, scope := false, ""
+	var fin Finisher // set once the instance's Invoke has returned
 	defer func() {
-		if scope != "" {
-			f.cfg.Scopes.End(scope)
-		}
-		if registered {
-			r.lastActivity.Store(time.Now().UnixNano())
-			r.mu.Lock()
-			r.inflight = nil
-			r.mu.Unlock()
-		}
 		invCtx.finish()
-		close(fl.done)
-		r.busy.Store(false)
+		ends := func() {
+			if fin != nil {
+				fin.Finish()
+			}
+			if scope != "" {
+				f.cfg.Scopes.End(scope)
+			}
+			if registered {
+				r.lastActivity.Store(time.Now().UnixNano())
+				r.mu.Lock()
+				r.inflight = nil
+				r.mu.Unlock()
+			}
+			close(fl.done)
+		}
+		if fin == nil && scope == "" {
+			ends()
+			r.busy.Store(false)
+			return
+		}
+		// The rest of the call's ends (the kill of what it left running,
+		// the end of its scope) run once the answer is on its way: the
+		// goroutine is queued behind the gRPC writer that the answer
+		// readies, and yields once more to let it write. The
+		// registration stays busy until they are done; a call that
+		// comes meanwhile waits for them (acquire).
+		tail := make(chan struct{})
+		r.tail.Store(&tail)
+		go func() {
+			goruntime.Gosched()
+			ends()
+			r.busy.Store(false)
+			r.tail.Store(nil)
+			close(tail)
+		}()
 	}()
 
 	r.mu.Lock()
@@ -140,6 +166,7 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 		scope = call.Scope
 	}
 	res, err := inst.Invoke(invCtx, call)
+	fin, _ = inst.(Finisher)
 	if err == nil && invCtx.Err() != nil {
 		err = invCtx.Err()
 	}
@@ -171,6 +198,30 @@ func (f *Functions) InvokeFunction(ctx context.Context, req *pb.InvokeFunctionRe
 		ContentType:  "application/json",
 		Outputs:      res.Outputs,
 	}, nil
+}
+
+// acquire makes the registration busy with a call, or refuses it when
+// another is in flight; it waits for the ends of one that has answered
+// (InvokeFunction's tail), within ctx.
+func (r *registration) acquire(ctx context.Context) error {
+	for !r.busy.CompareAndSwap(false, true) {
+		t := r.tail.Load()
+		if t == nil {
+			if r.busy.CompareAndSwap(false, true) {
+				return nil // the tail ended between the two looks
+			}
+			return errdefs.Errorf(errdefs.ErrResourceExhausted, "run %s: an invocation is already in flight", r.uid)
+		}
+		select {
+		case <-*t:
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return errdefs.Errorf(errdefs.ErrDeadlineExceeded, "run %s: the call's deadline passed before it started", r.uid)
+			}
+			return errdefs.Errorf(errdefs.ErrCanceled, "run %s: cancelled by the caller before it started", r.uid)
+		}
+	}
+	return nil
 }
 
 // invokeCtxErr explains why an invocation's context ended.

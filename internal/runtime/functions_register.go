@@ -37,7 +37,10 @@ type registration struct {
 
 	initDone chan struct{} // closed when the first Load finished
 
-	busy         atomic.Bool // one invocation in flight
+	busy atomic.Bool // one invocation in flight, or its tail
+	// tail is closed when the tail of the call that answered last ends;
+	// nil when none runs (InvokeFunction, acquire).
+	tail         atomic.Pointer[chan struct{}]
 	lastActivity atomic.Int64
 	invocations  atomic.Uint64 // numbers each invocation's scope
 

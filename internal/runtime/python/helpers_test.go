@@ -102,9 +102,11 @@ func invoke(tb testing.TB, inst *instance, rec *recorder, id, input string) (run
 
 func invokeCtx(ctx context.Context, inst *instance, rec *recorder, id, input string) (runtime.Result, error) {
 	deadline, _ := ctx.Deadline()
-	return inst.Invoke(ctx, runtime.Invocation{
+	res, err := inst.Invoke(ctx, runtime.Invocation{
 		ID: id, RunUID: "run-test", Input: []byte(input), Deadline: deadline,
 	})
+	inst.Finish() // as the core does once the answer is sent
+	return res, err
 }
 
 // logRecord is one captured log record with its attributes as strings.

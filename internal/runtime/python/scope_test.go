@@ -46,6 +46,7 @@ def handle(event):
 		res, err := inst.Invoke(ctx, runtime.Invocation{ID: id, RunUID: "run-test", Input: []byte(`{}`), Deadline: deadline,
 			Scope: "reg.scope." + strconv.Itoa(call)})
 		cancel()
+		inst.Finish() // as the core does once the answer is sent
 		if err != nil {
 			t.Fatal(err)
 		}

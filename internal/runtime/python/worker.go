@@ -129,16 +129,21 @@ type instance struct {
 	scan *proc.ChildScanner
 
 	// afterFirst, if set (an instance that was a spare), is called once
-	// when the first invocation has returned; first records that.
+	// when the first invocation has been finished; first records that.
 	afterFirst func()
 	first      bool
+	// unfinished is a call's Finish still to do: whether it had a scope.
+	unfinished, scoped bool
 
 	// Scratch headers, reused: the core never invokes concurrently.
 	reqHdr  [reqHeaderSize]byte
 	respHdr [respHeaderSize]byte
 }
 
-var _ runtime.Instance = (*instance)(nil)
+var (
+	_ runtime.Instance = (*instance)(nil)
+	_ runtime.Finisher = (*instance)(nil)
+)
 
 // Load starts a worker for spec.Handler, or hands the spare one the
 // registration (spare.go), and waits until it has imported the handler
@@ -328,6 +333,31 @@ func (i *instance) watch() {
 	i.log.Debug("python worker exited", "pid", i.p.Pid(), "status", i.exitStatus())
 }
 
+// Finish kills what the last call started and left running (the
+// handler runs in the worker, so that is the worker's child, not an
+// orphan: every child that was not there before the call), once its
+// answer is on its way (runtime.Finisher). What those leave behind is
+// orphaned to the Runtime Server, which kills it as the invocation's
+// scope has ended. It then lets a spare's first call make the next
+// spare.
+func (i *instance) Finish() {
+	if !i.unfinished {
+		return
+	}
+	i.unfinished = false
+	if i.scoped {
+		if i.scan != nil {
+			i.kids = i.scan.KillExcept(i.kids)
+		} else {
+			i.kids = proc.KillChildrenExcept(i.p.Pid(), i.kids)
+		}
+	}
+	if !i.first && i.afterFirst != nil { // the core never invokes concurrently
+		i.first = true
+		i.afterFirst()
+	}
+}
+
 // exitStatus describes how the worker ended; valid once it has.
 func (i *instance) exitStatus() string {
 	if err := i.p.Err(); err != nil {
@@ -353,29 +383,15 @@ func (i *instance) Invoke(ctx context.Context, inv runtime.Invocation) (runtime.
 	if len(inv.ID) > bounds.InvocationID || len(inv.Input) > bounds.InvokeBody {
 		return runtime.Result{}, errdefs.Errorf(errdefs.ErrInvalidArgument, "invocation id or input exceeds its bound")
 	}
+	i.Finish() // a caller that did not finish the last call
 	i.logs.attribute(inv.ID)
-	defer func() {
-		i.logs.attribute("")
-		if !i.first && i.afterFirst != nil { // the core never invokes concurrently
-			i.first = true
-			i.afterFirst()
-		}
-	}()
+	// What the call printed is filed under it before its answer goes:
+	// who reads the Run's output after the answer finds it there.
+	defer i.logs.attribute("")
+	i.unfinished, i.scoped = true, inv.Scope != ""
 
 	stop := runtime.AfterCall(ctx, i.interrupt)
 	kind, payload, err := i.roundTrip(inv)
-	if inv.Scope != "" {
-		// The handler runs in the worker, so what it started and left
-		// running is the worker's child, not an orphan: every child that
-		// was not there before the call is killed here. What those leave
-		// behind is orphaned to the Runtime Server, which kills it as the
-		// invocation's scope has ended.
-		if i.scan != nil {
-			i.kids = i.scan.KillExcept(i.kids)
-		} else {
-			i.kids = proc.KillChildrenExcept(i.p.Pid(), i.kids)
-		}
-	}
 	if !stop() {
 		// The context ended: whatever arrived is moot and the pipes'
 		// deadlines are set, so the worker goes.
