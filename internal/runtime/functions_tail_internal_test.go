@@ -16,7 +16,7 @@ import (
 // finishAdapter loads finishInstances.
 type finishAdapter struct{ inst *finishInstance }
 
-func (a finishAdapter) Name() string                  { return "finish" }
+func (a finishAdapter) Name() string                 { return "finish" }
 func (a finishAdapter) ValidateHandler(string) error { return nil }
 func (a finishAdapter) Load(context.Context, FunctionSpec) (Instance, error) {
 	return a.inst, nil
