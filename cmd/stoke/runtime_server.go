@@ -11,6 +11,7 @@ import (
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/cli"
 	"stoke.dev/stoke/internal/exec/agent"
+	"stoke.dev/stoke/internal/gomaxprocs"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/pydeps"
 	"stoke.dev/stoke/internal/runtime/server"
@@ -44,7 +45,7 @@ AWS_ENDPOINT_URL_LAMBDA, ...).`,
   stoke runtime-server --runtime bash --workspace-root /tmp/stoke-ws`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			server.SetGOMAXPROCS(os.LookupEnv)
+			gomaxprocs.Apply(os.LookupEnv, server.DefaultGOMAXPROCS)
 			cfg.Logger = slog.Default()
 			cfg.Subreaper = true
 			mode, err := cgroup.ParseMode(containment)

@@ -11,6 +11,7 @@ import (
 	"stoke.dev/stoke/internal/cgroup"
 	"stoke.dev/stoke/internal/controlplane"
 	"stoke.dev/stoke/internal/datadir"
+	"stoke.dev/stoke/internal/gomaxprocs"
 	"stoke.dev/stoke/internal/lambda"
 	"stoke.dev/stoke/internal/runuser"
 	"stoke.dev/stoke/internal/up"
@@ -29,6 +30,11 @@ with the invoke gateway. On first start it writes a random API token to
 SIGINT or SIGTERM stops it (under go run, so does the end of the go
 command); Runs survive a restart. The data directory must be private (mode
 0700, owned by you); one stoke up serves it at a time.
+
+stoke up runs its Go code on half the CPUs Go would give it (at least one),
+leaving the rest to its pods, which run theirs on one; GOMAXPROCS in the
+environment sets both instead. The "serving" log line says the value
+(gomaxprocs).
 
 stoke up and each of its pods serve Go's runtime profiles on a Unix socket
 in a 0700 directory (<data-dir>/debug/up.sock, <data-dir>/pods/<pod>/debug.sock):
@@ -57,6 +63,7 @@ that user: they are not isolated from each other.`,
 				}
 				cfg.DataDir = d
 			}
+			gomaxprocs.Apply(os.LookupEnv, gomaxprocs.Half())
 			if !cmd.Flags().Changed("debug-socket") {
 				cfg.DebugSocket = datadir.DebugSocket(cfg.DataDir)
 			}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -269,7 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Logger.Warn("clients on this machine will need --server", "error", err)
 	}
 	cfg.Logger.Info("serving", "url", url, "data_dir", dataDir, "token_file", datadir.TokenPath(dataDir), "debug_socket", cfg.DebugSocket,
-		"run_as_user", cfg.RunAs.String())
+		"run_as_user", cfg.RunAs.String(), "gomaxprocs", goruntime.GOMAXPROCS(0))
 	if cfg.Ready != nil {
 		cfg.Ready(url)
 	}
