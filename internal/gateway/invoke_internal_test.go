@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,22 +14,12 @@ import (
 	"stoke.dev/stoke/internal/randid"
 )
 
-// An invocation ID the gateway makes is "inv_" and 26 characters of
-// lowercase base32, different every time, and one the gateway takes.
-func TestNewInvocationID(t *testing.T) {
-	format := regexp.MustCompile(`^inv_[a-z2-7]{26}$`)
-	seen := map[string]bool{}
-	for range 1000 {
-		id := randid.New("inv_")
-		if !format.MatchString(id) {
-			t.Fatalf("%q is not inv_ and 26 lowercase base32 characters", id)
-		}
-		if seen[id] {
-			t.Fatalf("%q made twice", id)
-		}
-		seen[id] = true
-		if err := checkInvocationID(id); err != nil {
-			t.Fatalf("the gateway refuses its own ID %q: %v", id, err)
+// An invocation ID the gateway makes (randid's, tested there) is one the
+// gateway takes from a client.
+func TestOwnInvocationIDIsTaken(t *testing.T) {
+	for range 100 {
+		if id := randid.New("inv_"); checkInvocationID(id) != nil {
+			t.Fatalf("the gateway refuses its own ID %q: %v", id, checkInvocationID(id))
 		}
 	}
 }
