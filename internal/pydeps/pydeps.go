@@ -22,6 +22,7 @@
 package pydeps
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -43,6 +44,7 @@ import (
 	"stoke.dev/stoke/internal/bounds"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/proc"
 )
 
 // File is the name of the requirements file in a Run's source.
@@ -207,8 +209,11 @@ func readRequirements(path string) ([]byte, error) {
 // version and where pip finds packages all make a different install.
 func (c *Cache) digest(text []byte) (string, error) {
 	c.tagOnce.Do(func() {
-		out, err := exec.Command(c.cfg.Python, "-c", "import sys; print(sys.implementation.cache_tag)").Output()
-		c.tag, c.tagErr = strings.TrimSpace(string(out)), err
+		cmd := exec.Command(c.cfg.Python, "-c", "import sys; print(sys.implementation.cache_tag)")
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		err := run(cmd)
+		c.tag, c.tagErr = strings.TrimSpace(out.String()), err
 		if err != nil {
 			c.tagErr = fmt.Errorf("pydeps: %s: %w", c.cfg.Python, err)
 		}
@@ -290,7 +295,7 @@ func (c *Cache) install(ctx context.Context, dir, req, final string) error {
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	c.installs.Add(1)
-	if err := cmd.Run(); err != nil {
+	if err := run(cmd); err != nil {
 		msg := strings.TrimSpace(out.String())
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: pip install did not finish: %w", File, ctx.Err())
@@ -305,6 +310,19 @@ func (c *Cache) install(ctx context.Context, dir, req, final string) error {
 	}
 	c.log.Info("python requirements installed", "dir", final, "duration", time.Since(start))
 	return nil
+}
+
+// run runs cmd through internal/proc, which records it as this process's
+// own child: a Runtime Server is the child subreaper of what it starts,
+// and a child it did not record is taken for an orphan of no scope and
+// killed (the interpreter's probe was, once, in the Kubernetes e2e).
+func run(cmd *exec.Cmd) error {
+	p, err := proc.Start(cmd)
+	if err != nil {
+		return err
+	}
+	<-p.Done()
+	return p.Err()
 }
 
 // tail keeps the last max bytes written to it (pip's error is at the end).
