@@ -186,5 +186,6 @@ func (i *Informer[T]) selects(obj T) bool {
 		return true
 	}
 	return (i.opts.Phase == "" || run.Status.Phase == i.opts.Phase) &&
-		(i.opts.AssignedPodUID == "" || run.Status.AssignedPodUID == i.opts.AssignedPodUID)
+		(i.opts.AssignedPodUID == "" || run.Status.AssignedPodUID == i.opts.AssignedPodUID) &&
+		(i.opts.PlacedPodUID == "" || (run.Spec.Placement != nil && run.Spec.Placement.PodUID == i.opts.PlacedPodUID))
 }

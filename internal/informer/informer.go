@@ -95,6 +95,9 @@ type Options struct {
 	// AssignedPodUID limits an informer of Runs to those assigned to
 	// this pod (store.ListOptions.AssignedPodUID); "" means all.
 	AssignedPodUID string
+	// PlacedPodUID limits an informer of Runs to those placed on this
+	// pod at their create (store.ListOptions.PlacedPodUID); "" means all.
+	PlacedPodUID string
 	// Phase limits an informer of Runs to those in this phase
 	// (store.WatchOptions.Phase); "" means all. A Run leaving the phase
 	// leaves the cache (OnDelete), as one deleted does.
@@ -368,7 +371,7 @@ func (i *Informer[T]) sleep(ctx context.Context, d time.Duration) {
 // list replaces the cache with a fresh List and tells the handlers what
 // differs from what they were last told.
 func (i *Informer[T]) list(ctx context.Context) error {
-	opts := store.ListOptions{Namespace: i.opts.Namespace, AssignedPodUID: i.opts.AssignedPodUID}
+	opts := store.ListOptions{Namespace: i.opts.Namespace, AssignedPodUID: i.opts.AssignedPodUID, PlacedPodUID: i.opts.PlacedPodUID}
 	if i.opts.Phase != "" {
 		opts.Phases = []v1alpha1.Phase{i.opts.Phase}
 	}
@@ -425,7 +428,7 @@ func (i *Informer[T]) list(ctx context.Context) error {
 // for a quiet end, the Error event's error, or Watch's own error.
 func (i *Informer[T]) watch(ctx context.Context) (delivered bool, err error) {
 	w, err := i.res.Watch(ctx, store.WatchOptions{ResourceVersion: i.ResourceVersion(), Namespace: i.opts.Namespace,
-		AssignedPodUID: i.opts.AssignedPodUID, Phase: i.opts.Phase})
+		AssignedPodUID: i.opts.AssignedPodUID, PlacedPodUID: i.opts.PlacedPodUID, Phase: i.opts.Phase})
 	if err != nil {
 		return false, fmt.Errorf("watch: %w", err)
 	}

@@ -171,6 +171,12 @@ type ListOptions struct {
 	// kinds other than Run. In Kubernetes this is a field selector on
 	// status.assignedPodUID.
 	AssignedPodUID string
+	// PlacedPodUID limits a Run list to Runs whose spec.placement.podUID
+	// is this UID (a runtimed's Runs placed at their create, before any
+	// assignment: v1alpha1.AnnotationPlaced); "" means no limit. It is
+	// InvalidArgument for kinds other than Run. In Kubernetes this is a
+	// field selector on spec.placement.podUID.
+	PlacedPodUID string
 }
 
 // DeleteOptions are conditions on a delete.
@@ -206,6 +212,10 @@ type WatchOptions struct {
 	// Modified. Writes to Runs that match neither before nor after are not
 	// seen.
 	AssignedPodUID string
+	// PlacedPodUID limits a Run watch to Runs whose spec.placement.podUID
+	// is this UID, as ListOptions.PlacedPodUID; with AssignedPodUID too,
+	// a Run must match both.
+	PlacedPodUID string
 	// Phase limits a Run watch to Runs whose status.phase is this phase;
 	// "" means every phase (a watch selects one phase at most: unlike a
 	// list's several, one phase is exact as a Kubernetes field selector).

@@ -23,6 +23,14 @@ const FinalizerRuntimed = "stoke.dev/runtimed"
 // soon as it runs, such as a workflow's artifact step.
 const AnnotationClaimFirst = "stoke.dev/claim-first"
 
+// AnnotationPlaced, "true" on a Run created with spec.placement.podUID,
+// says that its creator had the scheduler place it on that pod before the
+// create (a Function's replica): the pod's runtimed may then take it as
+// created, writing its assignment with its claim, with no Scheduled write
+// before (docs/runtimed.md, "Placed at create"). The scheduler writes
+// the assignment itself if runtimed has not taken it soon after.
+const AnnotationPlaced = "stoke.dev/placed"
+
 // Phase is where a Run is in its life.
 type Phase string
 
@@ -68,6 +76,7 @@ func (p Phase) HoldsSlot() bool {
 // +kubebuilder:resource:scope=Namespaced
 // +kubebuilder:selectablefield:JSONPath=`.status.phase`
 // +kubebuilder:selectablefield:JSONPath=`.status.assignedPodUID`
+// +kubebuilder:selectablefield:JSONPath=`.spec.placement.podUID`
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtime`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.status.attempt`

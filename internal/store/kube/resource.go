@@ -119,6 +119,7 @@ var workflowKind = &kind[*v1alpha1.Workflow]{
 const (
 	fieldPhase          = "status.phase"
 	fieldAssignedPodUID = "status.assignedPodUID"
+	fieldPlacedPodUID   = "spec.placement.podUID"
 )
 
 // knownPhases is every value status.phase takes, "" (not written yet)
@@ -184,7 +185,7 @@ func (r *resource[T]) List(ctx context.Context, opts store.ListOptions) ([]T, st
 	if err := r.s.check(); err != nil {
 		return nil, "", err
 	}
-	sel, filter, err := r.fieldSelector(opts.Phases, opts.AssignedPodUID)
+	sel, filter, err := r.fieldSelector(opts.Phases, opts.AssignedPodUID, opts.PlacedPodUID)
 	if err != nil {
 		return nil, "", err
 	}
@@ -232,12 +233,15 @@ func (r *resource[T]) List(ctx context.Context, opts store.ListOptions) ([]T, st
 
 // fieldSelector turns the phase and assigned-pod filters into a field
 // selector, and a filter for what the selector cannot say exactly.
-func (r *resource[T]) fieldSelector(phases []v1alpha1.Phase, podUID string) (string, func(T) bool, error) {
+func (r *resource[T]) fieldSelector(phases []v1alpha1.Phase, podUID, placedUID string) (string, func(T) bool, error) {
 	if len(phases) > 0 && !r.k.hasPhase {
 		return "", nil, fmt.Errorf("list %ss: a phase filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
 	}
 	if podUID != "" && !r.k.hasPod {
 		return "", nil, fmt.Errorf("%ss: an assigned pod filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
+	}
+	if placedUID != "" && !r.k.hasPod {
+		return "", nil, fmt.Errorf("%ss: a placed pod filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
 	}
 	var (
 		terms  []fields.Selector
@@ -245,6 +249,9 @@ func (r *resource[T]) fieldSelector(phases []v1alpha1.Phase, podUID string) (str
 	)
 	if podUID != "" {
 		terms = append(terms, fields.OneTermEqualSelector(fieldAssignedPodUID, podUID))
+	}
+	if placedUID != "" {
+		terms = append(terms, fields.OneTermEqualSelector(fieldPlacedPodUID, placedUID))
 	}
 	switch {
 	case len(phases) == 1:

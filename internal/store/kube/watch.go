@@ -56,7 +56,7 @@ func (r *resource[T]) Watch(ctx context.Context, opts store.WatchOptions) (store
 	if opts.Phase != "" {
 		phases = []v1alpha1.Phase{opts.Phase} // one phase: exact, no filter here
 	}
-	sel, _, err := r.fieldSelector(phases, opts.AssignedPodUID)
+	sel, _, err := r.fieldSelector(phases, opts.AssignedPodUID, opts.PlacedPodUID)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,9 @@ type kind[T store.Object] struct {
 	// assignedPodUID returns what ListOptions.AssignedPodUID and
 	// WatchOptions.AssignedPodUID select on; nil for kinds without it.
 	assignedPodUID func(obj T) string
+	// placedPodUID returns what ListOptions.PlacedPodUID and
+	// WatchOptions.PlacedPodUID select on; nil for kinds without it.
+	placedPodUID func(obj T) string
 }
 
 // gvk is the group, version and kind set on every stored object, so that
@@ -73,6 +76,12 @@ var runKind = &kind[*v1alpha1.Run]{
 	spec:           func(obj *v1alpha1.Run) ([]byte, error) { return json.Marshal(&obj.Spec) },
 	phase:          func(obj *v1alpha1.Run) string { return string(obj.Status.Phase) },
 	assignedPodUID: func(obj *v1alpha1.Run) string { return obj.Status.AssignedPodUID },
+	placedPodUID: func(obj *v1alpha1.Run) string {
+		if pl := obj.Spec.Placement; pl != nil {
+			return pl.PodUID
+		}
+		return ""
+	},
 }
 
 var runtimeKind = &kind[*v1alpha1.Runtime]{

@@ -219,6 +219,9 @@ func (r *resource[T]) List(ctx context.Context, opts store.ListOptions) ([]T, st
 	if opts.AssignedPodUID != "" && r.k.assignedPodUID == nil {
 		return nil, "", fmt.Errorf("list %ss: an assigned pod filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
 	}
+	if opts.PlacedPodUID != "" && r.k.placedPodUID == nil {
+		return nil, "", fmt.Errorf("list %ss: a placed pod filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
+	}
 	var q strings.Builder
 	args := []any{r.k.name}
 	q.WriteString(`SELECT resource_version, body FROM objects WHERE kind = ?`)
@@ -265,6 +268,9 @@ func (r *resource[T]) List(ctx context.Context, opts store.ListOptions) ([]T, st
 			continue
 		}
 		if opts.AssignedPodUID != "" && r.k.assignedPodUID(obj) != opts.AssignedPodUID {
+			continue
+		}
+		if opts.PlacedPodUID != "" && r.k.placedPodUID(obj) != opts.PlacedPodUID {
 			continue
 		}
 		items = append(items, obj)

@@ -38,6 +38,7 @@ type watcher[T store.Object] struct {
 	ctx         context.Context
 	namespace   string
 	podUID      string         // WatchOptions.AssignedPodUID
+	placedUID   string         // WatchOptions.PlacedPodUID
 	phase       v1alpha1.Phase // WatchOptions.Phase
 	from, until int64
 	limit       int
@@ -67,6 +68,9 @@ func (r *resource[T]) Watch(ctx context.Context, opts store.WatchOptions) (store
 	if opts.AssignedPodUID != "" && r.k.assignedPodUID == nil {
 		return nil, fmt.Errorf("watch %ss: an assigned pod filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
 	}
+	if opts.PlacedPodUID != "" && r.k.placedPodUID == nil {
+		return nil, fmt.Errorf("watch %ss: a placed pod filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
+	}
 	if opts.Phase != "" && !r.k.hasPhase {
 		return nil, fmt.Errorf("watch %ss: a phase filter does not apply to this kind: %w", r.k.noun, errdefs.ErrInvalidArgument)
 	}
@@ -92,6 +96,7 @@ func (r *resource[T]) Watch(ctx context.Context, opts store.WatchOptions) (store
 		ctx:       ctx,
 		namespace: opts.Namespace,
 		podUID:    opts.AssignedPodUID,
+		placedUID: opts.PlacedPodUID,
 		phase:     opts.Phase,
 		from:      from,
 		until:     c.rv,
@@ -145,11 +150,12 @@ func (r *resource[T]) fanout(typ store.EventType, prev, obj T) {
 
 // filtered says whether the watch sees a set of objects (by assigned pod,
 // by phase) rather than every one.
-func (w *watcher[T]) filtered() bool { return w.podUID != "" || w.phase != "" }
+func (w *watcher[T]) filtered() bool { return w.podUID != "" || w.placedUID != "" || w.phase != "" }
 
 // matches reports whether obj is in a filtered watch's set.
 func (w *watcher[T]) matches(obj T) bool {
 	return (w.podUID == "" || w.r.k.assignedPodUID(obj) == w.podUID) &&
+		(w.placedUID == "" || w.r.k.placedPodUID(obj) == w.placedUID) &&
 		(w.phase == "" || w.r.k.phase(obj) == string(w.phase))
 }
 

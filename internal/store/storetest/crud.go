@@ -651,3 +651,64 @@ func testListAssignedPod(t *testing.T, s store.Store, cfg *config) {
 		wantErr(t, err, errdefs.ErrInvalidArgument)
 	})
 }
+
+// testListWatchPlacedPod: ListOptions and WatchOptions.PlacedPodUID
+// select the Runs whose spec.placement.podUID is the UID, whatever their
+// status (a runtimed's Runs placed at their create, taken before any
+// write): a write to one is seen, a Run placed elsewhere is not.
+func testListWatchPlacedPod(t *testing.T, s store.Store, cfg *config) {
+	ctx := testContext(t, cfg)
+	runs := s.Runs()
+	placed := func(ns, name, uid string) *v1alpha1.Run {
+		r := runCase.object(ns, name)
+		r.Spec.Placement = &v1alpha1.Placement{PodUID: uid}
+		out, err := runs.Create(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	on1 := placed(nsA, "placed-1", podUID1)
+	placed(nsB, "placed-1-b", podUID1)
+	placed(nsA, "placed-2", podUID2)
+	if _, err := runs.Create(ctx, runCase.object(nsA, "unplaced")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts store.ListOptions
+		want []string
+	}{
+		{"AllNamespaces", store.ListOptions{PlacedPodUID: podUID1}, []string{"team-a/placed-1", "team-b/placed-1-b"}},
+		{"OneNamespace", store.ListOptions{Namespace: nsA, PlacedPodUID: podUID1}, []string{"team-a/placed-1"}},
+		{"OtherPod", store.ListOptions{PlacedPodUID: podUID2}, []string{"team-a/placed-2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			items, _, err := runs.List(ctx, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameValue(t, "names", names(items), tc.want)
+		})
+	}
+	t.Run("Watch", func(t *testing.T) {
+		_, rv, err := runs.List(ctx, store.ListOptions{Namespace: nsA, PlacedPodUID: podUID1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := runs.Watch(ctx, store.WatchOptions{ResourceVersion: rv, Namespace: nsA, PlacedPodUID: podUID1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		placed(nsA, "placed-2-later", podUID2)
+		assign(t, ctx, runs, on1, v1alpha1.PhaseReady, podUID1)
+		if ev := nextEvent(t, cfg, w); ev.Type != store.Modified || ev.Object.Name != "placed-1" || ev.Object.Status.Phase != v1alpha1.PhaseReady {
+			t.Fatalf("event %s %v; want placed-1 Modified, Ready (the Run placed elsewhere is not seen)", ev.Type, ev.Object)
+		}
+	})
+	t.Run("RuntimesHaveNoPlacement", func(t *testing.T) {
+		_, _, err := s.Runtimes().List(ctx, store.ListOptions{PlacedPodUID: podUID1})
+		wantErr(t, err, errdefs.ErrInvalidArgument)
+	})
+}

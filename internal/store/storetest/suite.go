@@ -100,6 +100,7 @@ func Run(t *testing.T, newStore NewStore, opts ...Option) {
 		{"SameNameInBothKinds", testSameNameInBothKinds},
 		{"ListRunPhases", testListRunPhases},
 		{"ListAssignedPod", testListAssignedPod},
+		{"ListWatchPlacedPod", testListWatchPlacedPod},
 		{"WatchAssignedPod", testWatchAssignedPod},
 		{"WatchPhase", testWatchPhase},
 		{"WatchSeesOneKind", testWatchSeesOneKind},
