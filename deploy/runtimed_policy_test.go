@@ -21,6 +21,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
 	"stoke.dev/stoke/internal/kubetest"
+	"stoke.dev/stoke/internal/placement"
 	"stoke.dev/stoke/internal/runtimeset"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/kube"
@@ -133,6 +134,29 @@ func TestRuntimedPolicy(t *testing.T) {
 	r.Finalizers = slices.DeleteFunc(r.Finalizers, func(f string) bool { return f == v1alpha1.FinalizerRuntimed })
 	if _, err = a.runs.Update(ctx, r); err != nil {
 		t.Fatalf("runtimed of pod A removes its finalizer from a Run it gave back: %v", err)
+	}
+
+	// A function Run placed on pod A at its create, not written yet: A
+	// takes it, assigning it to itself with its claim; B may not, nor may
+	// A assign it elsewhere, nor take a Run placed so without the
+	// annotation (a plain pinned Run, which the scheduler assigns).
+	placed := placedRun(t, runs, ns, "placed-a", a.pod, true)
+	pinned := placedRun(t, runs, ns, "pinned-a", a.pod, false)
+	r = placed.DeepCopy()
+	placement.Assign(r, b.pod.Name, string(b.pod.UID), time.Now())
+	_, err = b.runs.UpdateStatus(ctx, r)
+	wantRefused(t, err, "runtimed of pod B takes a Run placed on pod A", "may change only the Runs assigned to its Pod")
+	_, err = a.runs.UpdateStatus(ctx, r)
+	wantRefused(t, err, "runtimed of pod A assigns a Run placed on it to pod B", "may not assign a Run to another Pod")
+	r = pinned.DeepCopy()
+	placement.Assign(r, a.pod.Name, string(a.pod.UID), time.Now())
+	_, err = a.runs.UpdateStatus(ctx, r)
+	wantRefused(t, err, "runtimed of pod A takes a Run pinned to it, not placed", "may change only the Runs assigned to its Pod")
+	r = placed.DeepCopy()
+	placement.Assign(r, a.pod.Name, string(a.pod.UID), time.Now())
+	r.Status.Phase = v1alpha1.PhaseReady
+	if _, err := a.runs.UpdateStatus(ctx, r); err != nil {
+		t.Fatalf("runtimed of pod A takes a Run placed on it: %v", err)
 	}
 
 	// Leases: its Pod's, held by its Pod's UID; no other.
@@ -248,6 +272,27 @@ func assignedRun(t *testing.T, runs store.Resource[*v1alpha1.Run], ns, name stri
 	run.Status.Phase = v1alpha1.PhaseScheduled
 	run.Status.AssignedPod, run.Status.AssignedPodUID = pod.Name, string(pod.UID)
 	if run, err = runs.UpdateStatus(t.Context(), run); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+// placedRun creates a function Run placed on pod at its create, as the
+// Function controller does (marked: with the placed annotation), or only
+// pinned there.
+func placedRun(t *testing.T, runs store.Resource[*v1alpha1.Run], ns, name string, pod *corev1.Pod, marked bool) *v1alpha1.Run {
+	t.Helper()
+	run := &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.RunSpec{Runtime: "bash", Mode: v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "fn.handle"}},
+			Source: &v1alpha1.Source{Inline: &v1alpha1.InlineSource{Path: "fn.sh", Text: "handle() { :; }\n"}}},
+	}
+	placement.Place(run, string(pod.UID))
+	if !marked {
+		delete(run.Annotations, v1alpha1.AnnotationPlaced)
+	}
+	run, err := runs.Create(t.Context(), run)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return run

@@ -26,6 +26,7 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/loadreport"
+	"stoke.dev/stoke/internal/placement"
 	"stoke.dev/stoke/internal/pydeps/pydepstest"
 	"stoke.dev/stoke/internal/testbin"
 )
@@ -429,8 +430,10 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	// Runs (its own informer: each step as seen here): the call's start to
 	// the replica Run's create, to its Ready, to the answer.
 	var toCreate, toReady, toAnswer []time.Duration
-	// Within the replica's way to Ready: the scheduler's Scheduled
-	// write, runtimed's Running claim, and runtimed's finalizer (its
+	// Within the replica's way to Ready: its assignment (the scheduler's
+	// Scheduled write, or, for a replica placed at its create, runtimed's
+	// one write of the assignment, the claim and Ready), runtimed's
+	// Running claim, and runtimed's finalizer (its
 	// registration, a Python worker started and the handler imported,
 	// then its Ready write, is the rest).
 	var toScheduled, toRunning, toFinalizer, runningToReady []time.Duration
@@ -458,6 +461,10 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	// write returned (the line), → this test's watch saw Ready.
 	var toTook, tookToRegistered, registeredToWrite, writeToWritten, writtenToSeen, scheduledToReady []time.Duration
 	oneWrite := 0
+	// Replicas placed at their create whose first assigned state was
+	// runtimed's one write (assigned, claimed and Ready: no Scheduled
+	// write before it; internal/placement), of those seen assigned.
+	placedTaken, assignedSeen := 0, 0
 	// The writes this test's watches saw between the call and its answer
 	// (sfzWindow), and the API server's own count of every write over
 	// the benchmark (one scrape each side, outside the timed part): which
@@ -542,9 +549,15 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 			*into = append(*into, time.Since(start))
 		}
 		b.StopTimer()
-		replica, _, _ := runs.first(func(r *v1alpha1.Run) bool {
+		replica, _, seenAssigned := runs.first(func(r *v1alpha1.Run) bool {
 			return r.Labels[v1alpha1.LabelFunction] == name && r.Status.AssignedPod != ""
 		})
+		if seenAssigned {
+			assignedSeen++
+			if placement.Marked(replica) && replica.Status.Phase == v1alpha1.PhaseReady {
+				placedTaken++
+			}
+		}
 		scheduled, ok1 := runs.firstSeen(func(r *v1alpha1.Run) bool {
 			return r.Labels[v1alpha1.LabelFunction] == name && r.Status.AssignedPodUID != ""
 		})
@@ -600,6 +613,9 @@ func benchScaleFromZero(b *testing.B, e *kubeEnv, g *gatewayUsers) {
 	reportPercentilesAs(b, writtenToSeen, "step3i-ready-written-to-seen")
 	if len(toTook) > 0 {
 		b.ReportMetric(float64(oneWrite)/float64(len(toTook)), "claim-with-ready-share")
+	}
+	if assignedSeen > 0 {
+		b.ReportMetric(float64(placedTaken)/float64(assignedSeen), "placed-share")
 	}
 }
 

@@ -133,7 +133,8 @@ func New(cfg Config) (*Core, error) {
 		return nil, err
 	}
 	fset, err := functionset.New(functionset.Config{Functions: st.Functions(), Runs: st.Runs(), FunctionInformer: inf.Functions,
-		RunInformer: inf.Runs, Drained: cfg.FunctionDrained, Load: cfg.FunctionLoad, Created: sched.Created, Logger: log})
+		RunInformer: inf.Runs, Drained: cfg.FunctionDrained, Load: cfg.FunctionLoad, Created: sched.Created,
+		Place: sched.Place, Unplace: sched.Unplace, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/clock"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
@@ -21,6 +22,7 @@ import (
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/loop"
+	"stoke.dev/stoke/internal/placement"
 	"stoke.dev/stoke/internal/store"
 )
 
@@ -82,6 +84,15 @@ type Config struct {
 	// assigned without waiting for the Run watch to deliver it: a scale
 	// from zero waits for that assignment. It must not block.
 	Created func(run *v1alpha1.Run)
+	// Place, when set, reserves a slot for a replica before its create
+	// (the scheduler's Place, in the same process), which is then
+	// created placed on that pod (placement.Place): its pod's runtimed
+	// takes it as created, and writes its assignment with its claim and
+	// Ready, one API write less before a scale from zero's first answer.
+	// Unplace gives the slot back when the create failed. Both or
+	// neither.
+	Place   func(ctx context.Context, namespace, name, runtime string) (podUID string, ok bool)
+	Unplace func(namespace, name string)
 	// Clock defaults to the real clock.
 	Clock clock.Clock
 	// Logger: nil discards.
@@ -417,7 +428,7 @@ func (c *Controller) reconcile(ctx context.Context, k informer.Key, fn *v1alpha1
 			c.loop.After(st.notBefore, k)
 		} else {
 			for range need {
-				run, err := c.cfg.Runs.Create(ctx, Replica(fn, hash))
+				run, err := c.create(ctx, fn, hash)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("create a replica of function %s: %w", k, err))
 					break
@@ -636,4 +647,35 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// create creates one replica of fn, placed on a pod before its create
+// when Config.Place finds a free slot. The name is the one GenerateName
+// would give, chosen here so that the slot is reserved for it.
+func (c *Controller) create(ctx context.Context, fn *v1alpha1.Function, hash string) (*v1alpha1.Run, error) {
+	run := Replica(fn, hash)
+	if c.cfg.Place == nil {
+		return c.cfg.Runs.Create(ctx, run)
+	}
+	run.Name = generatedName(run.GenerateName)
+	pod, placed := c.cfg.Place(ctx, run.Namespace, run.Name, run.Spec.Runtime)
+	if placed {
+		placement.Place(run, pod)
+	}
+	created, err := c.cfg.Runs.Create(ctx, run)
+	if err != nil && placed {
+		c.cfg.Unplace(run.Namespace, run.Name)
+	}
+	return created, err
+}
+
+// generatedName is the name the API server gives an object created with
+// GenerateName base (its SimpleNameGenerator): base, cut to 58
+// characters, and five random ones.
+func generatedName(base string) string {
+	const maxBase = 63 - 5
+	if len(base) > maxBase {
+		base = base[:maxBase]
+	}
+	return base + utilrand.String(5)
 }

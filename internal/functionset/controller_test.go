@@ -62,6 +62,17 @@ func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 // Created hook.
 func newEnvWith(t *testing.T, load func(ns, name string) (int, int), created ...func(*v1alpha1.Run)) *env {
 	t.Helper()
+	return newEnvConfig(t, func(c *functionset.Config) {
+		c.Load = load
+		if len(created) > 0 {
+			c.Created = created[0]
+		}
+	})
+}
+
+// newEnvConfig is newEnv with the controller's Config changed by edit.
+func newEnvConfig(t *testing.T, edit func(*functionset.Config)) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	fc := testingclock.NewFakeClock(t0)
 	st, err := sqlite.Open(ctx, t.TempDir(), sqlite.WithClock(fc.Now))
@@ -82,12 +93,12 @@ func newEnvWith(t *testing.T, load func(ns, name string) (int, int), created ...
 		UpdateFunc: func(_, _ *v1alpha1.Run) { poke() }, DeleteFunc: func(*v1alpha1.Run) { poke() }})
 	e.fns.AddEventHandler(informer.HandlerFuncs[*v1alpha1.Function]{AddFunc: func(*v1alpha1.Function) { poke() },
 		UpdateFunc: func(_, _ *v1alpha1.Function) { poke() }, DeleteFunc: func(*v1alpha1.Function) { poke() }})
-	var onCreated func(*v1alpha1.Run)
-	if len(created) > 0 {
-		onCreated = created[0]
+	cfg := functionset.Config{Functions: countedFunctions{st.Functions(), &e.statusWrites}, Runs: st.Runs(),
+		FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log}
+	if edit != nil {
+		edit(&cfg)
 	}
-	c, err := functionset.New(functionset.Config{Functions: countedFunctions{st.Functions(), &e.statusWrites}, Runs: st.Runs(),
-		FunctionInformer: e.fns, RunInformer: e.runs, Clock: fc, Logger: log, Load: load, Created: onCreated})
+	c, err := functionset.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/gitsource"
 	"stoke.dev/stoke/internal/logging"
+	"stoke.dev/stoke/internal/placement"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/runlog"
 	"stoke.dev/stoke/internal/runtime"
@@ -182,6 +183,44 @@ func (d *Daemon) OnRun(run *v1alpha1.Run) {
 		return
 	}
 	d.startWorkerLocked(run, false)
+}
+
+// OnPlaced tells the daemon about the current state of a Run placed on
+// its pod at the Run's create (placement.Unclaimed) that no one has
+// written yet: a new one starts a worker, which writes the assignment
+// with its claim (no Scheduled write before it); an update reaches the
+// worker only while what the worker knows is unwritten too, so that a
+// Run heard of from two informers (the sidecar's placed and assigned
+// ones) never goes back to an older version. Other Runs are ignored.
+// With Pod.Slots known, a Run that would overfill the pod is left to the
+// scheduler, which assigns it when a slot frees.
+func (d *Daemon) OnPlaced(run *v1alpha1.Run) {
+	if run == nil || placement.Unclaimed(run) != d.cfg.Pod.UID {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ctx.Err() != nil {
+		return
+	}
+	if w := d.workers[string(run.UID)]; w != nil {
+		w.updateUnclaimed(run)
+		return
+	}
+	if run.DeletionTimestamp != nil {
+		return
+	}
+	if s := d.cfg.Pod.Slots; s > 0 && len(d.workers) >= int(s) {
+		d.log.Debug("a run placed on this pod would overfill it: left to the scheduler", "run_uid", run.UID, "slots", s)
+		return
+	}
+	d.startWorkerLocked(run, false)
+}
+
+// holds reports whether run is this pod's: assigned to it, or placed on
+// it at its create and not written yet.
+func (d *Daemon) holds(run *v1alpha1.Run) bool {
+	return run.Status.AssignedPodUID == d.cfg.Pod.UID || placement.Unclaimed(run) == d.cfg.Pod.UID
 }
 
 // Adopt takes over the Runs of this pod that a previous runtimed process

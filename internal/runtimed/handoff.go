@@ -6,6 +6,7 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/placement"
 )
 
 // The hand-off from a Run informer to the runtimed of each pod, the same
@@ -40,30 +41,33 @@ func (s *Started) Stop() {
 }
 
 // Dispatch is an informer handler that tells the daemon of each Run's
-// assigned pod about the Run: every state on add and update, its last one
-// on delete. daemon returns nil for a pod that has none here; a daemon
-// started after Runs were assigned to its pod hears of them from Replay
-// (or, registered later, from the informer's replay of its cache).
+// assigned pod about the Run, and the daemon of the pod a Run was placed
+// on at its create about it until it is written (OnPlaced): every state
+// on add and update, its last one on delete. daemon returns nil for a pod
+// that has none here; a daemon started after Runs were assigned to its
+// pod hears of them from Replay (or, registered later, from the
+// informer's replay of its cache).
 func Dispatch(daemon func(podUID string) *Daemon) informer.Handler[*v1alpha1.Run] {
-	route := func(run *v1alpha1.Run) *Daemon {
-		if run.Status.AssignedPodUID == "" {
-			return nil
+	tell := func(run *v1alpha1.Run) {
+		if uid := run.Status.AssignedPodUID; uid != "" {
+			if d := daemon(uid); d != nil {
+				d.OnRun(run)
+			}
+		} else if uid := placement.Unclaimed(run); uid != "" {
+			if d := daemon(uid); d != nil {
+				d.OnPlaced(run)
+			}
 		}
-		return daemon(run.Status.AssignedPodUID)
 	}
 	return informer.HandlerFuncs[*v1alpha1.Run]{
-		AddFunc: func(run *v1alpha1.Run) {
-			if d := route(run); d != nil {
-				d.OnRun(run)
-			}
-		},
-		UpdateFunc: func(_, run *v1alpha1.Run) {
-			if d := route(run); d != nil {
-				d.OnRun(run)
-			}
-		},
+		AddFunc:    tell,
+		UpdateFunc: func(_, run *v1alpha1.Run) { tell(run) },
 		DeleteFunc: func(run *v1alpha1.Run) {
-			if d := route(run); d != nil {
+			uid := run.Status.AssignedPodUID
+			if uid == "" {
+				uid = placement.Unclaimed(run)
+			}
+			if d := daemon(uid); uid != "" && d != nil {
 				d.OnDelete(run)
 			}
 		},
@@ -82,11 +86,34 @@ func (d *Daemon) Handler() informer.Handler[*v1alpha1.Run] {
 	}
 }
 
+// PlacedHandler hands the daemon the Runs of an informer that holds the
+// Runs placed on its pod at their create (one filtered by
+// store.ListOptions.PlacedPodUID), while they are not written: beside
+// Handler's informer, which has them from their first write on. A Run
+// deleted before it was written is gone from this pod; one deleted later
+// leaves Handler's informer too, which tells the daemon.
+func (d *Daemon) PlacedHandler() informer.Handler[*v1alpha1.Run] {
+	return informer.HandlerFuncs[*v1alpha1.Run]{
+		AddFunc:    d.OnPlaced,
+		UpdateFunc: func(_, run *v1alpha1.Run) { d.OnPlaced(run) },
+		DeleteFunc: func(run *v1alpha1.Run) {
+			if placement.Unclaimed(run) == d.cfg.Pod.UID {
+				d.OnDelete(run)
+			}
+		},
+	}
+}
+
 // Replay hands a daemon that has just started the Runs already assigned
-// to its pod, which Dispatch could not route to it before it existed.
+// to its pod (or placed on it at their create), which Dispatch could not
+// route to it before it existed.
 func (d *Daemon) Replay(runs *informer.Informer[*v1alpha1.Run]) {
-	for _, run := range runs.List(func(r *v1alpha1.Run) bool { return r.Status.AssignedPodUID == d.cfg.Pod.UID }) {
-		d.OnRun(run)
+	for _, run := range runs.List(d.holds) {
+		if run.Status.AssignedPodUID == d.cfg.Pod.UID {
+			d.OnRun(run)
+		} else {
+			d.OnPlaced(run)
+		}
 	}
 }
 

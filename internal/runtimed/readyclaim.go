@@ -77,7 +77,8 @@ func (c *readyClaim) stopTimer() {
 }
 
 // claimReady writes the Run claimed and Ready at once (Scheduled → Ready,
-// with startTime and the endpoint) and returns what was stored, or nil
+// with startTime and the endpoint; a Run placed here at its create goes
+// from nothing written to Ready, assigned in the same write) and returns what was stored, or nil
 // when the Run moved on (reassigned, ended) or the write failed: as a
 // refused claim, the registration is then ended. A Run being deleted
 // meanwhile is claimed as the claim alone would: runFunction then sees the
@@ -85,7 +86,7 @@ func (c *readyClaim) stopTimer() {
 func (w *worker) claimReady(ctx context.Context, took metav1.Time) *v1alpha1.Run {
 	now := metav1.NewTime(w.d.cfg.Now())
 	updated, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
-		if r.Status.Phase != v1alpha1.PhaseScheduled || !slices.Contains(r.Finalizers, Finalizer) {
+		if !slices.Contains(r.Finalizers, Finalizer) || !w.assigned(r, took) {
 			return false
 		}
 		setClaimed(r, took)

@@ -124,7 +124,9 @@ func newEnvWith(t *testing.T, runtime string, opts envOptions) *env {
 		for ev := range w.Events() {
 			switch ev.Type {
 			case store.Added, store.Modified:
+				// As runtimed.Dispatch: each ignores what is not its.
 				d.OnRun(ev.Object)
+				d.OnPlaced(ev.Object)
 			case store.Deleted:
 				d.OnDelete(ev.Object)
 			}

@@ -20,8 +20,8 @@ import (
 // setStatus applies mutate to the freshest copy of the Run and writes it
 // with optimistic concurrency, re-reading on conflict. mutate returns false
 // when the change no longer applies (the Run moved on); setStatus then
-// returns nil. A Run no longer assigned to this pod, or terminal, is never
-// changed.
+// returns nil. A Run not assigned to this pod (nor placed here at its
+// create and not written yet), or terminal, is never changed.
 func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool) (*v1alpha1.Run, error) {
 	// Every attempt mutates its own copy of the freshest Run known, so
 	// that an attempt that failed leaves nothing behind for the next.
@@ -30,7 +30,7 @@ func (w *worker) setStatus(ctx context.Context, mutate func(*v1alpha1.Run) bool)
 	err := w.whileStoreUnavailable(ctx, ctx, "runs/status", func(ctx context.Context) error {
 		return store.RetryOnConflict(func() error {
 			run := base.DeepCopy()
-			if run.Status.AssignedPodUID != w.d.cfg.Pod.UID || run.Status.Phase.Terminal() || !mutate(run) {
+			if !w.d.holds(run) || run.Status.Phase.Terminal() || !mutate(run) {
 				return nil
 			}
 			w.hidePaths(&run.Status)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
+	"stoke.dev/stoke/internal/placement"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/runtime"
 )
@@ -50,6 +51,21 @@ func (w *worker) update(run *v1alpha1.Run) {
 	w.latest = run
 	w.mu.Unlock()
 	w.signal()
+}
+
+// updateUnclaimed is update for a version of a Run placed at its create
+// and not written yet (OnPlaced): taken only while the worker knows
+// nothing newer than such a version.
+func (w *worker) updateUnclaimed(run *v1alpha1.Run) {
+	w.mu.Lock()
+	newer := placement.Unclaimed(w.latest) != ""
+	if newer {
+		w.latest = run
+	}
+	w.mu.Unlock()
+	if newer {
+		w.signal()
+	}
 }
 
 // wrote records what the worker's own write of base stored, unless the
@@ -201,10 +217,12 @@ func (w *worker) run(ctx context.Context) {
 // returns what was stored, or nil when the Run moved on (cancelled,
 // reassigned, ended) or the write failed. A conflict re-reads and decides
 // again. A function requeued after a restart keeps its first startTime:
-// its reservation lifetime counts from there (a retry clears it).
+// its reservation lifetime counts from there (a retry clears it). A Run
+// placed here at its create and not written yet is assigned in the same
+// write.
 func (w *worker) claim(ctx context.Context, now metav1.Time) *v1alpha1.Run {
 	claimed, err := w.setStatus(ctx, func(r *v1alpha1.Run) bool {
-		if r.Status.Phase != v1alpha1.PhaseScheduled {
+		if !w.assigned(r, now) {
 			return false
 		}
 		setClaimed(r, now)
@@ -214,6 +232,21 @@ func (w *worker) claim(ctx context.Context, now metav1.Time) *v1alpha1.Run {
 		w.log.Warn("claiming run", "error", err)
 	}
 	return claimed
+}
+
+// assigned reports whether r is Scheduled on this pod, assigning it here
+// first when it was placed here at its create and nothing was written
+// since (placement.Unclaimed): the write of its claim is then its
+// assignment too.
+func (w *worker) assigned(r *v1alpha1.Run, now metav1.Time) bool {
+	if r.Status.Phase == v1alpha1.PhaseScheduled {
+		return true
+	}
+	if placement.Unclaimed(r) != w.d.cfg.Pod.UID {
+		return false
+	}
+	placement.Assign(r, w.d.cfg.Pod.Name, w.d.cfg.Pod.UID, now.Time)
+	return true
 }
 
 // setClaimed makes r's status the claim's: Running, with startTime.

@@ -225,6 +225,7 @@ func (s *Scheduler) podGone(ctx context.Context, p podsource.Pod) {
 		clear(s.gone)
 	}
 	s.gone[p.UID] = p.Name
+	s.placedGone(ctx, p.UID)
 	if q := s.pinned[p.UID]; q != nil {
 		// Its pinned Runs can run nowhere else: decided again, they fail.
 		for _, rs := range append([]*runState(nil), (*q)...) {

@@ -11,6 +11,7 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/informer"
+	"stoke.dev/stoke/internal/placement"
 	"stoke.dev/stoke/internal/retry"
 )
 
@@ -42,6 +43,9 @@ type runState struct {
 
 	// pin is spec.placement.podUID: the only pod the Run may take.
 	pin string
+	// placedAt is when the Run, placed at its create, first held its
+	// pod's slot waiting for that pod's runtimed (placed.go).
+	placedAt time.Time
 
 	index    int       // position in queue; -1 when not waiting
 	queue    *runHeap  // the heap it waits in: its pool's, or its pod's for a pinned Run
@@ -193,6 +197,10 @@ func (s *Scheduler) decide(ctx context.Context, rs *runState, run *v1alpha1.Run)
 	if !s.runtimeExists(p) {
 		s.unwait(rs)
 		s.write(ctx, rs, run, job{kind: jobRuntimeCheck})
+		return
+	}
+	if placement.Unclaimed(run) != "" {
+		s.decidePlaced(ctx, rs, run, p)
 		return
 	}
 	if rs.pin != "" {

@@ -90,6 +90,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +100,7 @@ import (
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/logging"
 	"stoke.dev/stoke/internal/loop"
+	"stoke.dev/stoke/internal/placement"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
 	"stoke.dev/stoke/internal/store"
@@ -113,10 +115,10 @@ const RuntimeNotFound retry.Reason = "RuntimeNotFound"
 const (
 	// ConditionScheduled is True once the Run is assigned to a pod, False
 	// with reason Unschedulable while no pod can take it.
-	ConditionScheduled = "Scheduled"
+	ConditionScheduled = placement.ConditionScheduled
 	// ReasonScheduled is the reason of Scheduled=True, and of
 	// Retrying=False when an assignment ends the wait for a retry.
-	ReasonScheduled = "Scheduled"
+	ReasonScheduled = placement.ReasonScheduled
 	// ReasonUnschedulable is the reason of Scheduled=False while no ready
 	// pod of the Runtime has a free slot.
 	ReasonUnschedulable = string(retry.Unschedulable)
@@ -207,6 +209,14 @@ type Scheduler struct {
 	// Run and pool timers, pod events, the write workers.
 	loop    *loop.Loop[loopKey, podsource.Event, result]
 	started atomic.Bool
+	// serving is set while the loop runs, so that Place has an answer;
+	// done is closed when Run returns.
+	serving atomic.Bool
+	done    chan struct{}
+
+	// placeReqs are the Place and Unplace calls for the loop (placed.go).
+	placeMu   sync.Mutex
+	placeReqs []placeReq
 
 	// Owned by the Run goroutine.
 	runs  map[informer.Key]*runState
@@ -226,6 +236,9 @@ type Scheduler struct {
 	// out a slot again.
 	unschedWriting int
 	seq            uint64
+	// tickets are the slots Place reserved for Runs not seen yet, by the
+	// Runs' names.
+	tickets map[informer.Key]ticket
 }
 
 // loopKey is a key of the scheduler's loop: a Run, or a Runtime that was
@@ -242,6 +255,8 @@ const (
 	keyRun     keyKind = iota // a Run: sync it
 	keyRuntime                // a deleted Runtime: recheck its pool
 	keyPool                   // a pool (namespace, Runtime name): is it stuck?
+	keyPlace                  // Place and Unplace calls wait (placed.go)
+	keyTicket                 // a reservation of Place may lapse
 )
 
 // New checks cfg and returns a Scheduler.
@@ -268,7 +283,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
-	s := &Scheduler{cfg: cfg, log: cfg.Logger, clk: cfg.Clock}
+	s := &Scheduler{cfg: cfg, log: cfg.Logger, clk: cfg.Clock, done: make(chan struct{})}
 	s.loop = loop.New(loop.Config[loopKey, podsource.Event, result]{
 		Clock:   cfg.Clock,
 		Workers: cfg.Workers,
@@ -290,6 +305,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("scheduler: Run called twice")
 	}
+	defer close(s.done)
 	if err := s.cfg.RunInformer.WaitForSync(ctx); err != nil {
 		return nil
 	}
@@ -303,6 +319,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.pinned = map[string]*runHeap{}
 	s.gone = map[string]string{}
 	s.dirty = map[informer.Key]struct{}{}
+	s.tickets = map[informer.Key]ticket{}
 
 	events, snapshot, cancel := s.cfg.Pods.Subscribe()
 	defer cancel()
@@ -327,6 +344,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	})
 	defer removeRuntimes()
 
+	s.serving.Store(true)
+	defer s.serving.Store(false)
 	if err := s.loop.Run(ctx, events); err != nil {
 		if errors.Is(err, loop.ErrEventsEnded) {
 			return errors.New("scheduler: the pod subscription ended")
@@ -351,6 +370,10 @@ func (s *Scheduler) syncKey(ctx context.Context, k loopKey) {
 		if p := s.pools[k.Key]; p != nil {
 			s.checkStuck(ctx, p)
 		}
+	case keyPlace:
+		s.servePlaces()
+	case keyTicket:
+		s.lapseTicket(k.Key)
 	}
 }
 

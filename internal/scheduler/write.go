@@ -11,6 +11,7 @@ import (
 
 	"stoke.dev/stoke/api/stoke/v1alpha1"
 	"stoke.dev/stoke/internal/errdefs"
+	"stoke.dev/stoke/internal/placement"
 	"stoke.dev/stoke/internal/podsource"
 	"stoke.dev/stoke/internal/retry"
 )
@@ -107,22 +108,7 @@ func (s *Scheduler) do(ctx context.Context, j job) result {
 
 // assign makes run Scheduled on pod.
 func assign(run *v1alpha1.Run, pod podsource.Pod, now time.Time) {
-	st := &run.Status
-	st.Phase = v1alpha1.PhaseScheduled
-	st.AssignedPod, st.AssignedPodUID = pod.Name, pod.UID
-	st.Attempt = max(st.Attempt, 1)
-	// Reason and message described why the Run was waiting; the Retrying
-	// condition keeps the last failure.
-	st.Reason, st.Message = "", ""
-	at := metav1.NewTime(now)
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonScheduled,
-		Message:            fmt.Sprintf("attempt %d assigned to pod %s", st.Attempt, pod.Name),
-		ObservedGeneration: run.Generation, LastTransitionTime: at,
-	})
-	if c := meta.FindStatusCondition(st.Conditions, retry.ConditionRetrying); c != nil && c.Status != metav1.ConditionFalse {
-		c.Status, c.Reason, c.LastTransitionTime = metav1.ConditionFalse, ReasonScheduled, at
-	}
+	placement.Assign(run, pod.Name, pod.UID, now)
 }
 
 // write hands a status write for rs to the workers.

@@ -31,6 +31,8 @@ import (
 	"stoke.dev/stoke/internal/informer"
 	"stoke.dev/stoke/internal/kubetest"
 	"stoke.dev/stoke/internal/mtls"
+	"stoke.dev/stoke/internal/placement"
+	"stoke.dev/stoke/internal/runtimed"
 	"stoke.dev/stoke/internal/runtimeset"
 	"stoke.dev/stoke/internal/store"
 	"stoke.dev/stoke/internal/store/kube"
@@ -295,6 +297,25 @@ func TestRuntimedInCluster(t *testing.T) {
 	resp, err := invoke(hop, string(fn.UID))
 	if err != nil || string(resp.GetOutput()) != `{"got":[1]}` {
 		t.Fatalf("invoke through the hop: %v %v", resp, err)
+	}
+
+	// A function Run placed on this Pod at its create (a Function's
+	// replica, placed by the scheduler before its create) is taken as
+	// created: runtimed's write assigns, claims and marks it Ready at
+	// once, with no write before it.
+	pr := functionRun("placed")
+	pr.Namespace, pr.Finalizers = e.ns, []string{runtimed.Finalizer}
+	placement.Place(pr, string(e.pod.UID))
+	created, err := e.runs.Create(ctx, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	placedReady := e.cache.await(t, "placed", func(r *v1alpha1.Run) bool { return r.Status.Phase != "" })
+	if st := placedReady.Status; st.Phase != v1alpha1.PhaseReady || st.AssignedPodUID != string(e.pod.UID) || st.Attempt != 1 {
+		t.Fatalf("placed function: first status written %+v; want Ready on this Pod, attempt 1", st)
+	}
+	if created.UID != placedReady.UID {
+		t.Fatalf("placed function: another Run")
 	}
 
 	// The other Pod's Run is as it was assigned: never claimed, written or

@@ -193,6 +193,10 @@ func Run(ctx context.Context, cfg Config) error {
 		duration: cfg.LeaseDuration, interval: cfg.RenewInterval, clock: cfg.Clock, log: log,
 	}
 	runs := informer.New(cfg.Runs, informer.Options{Namespace: cfg.Pod.Namespace, AssignedPodUID: cfg.Pod.UID, Logger: log})
+	// The Runs placed on this Pod at their create (a Function's
+	// replicas), which it takes before anything is written to them: they
+	// are in runs only from their first write, its own claim.
+	placed := informer.New(cfg.Runs, informer.Options{Namespace: cfg.Pod.Namespace, PlacedPodUID: cfg.Pod.UID, Logger: log})
 	var logs *runlog.Store
 	if cfg.RunLogDir != "" {
 		if logs, err = runlog.New(cfg.RunLogDir, log); err != nil {
@@ -236,8 +240,11 @@ func Run(ctx context.Context, cfg Config) error {
 
 	ready := &readiness{checks: []func(context.Context) error{
 		func(context.Context) error {
-			if !runs.HasSynced() {
+			switch {
+			case !runs.HasSynced():
 				return errors.New("the Run informer has not synced yet")
+			case !placed.HasSynced():
+				return errors.New("the placed Run informer has not synced yet")
 			}
 			return nil
 		},
@@ -246,7 +253,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}}
 	hop := NewHop(log, d.Daemon, tlsCfg, logs, metrics)
 
-	errc := make(chan error, 7)
+	errc := make(chan error, 8)
 	var running int
 	start := func(name string, f func(context.Context) error) {
 		running++
@@ -273,6 +280,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		runs.AddEventHandler(d.Handler())
 		return runs.Run(ctx)
+	})
+	start("placed runs", func(ctx context.Context) error {
+		if err := waitRuntimeServer(ctx, health, log); err != nil {
+			return nil // ctx ended
+		}
+		placed.AddEventHandler(d.PlacedHandler())
+		return placed.Run(ctx)
 	})
 	start("adopt", func(ctx context.Context) error {
 		// What a previous runtimed of this Pod (a restarted container)
