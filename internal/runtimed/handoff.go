@@ -67,7 +67,10 @@ func Dispatch(daemon func(podUID string) *Daemon) informer.Handler[*v1alpha1.Run
 			if uid == "" {
 				uid = placement.Unclaimed(run)
 			}
-			if d := daemon(uid); uid != "" && d != nil {
+			if uid == "" {
+				return
+			}
+			if d := daemon(uid); d != nil {
 				d.OnDelete(run)
 			}
 		},
