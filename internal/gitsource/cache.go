@@ -335,20 +335,17 @@ func (c *Cache) git(ctx context.Context, dir string, auth Auth, args ...string) 
 	cmd.Env = gitEnv(c.cfg.Dir, auth)
 	var stdout, stderr tail
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	p, err := proc.Start(cmd)
-	if err != nil {
-		return "", fmt.Errorf("git: %w", err)
-	}
-	select {
-	case <-p.Done():
-	case <-ctx.Done():
-		p.Kill(time.Second)
-		return "", fmt.Errorf("git %s: %w", args[0], ctx.Err())
-	}
-	if p.Err() != nil {
+	if err := proc.Run(ctx, cmd, time.Second); err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("git %s: %w", args[0], ctx.Err())
+		}
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			return "", fmt.Errorf("git: %w", err) // it did not start
+		}
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
-			msg = p.Err().Error()
+			msg = err.Error()
 		}
 		return "", errdefs.Errorf(errdefs.ErrFailedPrecondition, "%s", bounds.Truncate(msg, 1024))
 	}

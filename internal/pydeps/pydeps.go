@@ -212,7 +212,7 @@ func (c *Cache) digest(text []byte) (string, error) {
 		cmd := exec.Command(c.cfg.Python, "-c", "import sys; print(sys.implementation.cache_tag)")
 		var out bytes.Buffer
 		cmd.Stdout = &out
-		err := run(cmd)
+		err := proc.Run(context.Background(), cmd, 0)
 		c.tag, c.tagErr = strings.TrimSpace(out.String()), err
 		if err != nil {
 			c.tagErr = fmt.Errorf("pydeps: %s: %w", c.cfg.Python, err)
@@ -287,7 +287,7 @@ func (c *Cache) install(ctx context.Context, dir, req, final string) error {
 		args = append(args, "--no-index", "--find-links", c.cfg.FindLinks)
 	}
 	args = append(args, c.cfg.PipArgs...)
-	cmd := exec.CommandContext(ctx, c.cfg.Python, args...)
+	cmd := exec.Command(c.cfg.Python, args...)
 	cmd.Dir = dir // a requirement's relative path is the source's
 	cmd.Env = c.cfg.Env
 	out := &tail{max: bounds.Message / 2} // room for the rest of fatal_error
@@ -295,7 +295,9 @@ func (c *Cache) install(ctx context.Context, dir, req, final string) error {
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	c.installs.Add(1)
-	if err := run(cmd); err != nil {
+	// Cancelled, pip and what it started get SIGTERM, and SIGKILL 5 s
+	// later.
+	if err := proc.Run(ctx, cmd, 5*time.Second); err != nil {
 		msg := strings.TrimSpace(out.String())
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: pip install did not finish: %w", File, ctx.Err())
@@ -310,19 +312,6 @@ func (c *Cache) install(ctx context.Context, dir, req, final string) error {
 	}
 	c.log.Info("python requirements installed", "dir", final, "duration", time.Since(start))
 	return nil
-}
-
-// run runs cmd through internal/proc, which records it as this process's
-// own child: a Runtime Server is the child subreaper of what it starts,
-// and a child it did not record is taken for an orphan of no scope and
-// killed (the interpreter's probe was, once, in the Kubernetes e2e).
-func run(cmd *exec.Cmd) error {
-	p, err := proc.Start(cmd)
-	if err != nil {
-		return err
-	}
-	<-p.Done()
-	return p.Err()
 }
 
 // tail keeps the last max bytes written to it (pip's error is at the end).

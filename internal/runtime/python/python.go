@@ -241,18 +241,14 @@ func ResolveInterpreter(ctx context.Context, python string) (string, error) {
 	cmd := exec.Command(python, "-c", "import sys; print(sys.executable)")
 	var stdout, stderr cappedBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	p, err := proc.Start(cmd)
-	if err != nil {
+	if err := proc.Run(ctx, cmd, 0); err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("resolve python interpreter %q: %w", python, ctx.Err())
+		}
+		if msg := bytes.TrimSpace(stderr.buf.Bytes()); len(msg) > 0 {
+			return "", fmt.Errorf("resolve python interpreter %q: %w: %s", python, err, msg)
+		}
 		return "", fmt.Errorf("resolve python interpreter %q: %w", python, err)
-	}
-	select {
-	case <-p.Done():
-	case <-ctx.Done():
-		p.Kill(0)
-		return "", fmt.Errorf("resolve python interpreter %q: %w", python, ctx.Err())
-	}
-	if err := p.Err(); err != nil {
-		return "", fmt.Errorf("resolve python interpreter %q: %w: %s", python, err, bytes.TrimSpace(stderr.buf.Bytes()))
 	}
 	exe := strings.TrimSpace(stdout.buf.String())
 	if exe == "" || !filepath.IsAbs(exe) {
