@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,23 +213,25 @@ func TestAgentAuthentication(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		h    http.Header
+		want int
 	}{
-		{"Missing", creds(ca.ID, "")},
-		{"MissingID", creds("", ca.Secret)},
-		{"Forged", creds(ca.ID, string(forged))},
-		{"CrossRun", creds(cb.ID, ca.Secret)},
-		{"ReplayedWhileConnected", creds(ca.ID, ca.Secret)},
-		{"Expired", creds(expired.Credentials().ID, expired.Credentials().Secret)},
-		{"Revoked", creds(cd.ID, cd.Secret)},
+		{"Missing", creds(ca.ID, ""), http.StatusUnauthorized},
+		{"MissingID", creds("", ca.Secret), http.StatusUnauthorized},
+		{"Forged", creds(ca.ID, string(forged)), http.StatusUnauthorized},
+		{"CrossRun", creds(cb.ID, ca.Secret), http.StatusUnauthorized},
+		// Right, but a's connection lives: busy, and no take-over.
+		{"ReplayedWhileConnected", creds(ca.ID, ca.Secret), http.StatusConflict},
+		{"Expired", creds(expired.Credentials().ID, expired.Credentials().Secret), http.StatusUnauthorized},
+		{"Revoked", creds(cd.ID, cd.Secret), http.StatusUnauthorized},
 	} {
 		ws, code, body := dial(t, rg.url, tc.h)
 		if ws != nil {
 			ws.Close()
-			t.Errorf("%s: upgraded; want 401", tc.name)
+			t.Errorf("%s: upgraded; want %d", tc.name, tc.want)
 			continue
 		}
-		if code != http.StatusUnauthorized || strings.Contains(body, "secret-session") {
-			t.Errorf("%s: %d %q; want 401 and no session byte", tc.name, code, body)
+		if code != tc.want || strings.Contains(body, "secret-session") {
+			t.Errorf("%s: %d %q; want %d and no session byte", tc.name, code, body, tc.want)
 		}
 	}
 	if expired.Connected() {
@@ -250,7 +253,9 @@ func TestAgentAuthentication(t *testing.T) {
 type proxy struct {
 	lis   net.Listener
 	mu    sync.Mutex
-	conns []net.Conn
+	conns []net.Conn // the agent's side, then the endpoint's, of each
+	// halfOpen keeps the endpoint's side open when the agent's closes.
+	halfOpen atomic.Bool
 }
 
 func newProxy(t *testing.T, to string) *proxy {
@@ -273,7 +278,12 @@ func newProxy(t *testing.T, to string) *proxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, u)
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() {
+				_, _ = io.Copy(u, c)
+				if !p.halfOpen.Load() {
+					u.Close()
+				}
+			}()
 			go func() { _, _ = io.Copy(c, u); c.Close() }()
 		}
 	}()
@@ -288,6 +298,69 @@ func (p *proxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// dropAgentSide closes the agent's side of every connection and leaves
+// the endpoint's open, as a NAT that forgot the flow would: the agent
+// sees its connection end, the endpoint does not (until its heartbeat).
+func (p *proxy) dropAgentSide() {
+	p.halfOpen.Store(true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := 0; i < len(p.conns); i += 2 {
+		p.conns[i].Close()
+	}
+}
+
+// An agent that redials while the endpoint still holds its last
+// connection (half-open there) is answered busy, not refused: it keeps
+// redialling, and is connected once the endpoint lets the old connection
+// go. A 401 there ended the agent for good.
+func TestRedialWhileTheEndpointHoldsTheOldConnection(t *testing.T) {
+	rg := newRig(t, 10*time.Second)
+	p := newProxy(t, rg.addr)
+	r := rg.run(t, "run-half", nil, "ws://"+p.lis.Addr().String()+agent.Path)
+	actx, acancel := context.WithTimeout(context.Background(), exectest.Timeout)
+	defer acancel()
+	if err := r.grant.Await(actx); err != nil {
+		t.Fatal(err)
+	}
+	p.dropAgentSide()
+	deadline := time.Now().Add(exectest.Timeout)
+	for counter(t, rg.m, "stoke_agent_busy_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never redialled while the endpoint held its connection")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a metric: the endpoint has no event for a busy answer
+	}
+	if !r.grant.Connected() {
+		t.Fatal("the endpoint let go of the half-open connection before the test cut it")
+	}
+	p.cut() // the endpoint's side ends, as its heartbeat would end it
+	ctx, cancel := context.WithTimeout(context.Background(), exectest.Timeout)
+	defer cancel()
+	for {
+		changed := rg.ep.Changed()
+		if disconnects(t, rg.m, "dropped") >= 1 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("the endpoint never saw the old connection end")
+		}
+	}
+	if err := r.grant.Await(ctx); err != nil {
+		t.Fatalf("the agent did not connect again: %v", err)
+	}
+	x := rg.ep.Executor(rg.resolve)
+	out, _, exit, err := exectest.Collect(ctx, x, exec.Request{RunUID: "run-half", Command: []string{"echo", "back"}}, nil)
+	if err != nil || exit.Code != 0 || out != "back\n" {
+		t.Fatalf("after the endpoint let go: %q %+v %v", out, exit, err)
+	}
+	if n := counter(t, rg.m, "stoke_agent_refused_total"); n != 0 {
+		t.Errorf("%v connections refused; want none", n)
+	}
 }
 
 // A connection cut mid-session ends the session with a clear error and
@@ -356,6 +429,23 @@ func TestAgentStopEndsTheWatch(t *testing.T) {
 }
 
 // disconnects is stoke_agent_disconnects_total{how}.
+// counter is the value of the unlabelled counter name of m.
+func counter(t *testing.T, m *agent.Metrics, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
 func disconnects(t *testing.T, m *agent.Metrics, how string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()

@@ -299,10 +299,19 @@ func (e *Endpoint) notifyLocked() {
 
 // ServeHTTP accepts an agent: its grant ID and secret are checked (the
 // secret in constant time) before the upgrade, and anything but a live,
-// unexpired grant that no connection holds is refused with 401 and no
-// WebSocket.
+// unexpired grant is refused with 401 and no WebSocket. A grant whose
+// connection still lives here is answered 409 and no WebSocket: a
+// connection never takes over another, but the agent may have seen its
+// connection drop before this end did (a half-open connection ends here
+// only at the heartbeat's timeout), so it redials until this end lets go.
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	g, why := e.claim(r)
+	g, why, busy := e.claim(r)
+	if busy {
+		e.m.busy.Inc()
+		e.log.Info("agent connection answered busy: its grant's connection has not ended here yet", "remote", r.RemoteAddr, "run_uid", g.run)
+		http.Error(w, "agent: the grant's connection has not ended here yet; redial", http.StatusConflict)
+		return
+	}
 	if g == nil {
 		e.m.refused.Inc()
 		e.log.Warn("agent connection refused", "remote", r.RemoteAddr, "reason", why)
@@ -322,13 +331,15 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// claim finds and holds the grant a request presents, or says why not.
-func (e *Endpoint) claim(r *http.Request) (*Grant, string) {
+// claim finds and holds the grant a request presents, or says why not;
+// busy (with the grant) when the request's credentials are right but a
+// connection holds the grant.
+func (e *Endpoint) claim(r *http.Request) (g *Grant, why string, busy bool) {
 	id := r.Header.Get(HeaderID)
 	secret, ok := strings.CutPrefix(r.Header.Get(HeaderAuthorization), "Bearer ")
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	g := e.grants[id]
+	g = e.grants[id]
 	want := []byte("\x00no grant: compared to keep the time alike\x00")
 	if g != nil {
 		want = g.secret
@@ -336,18 +347,18 @@ func (e *Endpoint) claim(r *http.Request) (*Grant, string) {
 	match := subtle.ConstantTimeCompare([]byte(secret), want) == 1
 	switch {
 	case e.closed:
-		return nil, "the endpoint is closing"
+		return nil, "the endpoint is closing", false
 	case !ok || g == nil || !match:
-		return nil, "unknown grant or wrong secret"
+		return nil, "unknown grant or wrong secret", false
 	case g.revoked:
-		return nil, "the grant was revoked"
+		return nil, "the grant was revoked", false
 	case !time.Now().Before(g.expires):
-		return nil, "the grant expired"
+		return nil, "the grant expired", false
 	case g.conn != nil || g.claimed:
-		return nil, "the grant is in use by another connection"
+		return g, "the grant is in use by another connection", true
 	}
 	g.claimed = true
-	return g, ""
+	return g, "", false
 }
 
 func (e *Endpoint) unclaim(g *Grant) {

@@ -7,6 +7,7 @@ type Metrics struct {
 	connected prometheus.Gauge
 	redials   prometheus.Counter
 	refused   prometheus.Counter
+	busy      prometheus.Counter
 	sessions  prometheus.Counter
 	open      prometheus.Gauge
 	bytes     *prometheus.CounterVec
@@ -25,6 +26,8 @@ func NewMetrics() *Metrics {
 			Help: "Connections of an agent that had been connected before (a redial after a drop)."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "stoke_agent_refused_total",
 			Help: "Agent connections refused with 401 (unknown, wrong, expired or already used secret)."}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{Name: "stoke_agent_busy_total",
+			Help: "Agent connections answered 409: the grant's previous connection had not ended here yet (the agent redials)."}),
 		sessions: prometheus.NewCounter(prometheus.CounterOpts{Name: "stoke_agent_sessions_total",
 			Help: "Exec sessions started through a reverse agent."}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stoke_agent_sessions_open",
@@ -40,7 +43,7 @@ func NewMetrics() *Metrics {
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.connected, m.redials, m.refused, m.sessions, m.open, m.bytes, m.disconnects}
+	return []prometheus.Collector{m.connected, m.redials, m.refused, m.busy, m.sessions, m.open, m.bytes, m.disconnects}
 }
 
 func (m *Metrics) count(in, out int) {

@@ -122,6 +122,10 @@ func serveOnce(ctx context.Context, cfg ServeConfig, log *slog.Logger) error {
 		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
 			return ErrRefused
 		}
+		if resp != nil {
+			// 409: the endpoint still holds this grant's last connection.
+			return fmt.Errorf("agent dial: %s: %w", resp.Status, err)
+		}
 		return fmt.Errorf("agent dial: %w", err)
 	}
 	conn := &notifyConn{Conn: newWSConn(ws, nil), gone: make(chan struct{})}
