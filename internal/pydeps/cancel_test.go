@@ -28,9 +28,10 @@ func TestCancelledInstallStopsPip(t *testing.T) {
 	c := newCache(t, t.TempDir(), "http://"+ln.Addr().String()+"/wheels/")
 	cctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	src := source(t, "tinydep==1.0\n")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Dir(cctx, source(t, "tinydep==1.0\n"))
+		_, err := c.Dir(cctx, src)
 		errc <- err
 	}()
 	var conn net.Conn
