@@ -327,7 +327,7 @@ func TestRedialWhileTheEndpointHoldsTheOldConnection(t *testing.T) {
 	}
 	p.dropAgentSide()
 	deadline := time.Now().Add(exectest.Timeout)
-	for counter(t, rg.m, "stoke_agent_busy_total") < 1 {
+	for counter(t, rg.m, "stoke_agent_busy_total", "") < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the agent never redialled while the endpoint held its connection")
 		}
@@ -358,7 +358,7 @@ func TestRedialWhileTheEndpointHoldsTheOldConnection(t *testing.T) {
 	if err != nil || exit.Code != 0 || out != "back\n" {
 		t.Fatalf("after the endpoint let go: %q %+v %v", out, exit, err)
 	}
-	if n := counter(t, rg.m, "stoke_agent_refused_total"); n != 0 {
+	if n := counter(t, rg.m, "stoke_agent_refused_total", ""); n != 0 {
 		t.Errorf("%v connections refused; want none", n)
 	}
 }
@@ -428,9 +428,9 @@ func TestAgentStopEndsTheWatch(t *testing.T) {
 	}
 }
 
-// disconnects is stoke_agent_disconnects_total{how}.
-// counter is the value of the unlabelled counter name of m.
-func counter(t *testing.T, m *agent.Metrics, name string) float64 {
+// counter is the value of the counter name of m: of its series with
+// label how (when how is not ""), or its one series.
+func counter(t *testing.T, m *agent.Metrics, name, how string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.Collectors()...)
@@ -439,26 +439,13 @@ func counter(t *testing.T, m *agent.Metrics, name string) float64 {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
-func disconnects(t *testing.T, m *agent.Metrics, how string) float64 {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(m.Collectors()...)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "stoke_agent_disconnects_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, mt := range mf.GetMetric() {
+			if how == "" {
+				return mt.GetCounter().GetValue()
+			}
 			for _, l := range mt.GetLabel() {
 				if l.GetName() == "how" && l.GetValue() == how {
 					return mt.GetCounter().GetValue()
@@ -467,6 +454,12 @@ func disconnects(t *testing.T, m *agent.Metrics, how string) float64 {
 		}
 	}
 	return 0
+}
+
+// disconnects is stoke_agent_disconnects_total{how}.
+func disconnects(t *testing.T, m *agent.Metrics, how string) float64 {
+	t.Helper()
+	return counter(t, m, "stoke_agent_disconnects_total", how)
 }
 
 // Before the invocation's deadline every session gets the deadline notice
