@@ -48,29 +48,32 @@ func (s *Started) Stop() {
 // pod hears of them from Replay (or, registered later, from the
 // informer's replay of its cache).
 func Dispatch(daemon func(podUID string) *Daemon) informer.Handler[*v1alpha1.Run] {
+	// target is the pod whose daemon hears of run: its assigned pod, or
+	// the one it was placed on at its create while it is not written.
+	target := func(run *v1alpha1.Run) (d *Daemon, placed bool) {
+		uid := run.Status.AssignedPodUID
+		if uid == "" {
+			uid, placed = placement.Unclaimed(run), true
+		}
+		if uid == "" {
+			return nil, false
+		}
+		return daemon(uid), placed
+	}
 	tell := func(run *v1alpha1.Run) {
-		if uid := run.Status.AssignedPodUID; uid != "" {
-			if d := daemon(uid); d != nil {
-				d.OnRun(run)
-			}
-		} else if uid := placement.Unclaimed(run); uid != "" {
-			if d := daemon(uid); d != nil {
-				d.OnPlaced(run)
-			}
+		switch d, placed := target(run); {
+		case d == nil:
+		case placed:
+			d.OnPlaced(run)
+		default:
+			d.OnRun(run)
 		}
 	}
 	return informer.HandlerFuncs[*v1alpha1.Run]{
 		AddFunc:    tell,
 		UpdateFunc: func(_, run *v1alpha1.Run) { tell(run) },
 		DeleteFunc: func(run *v1alpha1.Run) {
-			uid := run.Status.AssignedPodUID
-			if uid == "" {
-				uid = placement.Unclaimed(run)
-			}
-			if uid == "" {
-				return
-			}
-			if d := daemon(uid); d != nil {
+			if d, _ := target(run); d != nil {
 				d.OnDelete(run)
 			}
 		},

@@ -273,17 +273,21 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	start("hop", func(ctx context.Context) error { return hop.Serve(ctx, hopLis, cfg.ShutdownGrace, nil) })
 	start("probe", func(ctx context.Context) error { return probe.Serve(ctx, probeLis, ready) })
+	// Runs are taken only once the Runtime Server answers.
+	rsUp := make(chan struct{})
 	start("runs", func(ctx context.Context) error {
-		// Runs are taken only once the Runtime Server answers.
 		if err := waitRuntimeServer(ctx, health, log); err != nil {
 			return nil // ctx ended
 		}
+		close(rsUp)
 		runs.AddEventHandler(d.Handler())
 		return runs.Run(ctx)
 	})
 	start("placed runs", func(ctx context.Context) error {
-		if err := waitRuntimeServer(ctx, health, log); err != nil {
-			return nil // ctx ended
+		select {
+		case <-rsUp:
+		case <-ctx.Done():
+			return nil
 		}
 		placed.AddEventHandler(d.PlacedHandler())
 		return placed.Run(ctx)
